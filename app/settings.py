@@ -1,0 +1,124 @@
+"""Runtime settings, read once from environment variables and validated at start.
+
+Every knob a worker, the demo or a tool reads lives here, so the README's settings table, the
+Kubernetes manifests and docker-compose have one list to stay consistent with. A wrong value
+raises `SettingsError` naming the variable and why; the CLI prints that one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+
+class SettingsError(ValueError):
+    """A setting has a value the worker cannot run with; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its default, how to parse it and what it means."""
+
+    env: str
+    default: str
+    help: str
+    parse: Callable[[str], object] = str
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be an integer >= 1")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must be an integer >= 0")
+    return value
+
+
+def _scope(raw: str) -> str:
+    if raw not in ("broker", "cluster"):
+        raise ValueError("must be 'broker' or 'cluster'")
+    return raw
+
+
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 0 < value < 65536:
+        raise ValueError("must be a TCP port between 1 and 65535")
+    return value
+
+
+def _log_level(raw: str) -> str:
+    level = raw.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError("must be one of debug, info, warning, error")
+    return level
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("KAFKA_BOOTSTRAP_SERVERS", "", "Kafka cluster to use; empty starts the embedded broker (demo, tests)"),
+    Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics"),
+    Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
+    Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
+    Setting("QS_QUOTA_WINDOW_SIZE_MS", "1000", "quota.window.size.seconds, in ms", _positive_int),
+    Setting("QS_CONTROLLER_WINDOW_NUM", "11", "controller.quota.window.num", _positive_int),
+    Setting("QS_CONTROLLER_WINDOW_SIZE_MS", "1000", "controller.quota.window.size.seconds, in ms", _positive_int),
+    Setting("QS_PARTITIONS", "8", "partitions of the internal re-key topic and the tables", _positive_int),
+    Setting("QS_TOPIC_REQUEST", "quota.events.request", "request events topic"),
+    Setting("QS_TOPIC_CONNECTION", "quota.events.connection", "connection events topic"),
+    Setting("QS_TOPIC_MUTATION", "quota.events.mutation", "mutation events topic"),
+    Setting("QS_TOPIC_CONFIGS", "quota.configs", "compacted quota config topic"),
+    Setting("QS_TOPIC_DIRECTIVES", "quota.directives", "control topic the brokers read"),
+    Setting("QS_TOPIC_DEADLETTER", "quota.deadletter", "dead-letter topic"),
+    Setting("QS_STATE_DIR", "./state", "directory of the RocksDB tables (a persistent volume in production)"),
+    Setting("QS_STANDBY_REPLICAS", "0", "Faust table standby replicas", _non_negative_int),
+    Setting("QS_WEB_PORT", "6066", "HTTP port for /metrics and /ready", _port),
+    Setting("QS_METRICS_TOP_N", "20", "entities with per-entity gauges (bounds label cardinality)", _non_negative_int),
+    Setting("QS_LOG_LEVEL", "info", "log level", _log_level),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated values; attribute names are the env names lower-cased without `QS_`."""
+
+    values: Mapping[str, object] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> object:
+        try:
+            return self.values[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+    @property
+    def embedded(self) -> bool:
+        """True when no external cluster is configured and the embedded broker is used."""
+        return not self.values["kafka_bootstrap_servers"]
+
+
+def attr_name(env: str) -> str:
+    return env.removeprefix("QS_").lower()
+
+
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    """Parse and validate every setting; raise `SettingsError` on the first bad one."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for setting in SETTINGS:
+        raw = env.get(setting.env, setting.default).strip()
+        try:
+            values[attr_name(setting.env)] = setting.parse(raw)
+        except ValueError as exc:
+            reason = str(exc) if setting.parse is not int else "must be an integer"
+            if "invalid literal" in reason:
+                reason = "must be an integer"
+            raise SettingsError(f"{setting.env}={raw!r}: {reason}") from None
+    return Settings(values)
+
+
+__all__ = ["SETTINGS", "Setting", "Settings", "SettingsError", "load", "attr_name"]
