@@ -1,0 +1,55 @@
+"""`quota-streams`: one console command, a subcommand per tool.
+
+Each subcommand lives in `app.commands.<name>` with `register(subparsers)` and `run(args)`.
+Errors a user can act on (`UserError`, `SettingsError`) print one line and exit 2; nothing a
+user did wrong ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from app.settings import SettingsError
+
+COMMANDS = ("replay", "worker", "demo", "broker", "produce", "directives", "quotas",
+            "simulate", "audit", "explain")
+
+
+class UserError(Exception):
+    """A mistake the user can fix: the message says what is wrong and what to do."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="quota-streams",
+        description="Cluster-wide, replayable, explainable Kafka quotas on Faust.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"app.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"app.commands.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (UserError, SettingsError) as exc:
+        print(f"quota-streams {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

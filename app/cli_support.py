@@ -1,0 +1,81 @@
+"""Pieces several commands share: window options, input files, progress on a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from typing import IO, Iterable, Iterator, TypeVar
+
+from app.engine.engine import EngineSettings
+
+T = TypeVar("T")
+
+
+def add_window_options(p: argparse.ArgumentParser) -> None:
+    """Scope and Kafka's window settings, defaulting to Kafka's defaults (11 x 1000 ms)."""
+    g = p.add_argument_group("quota windows (Kafka's quota.window.* settings)")
+    g.add_argument("--scope", choices=("broker", "cluster"), default="broker",
+                   help="broker: per-broker windows exactly as Kafka; cluster: windows over the "
+                   "sum of all brokers (default %(default)s)")
+    g.add_argument("--window-num", type=_positive, default=11, help="quota.window.num (default %(default)s)")
+    g.add_argument("--window-ms", type=_positive, default=1000,
+                   help="quota.window.size.seconds in ms (default %(default)s)")
+    g.add_argument("--controller-window-num", type=_positive, default=11,
+                   help="controller.quota.window.num (default %(default)s)")
+    g.add_argument("--controller-window-ms", type=_positive, default=1000,
+                   help="controller.quota.window.size.seconds in ms (default %(default)s)")
+    g.add_argument("--min-extension-ms", type=int, default=None,
+                   help="a directive extending an active one is published only if it moves "
+                   "'until' later by more than this (default: window/10)")
+
+
+def _positive(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be >= 1")
+    return value
+
+
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    return EngineSettings(
+        scope=args.scope, window_num=args.window_num, window_ms=args.window_ms,
+        controller_window_num=args.controller_window_num,
+        controller_window_ms=args.controller_window_ms, min_extension_ms=args.min_extension_ms,
+    )
+
+
+def open_input(path: str, stack: contextlib.ExitStack) -> IO[bytes]:
+    """A file or stdin, as bytes; a missing file is a user error, not a traceback."""
+    from app.cli import UserError
+
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return stack.enter_context(open(path, "rb"))
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def progress(items: Iterable[T], quiet: bool, every: float = 1.0, unit: str = "lines") -> Iterator[T]:
+    """Pass items through, showing a count and rate on stderr when it is a terminal."""
+    show = not quiet and sys.stderr.isatty() and not os.environ.get("CI")
+    start = last = time.monotonic()
+    count = 0
+    for item in items:
+        count += 1
+        yield item
+        if show:
+            now = time.monotonic()
+            if now - last >= every:
+                last = now
+                rate = count / (now - start)
+                sys.stderr.write(f"\r\x1b[2K{count:,} {unit} ({rate:,.0f}/s)")
+                sys.stderr.flush()
+    if show and count:
+        sys.stderr.write("\r\x1b[2K")

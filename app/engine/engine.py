@@ -1,0 +1,365 @@
+"""The quota engine: Kafka's quota managers over event time, for every driver.
+
+`QuotaEngine.process(event)` records one event the way the broker's quota managers would
+(ClientQuotaManager, ClientRequestQuotaManager, ControllerMutationQuotaManager, ConnectionQuotas)
+and returns the per-quota decisions Kafka would have made for it, plus the directives to publish.
+The Faust agents, the `replay` command and the Spark audit all call this, so they agree.
+
+Time rule: time comes only from event timestamps. Within one piece of state (one window or
+bucket), an event older than the latest one that state has seen is processed at that latest
+time (a monotonic clamp), so results depend only on the order of the input, never on a clock.
+
+Directive rule: a throttle decision publishes a directive when no directive of that state is
+active at the event's time, or when it moves the active `until` later by more than
+`min_extension_ms` (default one tenth of a window). Throttles that end sooner than the active
+one publish nothing: the broker already holds the entity until the later `until`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, MutableMapping, Union
+
+from app.engine import configs as cfg
+from app.engine.configs import ConfigUpdate, QuotaConfigs, Resolution
+from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
+from app.engine.kafka_math import (
+    bounded_throttle_time_ms,
+    saturate_int,
+    throttle_time_ms,
+    token_throttle_time_ms,
+)
+from app.engine.stats import Rate, TokenBucket, burst
+
+State = Union[Rate, TokenBucket]
+SEP = "\x1f"
+# state-key prefixes, one per kind of window
+KEY_CODE = {cfg.PRODUCE: "P", cfg.FETCH: "F", cfg.REQUEST: "R", cfg.MUTATION: "M"}
+NANOS_TO_PERCENT = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Window settings (Kafka's quota.window.* and controller.quota.window.*) and scope."""
+
+    scope: str = "broker"
+    window_num: int = 11
+    window_ms: int = 1000
+    controller_window_num: int = 11
+    controller_window_ms: int = 1000
+    min_extension_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.scope not in ("broker", "cluster"):
+            raise ValueError("scope must be 'broker' or 'cluster'")
+        for name in ("window_num", "window_ms", "controller_window_num", "controller_window_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+    @property
+    def extension_ms(self) -> int:
+        return self.window_ms // 10 if self.min_extension_ms is None else self.min_extension_ms
+
+
+class Decision:
+    """What Kafka decided for one quota of one event, with its explanation."""
+
+    __slots__ = ("quota", "entity", "throttle_time_ms", "action", "observed", "limit",
+                 "window_ms", "config_level", "key", "ts", "broker")
+
+    def __init__(self, quota: str, entity: dict[str, Any], throttle: int, action: str,
+                 observed: float, limit: float, window_ms: int, level: str | None, key: str,
+                 ts: int, broker: int | None) -> None:
+        self.quota = quota
+        self.entity = entity
+        self.throttle_time_ms = throttle
+        self.action = action
+        self.observed = observed
+        self.limit = limit
+        self.window_ms = window_ms
+        self.config_level = level
+        self.key = key
+        self.ts = ts
+        self.broker = broker
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "quota": self.quota, "entity": self.entity, "throttle_time_ms": self.throttle_time_ms,
+            "action": self.action, "observed": self.observed, "limit": self.limit,
+            "window_ms": self.window_ms, "config_level": self.config_level,
+        }
+
+
+class QuotaEngine:
+    """Kafka's quota managers as a pure function of (configs, state, event) -> decisions.
+
+    `store` maps state keys to `Rate`/`TokenBucket` objects; the replay uses a dict, the Faust
+    worker a write-back cache over a RocksDB table. States are changed in place; the keys
+    touched since the last `drain_touched()` tell a driver what to persist.
+    """
+
+    def __init__(self, settings: EngineSettings | None = None, configs: QuotaConfigs | None = None,
+                 store: MutableMapping[str, State] | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        self.configs = configs or QuotaConfigs()
+        self.store: MutableMapping[str, State] = {} if store is None else store
+        self.touched: set[str] = set()
+        self.cluster = self.settings.scope == "cluster"
+        self.exempt_requests = 0
+        s = self.settings
+        self._n, self._w = s.window_num, s.window_ms
+        self._cn, self._cw = s.controller_window_num, s.controller_window_ms
+        self._ext = s.extension_ms
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def process(self, event: Event | ConfigUpdate) -> tuple[list[Decision], list[dict[str, Any]]]:
+        """Apply one event; return its decisions (in Kafka's order) and directives to publish."""
+        decisions: list[Decision] = []
+        if isinstance(event, RequestEvent):
+            self._request(event, decisions)
+        elif isinstance(event, ConnectionEvent):
+            self._connection(event, decisions)
+        elif isinstance(event, MutationEvent):
+            self._mutation(event, decisions)
+        elif isinstance(event, ConfigUpdate):
+            self.configs.apply(event)
+            return decisions, []
+        directives = [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
+        return decisions, directives
+
+    def drain_touched(self) -> set[str]:
+        touched, self.touched = self.touched, set()
+        return touched
+
+    def route_key(self, event: Event) -> str:
+        """The partition key that co-locates every window this event touches.
+
+        Windows keyed by a user live with the user, windows keyed by a client id alone with the
+        client id (broker-prefixed in broker scope); connection windows live per broker, or
+        together in cluster scope (connection rates are small). When one request's quota types
+        resolve to different keys, the first is returned and `split_quotas` tells the rest.
+        """
+        return self.route_keys(event)[0][0]
+
+    def route_keys(self, event: Event) -> list[tuple[str, tuple[str, ...] | None]]:
+        """[(partition key, quotas to process there or None for all)] for an event."""
+        prefix = "" if self.cluster else f"b{event.broker}:"
+        if isinstance(event, ConnectionEvent):
+            return [(prefix + "connections" if not self.cluster else "connections", None)]
+        quotas = self._client_quotas(event)
+        groups: dict[str, list[str]] = {}
+        for quota in quotas:
+            res = self.configs.resolve(quota, event.user, event.client_id)
+            if res is None:
+                continue
+            key = prefix + (f"u:{res.user}" if res.user else f"c:{res.client_id}")
+            groups.setdefault(key, []).append(quota)
+        if len(groups) <= 1:
+            key = next(iter(groups), prefix + f"u:{event.user}")
+            return [(key, None)]
+        return [(key, tuple(qs)) for key, qs in groups.items()]
+
+    # -- client quotas: produce, fetch, request ------------------------------------------------
+
+    @staticmethod
+    def _client_quotas(event: Event) -> tuple[str, ...]:
+        if isinstance(event, MutationEvent):
+            return (cfg.MUTATION,)
+        if event.api == "Produce":
+            return (cfg.PRODUCE, cfg.REQUEST)
+        if event.api == "Fetch":
+            return (cfg.FETCH, cfg.REQUEST)
+        return (cfg.REQUEST,)
+
+    def _key(self, code: str, broker: int, a: str, b: str) -> str:
+        if self.cluster:
+            return f"{code}{SEP}*{SEP}{a}{SEP}{b}"
+        return f"{code}{SEP}{broker}{SEP}{a}{SEP}{b}"
+
+    def _rate(self, key: str) -> Rate:
+        state = self.store.get(key)
+        if state is None:
+            state = Rate()
+            self.store[key] = state
+        self.touched.add(key)
+        return state  # type: ignore[return-value]
+
+    def _check(self, quota: str, res: Resolution, event: Event, value: float,
+               decisions: list[Decision], cap: int | None) -> tuple[int, str, Rate, int]:
+        """Sensor.record with the quota check: record, measure, throttle if over the bound."""
+        key = self._key(KEY_CODE[quota], event.broker, res.user, res.client_id)
+        rate = self._rate(key)
+        t = rate.advance(event.ts)
+        n, w = self._n, self._w
+        rate.record(value, t, n, w)
+        observed, window = rate.measure(t, n, w)
+        limit = res.limit
+        if observed <= limit:
+            throttle = 0
+        elif cap is None:
+            throttle = saturate_int(throttle_time_ms(observed, limit, window))
+        else:
+            throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
+        decisions.append(Decision(
+            quota, {"user": res.user, "client_id": res.client_id}, throttle,
+            "throttle" if throttle > 0 else "none", observed, limit, window, res.level, key, t,
+            None if self.cluster else event.broker,
+        ))
+        return throttle, key, rate, t
+
+    def _request(self, event: RequestEvent, decisions: list[Decision],
+                 only: tuple[str, ...] | None = None) -> None:
+        configs = self.configs
+        api = event.api
+        request_res = None
+        if not event.exempt and (only is None or cfg.REQUEST in only):
+            request_res = configs.resolve(cfg.REQUEST, event.user, event.client_id)
+        if event.exempt:
+            self.exempt_requests += event.count
+        if api == "Produce":
+            # KafkaApis.handleProduceRequest: bandwidth first, then request time
+            if only is None or cfg.PRODUCE in only:
+                res = configs.resolve(cfg.PRODUCE, event.user, event.client_id)
+                if res is not None:
+                    self._check(cfg.PRODUCE, res, event, event.bytes, decisions, None)
+            self._request_time(request_res, event, decisions)
+        elif api == "Fetch" and not event.exempt:
+            # handleFetchRequest: request time first, then bytes; a throttled fetch sends an
+            # empty response, so its bytes are taken back out of the window (either cause)
+            rq = self._request_time(request_res, event, decisions)
+            if only is None or cfg.FETCH in only:
+                res = configs.resolve(cfg.FETCH, event.user, event.client_id)
+                if res is not None:
+                    bw, _, rate, t = self._check(cfg.FETCH, res, event, event.bytes, decisions, None)
+                    if bw > 0 or rq > 0:
+                        rate.record(-event.bytes, t, self._n, self._w)
+        else:
+            self._request_time(request_res, event, decisions)
+
+    def _request_time(self, res: Resolution | None, event: RequestEvent,
+                      decisions: list[Decision]) -> int:
+        """Thread time with the quota check (capped at one window), network time without."""
+        if res is None:
+            return 0
+        percent = round(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
+        throttle, _, rate, t = self._check(cfg.REQUEST, res, event, percent, decisions, self._w)
+        if event.network_ms:
+            rate.record(round(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
+        return throttle
+
+    def process_only(self, event: RequestEvent, quotas: tuple[str, ...]) -> tuple[list[Decision], list[dict[str, Any]]]:
+        """Process only some quota types of a request (the live pipeline's split case)."""
+        decisions: list[Decision] = []
+        self._request(event, decisions, quotas)
+        directives = [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
+        return decisions, directives
+
+    # -- controller mutations ------------------------------------------------------------------
+
+    def _mutation(self, event: MutationEvent, decisions: list[Decision]) -> None:
+        """Strict requests check then record (reject while in debt); older ones record then check."""
+        res = self.configs.resolve(cfg.MUTATION, event.user, event.client_id)
+        if res is None:
+            return
+        n, w = self._cn, self._cw
+        rate = res.limit
+        full = burst(rate, n, w)
+        key = self._key("M", event.broker, res.user, res.client_id)
+        bucket = self.store.get(key)
+        if bucket is None:
+            bucket = TokenBucket(full, event.ts)
+            self.store[key] = bucket
+        self.touched.add(key)
+        t = bucket.advance(event.ts)
+        tokens = bucket.refill(t, rate, full)
+        action = "none"
+        throttle = 0
+        if event.strict:
+            if tokens < 0:
+                throttle, action = token_throttle_time_ms(tokens, rate), "reject"
+            else:
+                bucket.record(event.partitions, t, rate, full)
+        else:
+            bucket.record(event.partitions, t, rate, full)
+            if bucket.tokens < 0:
+                throttle, action = token_throttle_time_ms(bucket.tokens, rate), "throttle"
+        decisions.append(Decision(
+            cfg.MUTATION, {"user": res.user, "client_id": res.client_id}, saturate_int(throttle),
+            action, bucket.tokens, rate, n * w, res.level, key, t,
+            None if self.cluster else event.broker,
+        ))
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def _conn_check(self, key: str, t: int, limit: float, level: str | None, quota: str,
+                    entity: dict[str, Any], action: str, broker: int | None,
+                    decisions: list[Decision]) -> tuple[int, Rate]:
+        rate = self._rate(key)
+        t = rate.advance(t)
+        n, w = self._n, self._w
+        rate.record(1, t, n, w)
+        observed, window = rate.measure(t, n, w)
+        throttle = 0
+        if observed > limit:
+            throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, w))
+        decisions.append(Decision(quota, entity, throttle, action if throttle > 0 else "none",
+                                  observed, limit, window, level, key, t, broker))
+        return throttle, rate
+
+    def _connection(self, event: ConnectionEvent, decisions: list[Decision]) -> None:
+        """ConnectionQuotas.inc: broker and listener rates delay; the IP rate closes.
+
+        The inter-broker listener is not counted in the broker-wide rate. The IP sample is taken
+        after the acceptor's delay, as Kafka's acceptor thread blocks before recording it; a
+        throttled connection is closed and taken back out of the IP, listener and broker rates.
+        """
+        broker, listener = event.broker, event.listener
+        configs = self.configs
+        t = event.ts
+        delay = 0
+        broker_rate = None
+        if not event.inter_broker:
+            limit, level = configs.broker_limit(broker, None)
+            b, broker_rate = self._conn_check(
+                f"CB{SEP}{broker}", t, limit, level, cfg.BROKER_RATE, {"broker": broker},
+                "delay_connection", broker, decisions)
+            delay = b
+        limit, level = configs.broker_limit(broker, listener)
+        lt, listener_rate = self._conn_check(
+            f"CL{SEP}{broker}{SEP}{listener}", t, limit, level, cfg.BROKER_RATE,
+            {"broker": broker, "listener": listener}, "delay_connection", broker, decisions)
+        delay = max(delay, lt)
+        ip_limit = configs.ip_limit(event.ip)
+        if ip_limit is None:
+            return
+        t_ip = t + delay
+        ip_key = f"CI{SEP}*{SEP}{event.ip}" if self.cluster else f"CI{SEP}{broker}{SEP}{event.ip}"
+        throttle, ip_rate = self._conn_check(
+            ip_key, t_ip, ip_limit[0], ip_limit[1], cfg.IP_RATE, {"ip": event.ip},
+            "close_connection", None if self.cluster else broker, decisions)
+        if throttle > 0:
+            n, w = self._n, self._w
+            for rate in (ip_rate, listener_rate, broker_rate):
+                if rate is not None:
+                    rate.record(-1, rate.advance(t_ip), n, w)
+
+    # -- directives ----------------------------------------------------------------------------
+
+    def _emit(self, d: Decision) -> bool:
+        """The directive rule (module docstring), remembered in the state so it survives failover."""
+        state = self.store[d.key]
+        until = d.ts + d.throttle_time_ms
+        if state.until <= d.ts or until > state.until + self._ext:
+            state.until = until
+            return True
+        return False
+
+    def _directive(self, d: Decision) -> dict[str, Any]:
+        scope = "broker" if d.broker is not None else "cluster"
+        return {
+            "v": 1, "ts": d.ts, "scope": scope, "broker": d.broker, "entity": d.entity,
+            "quota": d.quota, "action": d.action, "throttle_time_ms": d.throttle_time_ms,
+            "until": d.ts + d.throttle_time_ms, "observed": d.observed, "limit": d.limit,
+            "window_ms": d.window_ms, "config_level": d.config_level,
+        }

@@ -1,0 +1,233 @@
+"""Contract v1 events: validation of untrusted JSON objects into typed events.
+
+Every input is untrusted. `parse_record` never raises on data: a bad event comes back as a
+`BadEvent` with a reason, so every driver dead-letters it the same way and counts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Union
+
+from app.engine.configs import ConfigError, ConfigUpdate, parse_config_record
+
+VERSION = 1
+MAX_NAME = 1024
+MAX_TS = 2**53  # epoch ms well past year 200000; anything above is not a timestamp
+MAX_BATCH = 100_000
+
+#: First request version whose controller mutation quota is strict (reject, not throttle).
+STRICT_SINCE = {"CreateTopics": 6, "DeleteTopics": 5, "CreatePartitions": 3}
+
+
+class RequestEvent:
+    """Usage of one (pre-aggregated) request: bytes and thread/network time."""
+
+    __slots__ = ("ts", "broker", "listener", "user", "client_id", "ip", "api", "bytes",
+                 "thread_ms", "network_ms", "exempt", "count")
+    type = "request"
+
+    def __init__(self, ts: int, broker: int, listener: str, user: str, client_id: str, ip: str,
+                 api: str, bytes: int, thread_ms: float, network_ms: float, exempt: bool,
+                 count: int) -> None:
+        self.ts = ts
+        self.broker = broker
+        self.listener = listener
+        self.user = user
+        self.client_id = client_id
+        self.ip = ip
+        self.api = api
+        self.bytes = bytes
+        self.thread_ms = thread_ms
+        self.network_ms = network_ms
+        self.exempt = exempt
+        self.count = count
+
+
+class ConnectionEvent:
+    """One accepted TCP connection on a listener."""
+
+    __slots__ = ("ts", "broker", "listener", "ip", "inter_broker")
+    type = "connection"
+
+    def __init__(self, ts: int, broker: int, listener: str, ip: str, inter_broker: bool) -> None:
+        self.ts = ts
+        self.broker = broker
+        self.listener = listener
+        self.ip = ip
+        self.inter_broker = inter_broker
+
+
+class MutationEvent:
+    """Partitions one topic of a CreateTopics/CreatePartitions/DeleteTopics request asked for."""
+
+    __slots__ = ("ts", "broker", "user", "client_id", "api", "api_version", "partitions",
+                 "validate_only", "strict")
+    type = "mutation"
+
+    def __init__(self, ts: int, broker: int, user: str, client_id: str, api: str,
+                 api_version: int, partitions: int, validate_only: bool) -> None:
+        self.ts = ts
+        self.broker = broker
+        self.user = user
+        self.client_id = client_id
+        self.api = api
+        self.api_version = api_version
+        self.partitions = partitions
+        self.validate_only = validate_only
+        self.strict = api_version >= STRICT_SINCE[api]
+
+
+class BadEvent:
+    """An input that failed validation: the reason, and the raw object for the dead letter."""
+
+    __slots__ = ("reason", "raw")
+    type = "bad"
+
+    def __init__(self, reason: str, raw: Any) -> None:
+        self.reason = reason
+        self.raw = raw
+
+
+Event = Union[RequestEvent, ConnectionEvent, MutationEvent]
+Parsed = Union[RequestEvent, ConnectionEvent, MutationEvent, ConfigUpdate, BadEvent]
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _int(d: Mapping[str, Any], key: str, minimum: int = 0, default: Any = _Invalid) -> int:
+    value = d.get(key, default)
+    if value is _Invalid:
+        raise _Invalid(f"missing {key}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"{key} must be an integer")
+    if value < minimum:
+        raise _Invalid(f"{key} must be >= {minimum}")
+    return value
+
+
+def _num(d: Mapping[str, Any], key: str, default: Any = _Invalid) -> float:
+    value = d.get(key, default)
+    if value is _Invalid:
+        raise _Invalid(f"missing {key}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise _Invalid(f"{key} must be a number")
+    if value < 0:
+        raise _Invalid(f"{key} must not be negative")
+    if value > 1e15:
+        raise _Invalid(f"{key} is out of range")
+    return value
+
+
+def _str(d: Mapping[str, Any], key: str, default: Any = _Invalid) -> str:
+    value = d.get(key, default)
+    if value is _Invalid:
+        raise _Invalid(f"missing {key}")
+    if not isinstance(value, str):
+        raise _Invalid(f"{key} must be a string")
+    if len(value) > MAX_NAME:
+        raise _Invalid(f"{key} is longer than {MAX_NAME} characters")
+    return value
+
+
+def _bool(d: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise _Invalid(f"{key} must be true or false")
+    return value
+
+
+def _common(d: Mapping[str, Any], default_broker: int | None) -> tuple[int, int]:
+    if d.get("v") != VERSION:
+        raise _Invalid(f"unsupported version v={d.get('v')!r} (this processor reads v={VERSION})")
+    ts = _int(d, "ts")
+    if ts >= MAX_TS:
+        raise _Invalid("ts is not an epoch-ms timestamp")
+    broker = _int(d, "broker", default=default_broker if default_broker is not None else _Invalid)
+    return ts, broker
+
+
+def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
+    """One contract object (not a batch) into a typed event, or a `BadEvent` saying why."""
+    try:
+        if not isinstance(d, dict):
+            raise _Invalid("not a JSON object")
+        kind = d.get("type")
+        if kind == "request":
+            ts, broker = _common(d, default_broker)
+            api = _str(d, "api")
+            if not api:
+                raise _Invalid("api must not be empty")
+            return RequestEvent(
+                ts, broker, _str(d, "listener", ""), _str(d, "user"), _str(d, "client_id"),
+                _str(d, "ip", ""), api, int(_int(d, "bytes", default=0)),
+                _num(d, "thread_time_ms", 0.0), _num(d, "network_time_ms", 0.0),
+                _bool(d, "exempt"), _int(d, "count", minimum=1, default=1),
+            )
+        if kind == "connection":
+            ts, broker = _common(d, default_broker)
+            ip = _str(d, "ip")
+            if not ip:
+                raise _Invalid("ip must not be empty")
+            return ConnectionEvent(ts, broker, _str(d, "listener"), ip, _bool(d, "inter_broker"))
+        if kind == "mutation":
+            ts, broker = _common(d, default_broker)
+            api = _str(d, "api")
+            if api not in STRICT_SINCE:
+                raise _Invalid(f"api must be one of {', '.join(STRICT_SINCE)}")
+            return MutationEvent(
+                ts, broker, _str(d, "user"), _str(d, "client_id"), api,
+                _int(d, "api_version"), _int(d, "partitions"), _bool(d, "validate_only"),
+            )
+        if kind == "quota_config":
+            if d.get("v") != VERSION:
+                raise _Invalid(f"unsupported version v={d.get('v')!r}")
+            return parse_config_record(d)
+        if kind == "batch":
+            raise _Invalid("a batch cannot be nested in a batch")
+        raise _Invalid(f"unknown type {kind!r}")
+    except (_Invalid, ConfigError) as exc:
+        return BadEvent(str(exc), d)
+
+
+def parse_record(d: Any) -> list[Parsed]:
+    """A record (single event, config or batch) into its events, in the broker's order.
+
+    A bad inner event of a batch is returned as a `BadEvent` in its place; the rest stand.
+    """
+    if isinstance(d, dict) and d.get("type") == "batch":
+        if d.get("v") != VERSION:
+            return [BadEvent(f"unsupported batch version v={d.get('v')!r}", d)]
+        events = d.get("events")
+        broker = d.get("broker")
+        if not isinstance(events, list):
+            return [BadEvent("batch events must be a list", d)]
+        if len(events) > MAX_BATCH:
+            return [BadEvent(f"batch has {len(events)} events (max {MAX_BATCH})", d)]
+        if broker is not None and (isinstance(broker, bool) or not isinstance(broker, int) or broker < 0):
+            return [BadEvent("batch broker must be an integer >= 0", d)]
+        return [parse_event(e, broker) for e in events]
+    return [parse_event(d)]
+
+
+class StreamClock:
+    """Rejects timestamps absurdly far from the stream's time (the max ts seen so far).
+
+    One clock per input stream (the replay file, or one source partition live), so replay and
+    live judge the same events the same way when they see them in the same order.
+    """
+
+    __slots__ = ("time", "max_skew_ms")
+
+    def __init__(self, max_skew_ms: int = 86_400_000) -> None:
+        self.time = -1
+        self.max_skew_ms = max_skew_ms
+
+    def check(self, ts: int) -> str | None:
+        """None if `ts` is acceptable (and advance the clock), else the reason it is not."""
+        if self.time >= 0 and abs(ts - self.time) > self.max_skew_ms:
+            return f"ts {ts} is more than {self.max_skew_ms} ms from the stream time {self.time}"
+        if ts > self.time:
+            self.time = ts
+        return None

@@ -1,0 +1,68 @@
+"""Compact, versioned bytes for one state object, as stored in a RocksDB-backed Faust table.
+
+Layout (little-endian), version 1:
+  Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
+               (byte-count windows whose values are integral are stored as q with kind b"r")
+  TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
+
+The leading version byte means a changed layout never misreads old bytes: an unknown version
+raises `StateDecodeError` and the caller starts that window afresh and counts it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from app.engine.stats import Rate, TokenBucket
+
+VERSION = 1
+_HEAD = struct.Struct("<2sqqBB")
+_BUCKET = struct.Struct("<2sqqdq")
+_SAMPLE_F = struct.Struct("<dqq")
+_SAMPLE_I = struct.Struct("<qqq")
+
+
+class StateDecodeError(ValueError):
+    """Bytes that are not a state of a version this code reads."""
+
+
+def encode(state: Rate | TokenBucket) -> bytes:
+    if isinstance(state, TokenBucket):
+        return bytes([VERSION]) + _BUCKET.pack(b"T\x00", state.clock, state.until, state.tokens, state.last)
+    integral = all(type(v) is int for v in state.values)
+    kind, sample = (b"r", _SAMPLE_I) if integral else (b"R", _SAMPLE_F)
+    parts = [bytes([VERSION]), _HEAD.pack(kind + b"\x00", state.clock, state.until, state.current, len(state.values))]
+    for v, s, last in zip(state.values, state.starts, state.lasts):
+        parts.append(sample.pack(v, s, last))
+    return b"".join(parts)
+
+
+def decode(data: bytes) -> Rate | TokenBucket:
+    if not data or data[0] != VERSION:
+        raise StateDecodeError(f"unknown state version {data[0] if data else None}")
+    body = memoryview(data)[1:]
+    try:
+        kind = bytes(body[0:1])
+        if kind == b"T":
+            _, clock, until, tokens, last = _BUCKET.unpack(body)
+            bucket = TokenBucket(tokens, last)
+            bucket.clock, bucket.until = clock, until
+            return bucket
+        if kind not in (b"R", b"r"):
+            raise StateDecodeError(f"unknown state kind {kind!r}")
+        _, clock, until, current, count = _HEAD.unpack_from(body)
+        sample = _SAMPLE_I if kind == b"r" else _SAMPLE_F
+        rate = Rate()
+        rate.clock, rate.until, rate.current = clock, until, current
+        offset = _HEAD.size
+        for _ in range(count):
+            v, s, last = sample.unpack_from(body, offset)
+            offset += sample.size
+            rate.values.append(v)
+            rate.starts.append(s)
+            rate.lasts.append(last)
+        if offset != len(body):
+            raise StateDecodeError("trailing bytes after the state")
+        return rate
+    except struct.error as exc:
+        raise StateDecodeError(f"truncated state: {exc}") from None

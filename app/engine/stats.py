@@ -1,0 +1,152 @@
+"""Kafka's metric primitives, as state objects: the sampled `Rate` and the `TokenBucket`.
+
+Accounting only: these know nothing about who shares a quota or what its limit is. The window
+settings (N samples of W ms) are passed in rather than stored, because Kafka changes a metric's
+config in place and the samples survive the change.
+
+Time is the caller's: every method takes `now` in epoch ms from event timestamps. Each state
+keeps the latest time it has seen (`clock`); the engine clamps an older event to that time so a
+state never moves backwards (see `advance`).
+"""
+
+from __future__ import annotations
+
+
+class Rate:
+    """SampledStat over WindowedSum, measured as Kafka's `Rate` (per second).
+
+    Up to N + 1 samples exist at once (the extra one overlaps the start of the window). A sample
+    is reset when its *last* event is N*W or more behind `now`. `window_size` is the elapsed time
+    since the oldest sample started, but never less than (N - 1) full windows: a fresh stat
+    with one 50-unit record measured 999 ms later with N=11, W=1 s reads 50 / 10.999 s.
+
+    Values are summed exactly as Kafka does (slot order, left to right). Byte counts are kept as
+    Python ints, which equals Kafka's double arithmetic while the window total is below 2**53.
+    """
+
+    __slots__ = ("values", "starts", "lasts", "current", "clock", "until")
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.starts: list[int] = []
+        self.lasts: list[int] = []
+        self.current = 0
+        #: latest event time seen by this state (monotonic clamp)
+        self.clock = 0
+        #: `until` of the last directive published for this state (0 = none)
+        self.until = 0
+
+    def advance(self, t: int) -> int:
+        """Return the time to use for an event at `t`: never earlier than one already seen."""
+        if t < self.clock:
+            return self.clock
+        self.clock = t
+        return t
+
+    def record(self, value: float, now: int, n: int, w: int) -> None:
+        """SampledStat.record: add to the current sample, moving on one slot if it is complete."""
+        values = self.values
+        if not values:
+            values.append(0)
+            self.starts.append(now)
+            self.lasts.append(now)
+            self.current = 0
+        c = self.current
+        if now - self.starts[c] >= w:
+            c = (c + 1) % (n + 1)
+            self.current = c
+            if c >= len(values):
+                values.append(0)
+                self.starts.append(now)
+                self.lasts.append(now)
+            else:
+                values[c] = 0
+                self.starts[c] = now
+                self.lasts[c] = now
+        values[c] += value
+        self.lasts[c] = now
+
+    def purge(self, now: int, n: int, w: int) -> None:
+        """purgeObsoleteSamples: reset samples whose last event left the N*W window."""
+        expire = n * w
+        lasts = self.lasts
+        for i in range(len(lasts)):
+            if now - lasts[i] >= expire:
+                self.values[i] = 0
+                self.starts[i] = now
+                lasts[i] = now
+
+    def measure(self, now: int, n: int, w: int) -> tuple[float, int]:
+        """Rate.measure and Rate.windowSize at `now`: (rate per second, window in ms).
+
+        Like Kafka, measuring purges, and an empty stat gains a sample starting at `now`.
+        """
+        self.purge(now, n, w)
+        total = 0
+        for v in self.values:
+            total += v
+        window = self.window_after_purge(now, n, w)
+        return total / (window / 1000.0), window
+
+    def window_after_purge(self, now: int, n: int, w: int) -> int:
+        starts = self.starts
+        if not starts:
+            self.values.append(0)
+            starts.append(now)
+            self.lasts.append(now)
+            self.current = 0
+        elapsed = now - min(starts)
+        full = elapsed // w
+        if full < n - 1:
+            elapsed += (n - 1 - full) * w
+        return elapsed if elapsed > 1 else 1
+
+    def window_size(self, now: int, n: int, w: int) -> int:
+        """Rate.windowSize: purge, then (N-1)*W at least, else the time since the oldest start."""
+        self.purge(now, n, w)
+        return self.window_after_purge(now, n, w)
+
+    def total(self) -> float:
+        total = 0
+        for v in self.values:
+            total += v
+        return total
+
+
+class TokenBucket:
+    """KIP-599's token bucket: Q tokens per second, burst Q*N*W, allowed to go negative.
+
+    A new bucket starts full (Kafka's first refill from time 0 saturates it). Worked example
+    from Kafka's TokenBucket comment: Q=5/s, N=10, W=2 s gives burst 100; 60 units at t=0 leave
+    40; 5 more at t=2 s refill 10 first and leave 45; 60 at t=4 s leave -5.
+    """
+
+    __slots__ = ("tokens", "last", "clock", "until")
+
+    def __init__(self, tokens: float, now: int) -> None:
+        self.tokens = tokens
+        self.last = now
+        self.clock = now
+        self.until = 0
+
+    def advance(self, t: int) -> int:
+        if t < self.clock:
+            return self.clock
+        self.clock = t
+        return t
+
+    def refill(self, now: int, rate: float, burst: float) -> float:
+        tokens = self.tokens + rate * ((now - self.last) / 1000.0)
+        self.tokens = burst if tokens > burst else tokens
+        self.last = now
+        return self.tokens
+
+    def record(self, value: float, now: int, rate: float, burst: float) -> None:
+        self.refill(now, rate, burst)
+        tokens = self.tokens - value
+        self.tokens = burst if tokens > burst else tokens
+
+
+def burst(rate: float, n: int, w: int) -> float:
+    """TokenBucket burst: N * (W / 1000.0) * Q, in the same operation order as Kafka."""
+    return n * (w / 1000.0) * rate

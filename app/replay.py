@@ -1,0 +1,97 @@
+"""The offline driver: contract JSON lines in file order through the engine.
+
+A replay of the same input gives the same decisions and directives as the live pipeline
+(per-broker scope, one source partition) and as the Spark audit, because all three call
+`QuotaEngine`; this module adds only reading, dead-lettering and output shaping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import orjson
+
+from app.engine.configs import ConfigUpdate
+from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.events import BadEvent, StreamClock, parse_record
+
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class LineResult:
+    """Everything one input line produced."""
+
+    index: int
+    output: dict[str, Any]
+    directives: list[dict[str, Any]] = field(default_factory=list)
+    #: (reason, the offending input) for each dead-lettered event or line
+    bad: list[tuple[str, Any]] = field(default_factory=list)
+
+
+def deadletter_record(reason: str, value: Any, source: str) -> dict[str, Any]:
+    """The dead-letter shape every driver writes: the reason, where it came from, the input."""
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8", "replace")
+    return {"v": 1, "reason": reason, "source": source, "value": value}
+
+
+class Replayer:
+    """Feeds decoded records to one engine with one stream clock, shaping per-line output."""
+
+    def __init__(self, settings: EngineSettings, max_skew_ms: int = 86_400_000) -> None:
+        self.engine = QuotaEngine(settings)
+        self.clock = StreamClock(max_skew_ms)
+
+    def _one(self, item: Any, raw: Any) -> tuple[dict[str, Any], list[dict[str, Any]], tuple[str, Any] | None]:
+        if isinstance(item, BadEvent):
+            return {"throttle_time_ms": 0, "decisions": [], "error": item.reason}, [], (item.reason, item.raw)
+        if not isinstance(item, ConfigUpdate):
+            reason = self.clock.check(item.ts)
+            if reason is not None:
+                return {"throttle_time_ms": 0, "decisions": [], "error": reason}, [], (reason, raw)
+        decisions, directives = self.engine.process(item)
+        return {
+            "throttle_time_ms": max((d.throttle_time_ms for d in decisions), default=0),
+            "decisions": [d.as_dict() for d in decisions],
+        }, directives, None
+
+    def feed(self, index: int, record: Any) -> LineResult:
+        """One decoded JSON value (event, batch or config) into its line of output."""
+        is_batch = isinstance(record, dict) and record.get("type") == "batch"
+        items = parse_record(record)
+        if is_batch and not (len(items) == 1 and isinstance(items[0], BadEvent) and items[0].raw is record):
+            out = {"index": index, "throttle_time_ms": 0, "events": []}
+            result = LineResult(index, out)
+            for item, raw in zip(items, record["events"]):
+                entry, directives, bad = self._one(item, raw)
+                out["events"].append(entry)
+                out["throttle_time_ms"] = max(out["throttle_time_ms"], entry["throttle_time_ms"])
+                result.directives.extend(directives)
+                if bad:
+                    result.bad.append(bad)
+            return result
+        entry, directives, bad = self._one(items[0], record)
+        return LineResult(index, {"index": index, **entry}, directives, [bad] if bad else [])
+
+    def feed_line(self, index: int, line: bytes) -> LineResult:
+        """One raw input line; undecodable JSON becomes a bad line, never an exception."""
+        if len(line) > MAX_LINE_BYTES:
+            reason = f"line is {len(line)} bytes (max {MAX_LINE_BYTES})"
+        else:
+            try:
+                return self.feed(index, orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                reason = f"not JSON: {exc}"
+        return LineResult(index, {"index": index, "throttle_time_ms": 0, "decisions": [], "error": reason},
+                          bad=[(reason, line)])
+
+
+def replay(lines: Iterable[bytes], settings: EngineSettings) -> Iterator[LineResult]:
+    """Replay non-blank lines in order; `index` counts every line, blank ones included."""
+    replayer = Replayer(settings)
+    for index, line in enumerate(lines):
+        line = line.strip()
+        if line:
+            yield replayer.feed_line(index, line)
