@@ -53,6 +53,13 @@ def _port(raw: str) -> int:
     return value
 
 
+def _flag(raw: str) -> bool:
+    value = raw.lower()
+    if value not in ("0", "1", "true", "false", "yes", "no"):
+        raise ValueError("must be 0 or 1")
+    return value in ("1", "true", "yes")
+
+
 def _log_level(raw: str) -> str:
     level = raw.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -62,6 +69,7 @@ def _log_level(raw: str) -> str:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("KAFKA_BOOTSTRAP_SERVERS", "", "Kafka cluster to use; empty starts the embedded broker (demo, tests)"),
+    Setting("QS_VERIFY_END_OFFSETS", "0", "confirm end offsets by fetching (on for the embedded Tansu broker, which under-reports them)", _flag),
     Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics"),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
     Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
@@ -77,7 +85,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_TOPIC_DEADLETTER", "quota.deadletter", "dead-letter topic"),
     Setting("QS_STATE_DIR", "./state", "directory of the RocksDB tables (a persistent volume in production)"),
     Setting("QS_STANDBY_REPLICAS", "0", "Faust table standby replicas", _non_negative_int),
+    Setting("QS_WEB_HOST", "127.0.0.1", "address the HTTP server binds (0.0.0.0 in containers)"),
     Setting("QS_WEB_PORT", "6066", "HTTP port for /metrics and /ready", _port),
+    Setting("QS_FLUSH_INTERVAL_MS", "1000", "how often dirty windows are written to the table and their offsets acked", _positive_int),
     Setting("QS_METRICS_TOP_N", "20", "entities with per-entity gauges (bounds label cardinality)", _non_negative_int),
     Setting("QS_LOG_LEVEL", "info", "log level", _log_level),
 )

@@ -14,6 +14,9 @@ VERSION = 1
 MAX_NAME = 1024
 MAX_TS = 2**53  # epoch ms well past year 200000; anything above is not a timestamp
 MAX_BATCH = 100_000
+#: Largest amount (bytes, partitions, count, times) an event may carry. Bigger integers would
+#: overflow the float arithmetic of the rates and buckets (OverflowError) instead of dead-lettering.
+MAX_AMOUNT = 10**15
 
 #: First request version whose controller mutation quota is strict (reject, not throttle).
 STRICT_SINCE = {"CreateTopics": 6, "DeleteTopics": 5, "CreatePartitions": 3}
@@ -96,7 +99,8 @@ class _Invalid(Exception):
     pass
 
 
-def _int(d: Mapping[str, Any], key: str, minimum: int = 0, default: Any = _Invalid) -> int:
+def _int(d: Mapping[str, Any], key: str, minimum: int = 0, default: Any = _Invalid,
+         maximum: int | None = None) -> int:
     value = d.get(key, default)
     if value is _Invalid:
         raise _Invalid(f"missing {key}")
@@ -104,6 +108,8 @@ def _int(d: Mapping[str, Any], key: str, minimum: int = 0, default: Any = _Inval
         raise _Invalid(f"{key} must be an integer")
     if value < minimum:
         raise _Invalid(f"{key} must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise _Invalid(f"{key} is out of range")
     return value
 
 
@@ -115,7 +121,7 @@ def _num(d: Mapping[str, Any], key: str, default: Any = _Invalid) -> float:
         raise _Invalid(f"{key} must be a number")
     if value < 0:
         raise _Invalid(f"{key} must not be negative")
-    if value > 1e15:
+    if value > MAX_AMOUNT:
         raise _Invalid(f"{key} is out of range")
     return value
 
@@ -161,9 +167,9 @@ def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
                 raise _Invalid("api must not be empty")
             return RequestEvent(
                 ts, broker, _str(d, "listener", ""), _str(d, "user"), _str(d, "client_id"),
-                _str(d, "ip", ""), api, int(_int(d, "bytes", default=0)),
+                _str(d, "ip", ""), api, _int(d, "bytes", default=0, maximum=MAX_AMOUNT),
                 _num(d, "thread_time_ms", 0.0), _num(d, "network_time_ms", 0.0),
-                _bool(d, "exempt"), _int(d, "count", minimum=1, default=1),
+                _bool(d, "exempt"), _int(d, "count", minimum=1, default=1, maximum=MAX_AMOUNT),
             )
         if kind == "connection":
             ts, broker = _common(d, default_broker)
@@ -178,7 +184,8 @@ def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
                 raise _Invalid(f"api must be one of {', '.join(STRICT_SINCE)}")
             return MutationEvent(
                 ts, broker, _str(d, "user"), _str(d, "client_id"), api,
-                _int(d, "api_version"), _int(d, "partitions"), _bool(d, "validate_only"),
+                _int(d, "api_version"), _int(d, "partitions", maximum=MAX_AMOUNT),
+                _bool(d, "validate_only"),
             )
         if kind == "quota_config":
             if d.get("v") != VERSION:

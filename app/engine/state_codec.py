@@ -20,6 +20,7 @@ _HEAD = struct.Struct("<2sqqBB")
 _BUCKET = struct.Struct("<2sqqdq")
 _SAMPLE_F = struct.Struct("<dqq")
 _SAMPLE_I = struct.Struct("<qqq")
+_Q_MIN, _Q_MAX = -(2**63), 2**63 - 1
 
 
 class StateDecodeError(ValueError):
@@ -29,7 +30,8 @@ class StateDecodeError(ValueError):
 def encode(state: Rate | TokenBucket) -> bytes:
     if isinstance(state, TokenBucket):
         return bytes([VERSION]) + _BUCKET.pack(b"T\x00", state.clock, state.until, state.tokens, state.last)
-    integral = all(type(v) is int for v in state.values)
+    # q holds a signed 64-bit value; a larger integral sum is stored as a double instead
+    integral = all(type(v) is int and _Q_MIN <= v <= _Q_MAX for v in state.values)
     kind, sample = (b"r", _SAMPLE_I) if integral else (b"R", _SAMPLE_F)
     parts = [bytes([VERSION]), _HEAD.pack(kind + b"\x00", state.clock, state.until, state.current, len(state.values))]
     for v, s, last in zip(state.values, state.starts, state.lasts):
@@ -51,6 +53,8 @@ def decode(data: bytes) -> Rate | TokenBucket:
         if kind not in (b"R", b"r"):
             raise StateDecodeError(f"unknown state kind {kind!r}")
         _, clock, until, current, count = _HEAD.unpack_from(body)
+        if current >= max(count, 1):
+            raise StateDecodeError(f"current sample {current} out of range ({count} samples)")
         sample = _SAMPLE_I if kind == b"r" else _SAMPLE_F
         rate = Rate()
         rate.clock, rate.until, rate.current = clock, until, current

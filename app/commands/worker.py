@@ -1,0 +1,58 @@
+"""`quota-streams worker`: run one production worker of the Faust app."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.settings import load
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="run a quota-streams worker (Faust) against KAFKA_BOOTSTRAP_SERVERS",
+        description="Run one worker of the Faust app. Settings come from the environment "
+        "(see the README's settings table). Start several to scale out: they split the "
+        "partitions and take over each other's windows from the changelog.",
+    )
+    p.add_argument("--no-create-topics", action="store_true",
+                   help="do not create missing topics at start (when an operator manages them)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.cli import UserError
+
+    settings = load()
+    if settings.embedded:
+        raise UserError("KAFKA_BOOTSTRAP_SERVERS is not set: point it at your Kafka cluster, "
+                        "or run `quota-streams demo` to use the embedded broker")
+    if not args.no_create_topics:
+        ensure_topics(settings)
+    from app.pipeline.faust_app import app
+
+    sys.argv = ["quota-streams", "worker", "-l", str(settings.log_level).lower(),
+                "--web-port", str(settings.web_port), "--web-bind", str(settings.web_host)]
+    app.main()
+    return 0
+
+
+def ensure_topics(settings: object) -> None:
+    """Create the product's topics if missing; a broker that cannot be reached is one line."""
+    from app.broker import BrokerError, create_topics_sync
+    from app.cli import UserError
+    from app.pipeline.topology import topic_specs
+
+    try:
+        create_topics_sync(str(settings.kafka_bootstrap_servers), topic_specs(settings))  # type: ignore[attr-defined, arg-type]
+    except BrokerError as exc:
+        raise UserError(str(exc)) from None
+    except (OSError, TimeoutError) as exc:
+        raise UserError(f"cannot reach Kafka at {settings.kafka_bootstrap_servers}: {exc or type(exc).__name__}; "  # type: ignore[attr-defined]
+                        "check KAFKA_BOOTSTRAP_SERVERS") from None
+    except Exception as exc:  # aiokafka raises its own KafkaConnectionError etc.
+        if type(exc).__module__.startswith("aiokafka"):
+            raise UserError(f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "  # type: ignore[attr-defined]
+                            f"({type(exc).__name__}); check KAFKA_BOOTSTRAP_SERVERS") from None
+        raise

@@ -1,0 +1,93 @@
+"""Prometheus metrics every worker serves at `/metrics`.
+
+Label cardinality is bounded by construction: per-entity gauges exist only for the top-N
+entities by observed/limit ratio (QS_METRICS_TOP_N), refreshed on a timer, and stale series are
+removed, so a million client ids never become a million series.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+EVENTS = Counter("quota_streams_events", "Contract records consumed, by source type",
+                 ["type"], registry=REGISTRY)
+SAMPLES = Counter("quota_streams_samples", "Events (quota samples) processed by the engine, by type",
+                  ["type"], registry=REGISTRY)
+DEADLETTER = Counter("quota_streams_deadletter", "Inputs sent to the dead-letter topic, by reason",
+                     ["reason"], registry=REGISTRY)
+DIRECTIVES = Counter("quota_streams_directives", "Directives published, by quota and action",
+                     ["quota", "action"], registry=REGISTRY)
+THROTTLE_MS = Histogram("quota_streams_throttle_time_ms", "Throttle time of published directives (ms)",
+                        buckets=(1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000),
+                        registry=REGISTRY)
+LATENCY = Histogram("quota_streams_event_to_directive_latency_seconds",
+                    "From the event record's append to its directive's send",
+                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+                    registry=REGISTRY)
+LAG = Gauge("quota_streams_consumer_lag_records", "Records behind the end of each assigned partition",
+            ["topic", "partition"], registry=REGISTRY)
+ACTIVE_ENTITIES = Gauge("quota_streams_active_entities", "Quota windows held by this worker",
+                        registry=REGISTRY)
+THROTTLED_ENTITIES = Gauge("quota_streams_throttled_entities",
+                           "Windows currently over their limit on this worker", registry=REGISTRY)
+RECOVERY_COMPLETE = Gauge("quota_streams_recovery_complete",
+                          "1 once table recovery and the config topic are caught up", registry=REGISTRY)
+ENTITY_OBSERVED = Gauge("quota_streams_entity_observed", "Observed rate of a top-N entity",
+                        ["quota", "entity"], registry=REGISTRY)
+ENTITY_LIMIT = Gauge("quota_streams_entity_limit", "Limit of a top-N entity",
+                     ["quota", "entity"], registry=REGISTRY)
+
+#: Exported names as Prometheus shows them (counters gain `_total`), for dashboards and tests.
+METRIC_NAMES = (
+    "quota_streams_events_total", "quota_streams_samples_total", "quota_streams_deadletter_total",
+    "quota_streams_directives_total", "quota_streams_throttle_time_ms",
+    "quota_streams_event_to_directive_latency_seconds", "quota_streams_consumer_lag_records",
+    "quota_streams_active_entities", "quota_streams_throttled_entities",
+    "quota_streams_recovery_complete", "quota_streams_entity_observed",
+    "quota_streams_entity_limit",
+)
+
+
+class TopEntities:
+    """Keeps the latest (observed, limit) per entity and exports only the N highest ratios."""
+
+    def __init__(self, top_n: int) -> None:
+        self.top_n = top_n
+        self.latest: dict[tuple[str, str], tuple[float, float]] = {}
+        self._exported: set[tuple[str, str]] = set()
+
+    def observe(self, quota: str, entity: str, observed: float, limit: float) -> None:
+        self.latest[(quota, entity)] = (observed, limit)
+
+    def export(self) -> None:
+        """Publish the top N and drop every series that fell out of it."""
+        def ratio(item: tuple[tuple[str, str], tuple[float, float]]) -> float:
+            observed, limit = item[1]
+            return observed / limit if limit else 0.0
+
+        top = heapq.nlargest(self.top_n, self.latest.items(), key=ratio)
+        keep = {key for key, _ in top}
+        for key in self._exported - keep:
+            ENTITY_OBSERVED.remove(*key)
+            ENTITY_LIMIT.remove(*key)
+        for (quota, entity), (observed, limit) in top:
+            ENTITY_OBSERVED.labels(quota, entity).set(observed)
+            ENTITY_LIMIT.labels(quota, entity).set(limit)
+        THROTTLED_ENTITIES.set(sum(1 for o, lim in self.latest.values() if o > lim))
+        self._exported = keep
+        self.latest.clear()
+
+
+def entity_label(entity: dict[str, Any]) -> str:
+    """A short, stable label for an entity dict: `user=alice,client_id=app`."""
+    return ",".join(f"{k}={v}" for k, v in entity.items())
+
+
+def render() -> bytes:
+    return generate_latest(REGISTRY)
+

@@ -1,0 +1,232 @@
+"""The Faust app: brokers' events in, throttle directives out.
+
+Topology (all quota logic is in `app.engine`; this module only moves bytes and state):
+
+    quota.events.{request,connection,mutation}   (contract records, keyed by principal)
+        -> agent `ingest`: validate, dead-letter bad events, resolve the quota entity and
+           re-key: rows grouped per destination partition, many events per record
+    <app_id>-samples                              (internal, partitioned by crc32(route key))
+        -> agent `aggregate`: QuotaEngine over windows in the `entity-state` RocksDB table,
+           directives sent as soon as they are decided
+    quota.directives                              (the control topic)
+
+Run it with `quota-streams worker` (or `faust -A app.pipeline.faust_app worker -l info`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections import Counter, defaultdict
+from typing import Any
+
+import faust
+import orjson
+from faust.streams import _current_event
+from faust.types import TP
+
+from app import metrics
+from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.events import BadEvent, StreamClock, parse_record
+from app.engine.configs import ConfigUpdate
+from app.pipeline.codec import decode_rows, encode_rows, event_row, row_event
+from app.pipeline.config_follower import ConfigFollower
+from app.pipeline.topology import partition_for, samples_topic
+from app.replay import deadletter_record
+from app.settings import Settings, load
+from tables.entity_state import TABLE_NAME, PartitionCache
+from tables.recovery import install_highwater_fix
+
+log = logging.getLogger("quota_streams")
+
+settings: Settings = load()
+bootstrap = str(settings.kafka_bootstrap_servers or "127.0.0.1:9092")
+
+app = faust.App(
+    settings.app_id,
+    broker=[f"kafka://{host.strip()}" for host in bootstrap.split(",")],
+    store="rocksdb://",
+    datadir=settings.state_dir,
+    topic_partitions=settings.partitions,
+    table_standby_replicas=settings.standby_replicas,
+    consumer_auto_offset_reset="earliest",
+    broker_session_timeout=6.0,
+    broker_heartbeat_interval=1.0,
+    broker_rebalance_timeout=10.0,
+    broker_commit_interval=1.0,
+    producer_acks=-1,
+    web_bind=settings.web_host,
+    web_port=settings.web_port,
+    key_serializer="raw",
+    value_serializer="raw",
+)
+# Tansu under-reports end offsets; confirm them by fetching (no-op on a real Kafka cluster).
+install_highwater_fix(app, enabled=bool(settings.verify_end_offsets))
+
+engine_settings = EngineSettings(
+    scope=str(settings.scope), window_num=int(settings.quota_window_num),
+    window_ms=int(settings.quota_window_size_ms),
+    controller_window_num=int(settings.controller_window_num),
+    controller_window_ms=int(settings.controller_window_size_ms),
+)
+engine = QuotaEngine(engine_settings)
+partitions = int(settings.partitions)
+
+source = app.topic(settings.topic_request, settings.topic_connection, settings.topic_mutation)
+samples = app.topic(samples_topic(settings), partitions=partitions, internal=True)
+directives_topic = app.topic(settings.topic_directives)
+deadletter_topic = app.topic(settings.topic_deadletter)
+state_table = app.Table(TABLE_NAME, partitions=partitions, key_type=str, value_type=bytes)
+
+follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.configs)
+top_entities = metrics.TopEntities(int(settings.metrics_top_n))
+caches: dict[int, PartitionCache] = {}
+pending: dict[int, list[Any]] = defaultdict(list)
+state_lock = asyncio.Lock()
+clocks: dict[tuple[str, int], StreamClock] = {}
+
+
+async def send_deadletter(reason: str, raw: Any, source_name: str, key: bytes | None = None) -> None:
+    metrics.DEADLETTER.labels(reason.split(":")[0][:60]).inc()
+    await deadletter_topic.send(key=key, value=orjson.dumps(deadletter_record(reason, raw, source_name)))
+
+
+@app.task
+async def start_config_follower() -> None:
+    await follower.start()
+
+
+@app.agent(source)
+async def ingest(stream: faust.StreamT) -> None:
+    """Validate contract records and re-key their events by resolved quota entity."""
+    await follower.ready.wait()
+    async for event in stream.events():
+        message = event.message
+        where = f"{message.topic}/{message.partition}@{message.offset}"
+        appended_ms = int(message.timestamp * 1000)
+        try:
+            record = orjson.loads(event.value)
+        except orjson.JSONDecodeError as exc:
+            await send_deadletter(f"not JSON: {exc}", event.value, where, event.key)
+            continue
+        clock = clocks.setdefault((message.topic, message.partition), StreamClock())
+        inner = record.get("events") if isinstance(record, dict) and record.get("type") == "batch" else None
+        items = parse_record(record)
+        raws = inner if isinstance(inner, list) and len(inner) == len(items) else [record] * len(items)
+        rows: dict[int, list[list[Any]]] = defaultdict(list)
+        counts: Counter[str] = Counter()
+        for item, raw in zip(items, raws):
+            if isinstance(item, BadEvent):
+                await send_deadletter(item.reason, raw, where, event.key)
+                continue
+            if isinstance(item, ConfigUpdate):
+                await send_deadletter("quota_config records belong on the config topic", raw, where, event.key)
+                continue
+            reason = clock.check(item.ts)
+            if reason is not None:
+                await send_deadletter(reason, raw, where, event.key)
+                continue
+            counts[item.type] += 1
+            for route_key, only in engine.route_keys(item):
+                rows[partition_for(route_key, partitions)].append(event_row(item, only, appended_ms))
+        metrics.EVENTS.labels(message.topic).inc()
+        for t, n in counts.items():
+            metrics.SAMPLES.labels(t).inc(n)
+        for partition, part_rows in rows.items():
+            await samples.send(value=encode_rows(part_rows), partition=partition)
+
+
+@app.agent(samples)
+async def aggregate(stream: faust.StreamT) -> None:
+    """Run the engine over each partition's windows; publish directives at once."""
+    await follower.ready.wait()
+    async for event in stream.noack().events():
+        partition = event.message.partition
+        async with state_lock:
+            cache = caches.get(partition)
+            if cache is None:
+                cache = caches[partition] = PartitionCache(state_table)
+            engine.store = cache
+            out: list[tuple[dict[str, Any], int]] = []
+            for row in decode_rows(event.value):
+                item, only, appended_ms = row_event(row)
+                if only is None:
+                    decisions, directives = engine.process(item)
+                else:
+                    decisions, directives = engine.process_only(item, only)
+                for d in decisions:
+                    top_entities.observe(d.quota, metrics.entity_label(d.entity), d.observed, d.limit)
+                out.extend((directive, appended_ms) for directive in directives)
+            cache.mark(engine.drain_touched())
+            pending[partition].append(event)
+        for directive, appended_ms in out:
+            await publish(directive, appended_ms)
+
+
+async def publish(directive: dict[str, Any], appended_ms: int) -> None:
+    key = f"{directive['quota']}|{orjson.dumps(directive['entity']).decode()}"
+    await directives_topic.send(key=key.encode(), value=orjson.dumps(directive))
+    metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
+    metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
+    metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
+
+
+async def flush_all() -> None:
+    """Write each partition's dirty windows once, then ack the records that changed them.
+
+    Faust's RocksDB store and changelog pick the partition from the current event, so the
+    write runs with the current event set to the partition's latest pending record.
+    """
+    async with state_lock:
+        for partition, events in list(pending.items()):
+            if not events:
+                continue
+            cache = caches.get(partition)
+            if cache is not None and cache.dirty:
+                token = _current_event.set(weakref.ref(events[-1]))
+                try:
+                    cache.flush()
+                finally:
+                    _current_event.reset(token)
+            acked = sum(1 for ev in events if ev.ack())
+            log.debug("flushed partition %d: acked %d of %d records", partition, acked, len(events))
+            events.clear()
+        metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in caches.values()))
+
+
+@app.task
+async def flush_loop() -> None:
+    """Flush on a fixed cadence, so records are acked (and committed) even when input stops."""
+    interval = int(settings.flush_interval_ms) / 1000.0
+    exported = time.monotonic()
+    while True:
+        await asyncio.sleep(interval)
+        await flush_all()
+        if time.monotonic() - exported >= 5.0:
+            top_entities.export()
+            exported = time.monotonic()
+
+
+@app.on_partitions_revoked.connect
+async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+    """Forget windows of partitions this worker lost; their new owner restores the table."""
+    samples_name = samples.get_topic_name()
+    async with state_lock:
+        for tp in revoked:
+            if tp.topic == samples_name:
+                caches.pop(tp.partition, None)
+                pending.pop(tp.partition, None)
+
+
+@app.page("/metrics")
+async def metrics_page(web: Any, request: Any) -> Any:
+    return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
+
+
+@app.page("/ready")
+async def ready_page(web: Any, request: Any) -> Any:
+    ready = follower.ready.is_set() and app.tables.recovery.completed.is_set()
+    metrics.RECOVERY_COMPLETE.set(1 if ready else 0)
+    return web.json({"ready": ready}, status=200 if ready else 503)

@@ -1,0 +1,39 @@
+"""Topic names, partition counts and configs, and the deterministic re-key partitioner."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Mapping
+
+from app.settings import Settings
+
+COMPACT = {"cleanup.policy": "compact"}
+
+
+def samples_topic(settings: Settings) -> str:
+    """The internal topic events are re-keyed to, by resolved quota entity."""
+    return f"{settings.app_id}-samples"
+
+
+def topic_specs(settings: Settings) -> list[tuple[str, int, Mapping[str, str] | None]]:
+    """Every topic the product uses, with the partition count it must have.
+
+    Created explicitly at start: Tansu auto-creates unknown topics with 4 partitions, and a
+    Faust worker crash-loops on a partition count it did not expect.
+    """
+    p = settings.partitions
+    return [
+        (settings.topic_request, p, None),
+        (settings.topic_connection, p, None),
+        (settings.topic_mutation, p, None),
+        (settings.topic_configs, 1, COMPACT),
+        (settings.topic_directives, p, None),
+        (settings.topic_deadletter, 1, None),
+        (samples_topic(settings), p, None),
+        (f"{settings.app_id}-entity-state-changelog", p, COMPACT),
+    ]
+
+
+def partition_for(route_key: str, partitions: int) -> int:
+    """crc32 of the route key: stable across processes and Python versions (unlike hash())."""
+    return zlib.crc32(route_key.encode()) % partitions

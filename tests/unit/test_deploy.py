@@ -1,0 +1,824 @@
+"""Structural checks of the deployment files (Docker and Kubernetes cannot run here).
+
+What is checked is what breaks a deployment silently: an environment variable the code does not
+read (or a value it rejects at start), a port or path that differs between the worker, its probes
+and Prometheus, a dashboard or alert on a metric nobody exports, a volume not mounted where the
+RocksDB tables are written, a disruption budget that selects no pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.settings import SETTINGS
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
+
+# The metrics the workers export, as documented for dashboards and alerts. app/metrics.py's
+# METRIC_NAMES is the authority once it exists; this list must then be part of it.
+DOCUMENTED_METRICS = frozenset(
+    {
+        "quota_streams_events_total",
+        "quota_streams_samples_total",
+        "quota_streams_deadletter_total",
+        "quota_streams_directives_total",
+        "quota_streams_throttle_time_ms",
+        "quota_streams_event_to_directive_latency_seconds",
+        "quota_streams_consumer_lag_records",
+        "quota_streams_active_entities",
+        "quota_streams_entity_observed",
+        "quota_streams_entity_limit",
+        "quota_streams_recovery_complete",
+        "quota_streams_throttled_entities",
+    }
+)
+HISTOGRAMS = frozenset(
+    {
+        "quota_streams_throttle_time_ms",
+        "quota_streams_event_to_directive_latency_seconds",
+    }
+)
+PROMETHEUS_BUILTINS = frozenset({"up"})
+
+
+def exported_metrics() -> frozenset[str]:
+    try:
+        from app.metrics import METRIC_NAMES  # type: ignore[attr-defined]
+    except ModuleNotFoundError as exc:
+        if exc.name != "app.metrics":
+            raise
+        return DOCUMENTED_METRICS
+    except ImportError:  # the module exists but has no METRIC_NAMES (yet)
+        return DOCUMENTED_METRICS
+    names = {str(n) for n in METRIC_NAMES}
+    # prometheus_client appends _total to a counter declared without it.
+    return frozenset(names | {f"{n}_total" for n in names if not n.endswith("_total")})
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_yaml_docs(path: Path) -> list[Any]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict[str, Any]]:
+    """Every object of the kustomization, by kind (one object per kind here)."""
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    objects: dict[str, dict[str, Any]] = {}
+    for resource in kustomization["resources"]:
+        for doc in load_yaml_docs(K8S / resource):
+            assert doc["kind"] not in objects, f"two {doc['kind']} objects"
+            objects[doc["kind"]] = doc
+    return objects
+
+
+@pytest.fixture(scope="module")
+def configmap(k8s: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return k8s["ConfigMap"]["data"]
+
+
+@pytest.fixture(scope="module")
+def pod_spec(k8s: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return k8s["StatefulSet"]["spec"]["template"]["spec"]
+
+
+@pytest.fixture(scope="module")
+def worker_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    (container,) = [c for c in pod_spec["containers"] if c["name"] == "worker"]
+    return container
+
+
+@pytest.fixture(scope="module")
+def prometheus() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def alerts() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict[str, Any]:
+    return json.loads((DEPLOY / "grafana" / "dashboard.json").read_text())
+
+
+def qs_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Services running the project's image."""
+    return {
+        n: s for n, s in compose["services"].items() if s.get("image") == "quota-streams:latest"
+    }
+
+
+def env_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def host_port_mappings(service: dict[str, Any]) -> Iterator[tuple[str, int, int]]:
+    for entry in service.get("ports", []):
+        ip, host, container = str(entry).split(":")
+        yield ip, int(host), int(container)
+
+
+def mounts(service: dict[str, Any]) -> dict[str, str]:
+    """target -> source of a compose service's volumes (short syntax)."""
+    result = {}
+    for entry in service.get("volumes", []):
+        source, target = entry.split(":")[:2]
+        result[target] = source
+    return result
+
+
+# --------------------------------------------------------------------------- PromQL
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (good enough for the expressions here)."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)  # string literals
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors, $__rate_interval
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    keywords = {"and", "or", "unless", "bool", "offset", "by", "without", "inf", "nan"}
+    names = set()
+    for match in re.finditer(r"(?<![\w$.])([a-zA-Z_:][\w:]*)\b(?!\s*\()", expr):
+        if match.group(1).lower() not in keywords:
+            names.add(match.group(1))
+    return names
+
+
+def base_metric(name: str) -> str:
+    for suffix in ("_bucket", "_sum", "_count"):
+        stem = name.removesuffix(suffix)
+        if stem != name and stem in HISTOGRAMS:
+            return stem
+    return name
+
+
+def test_metric_name_extraction() -> None:
+    expr = (
+        "histogram_quantile(0.99, sum by (le) (rate(quota_streams_throttle_time_ms_bucket"
+        '{instance=~"$instance"}[$__rate_interval]))) > 0 and on (quota) '
+        "(sum(rate(quota_streams_directives_total[5m])) or vector(0)) == 0 or up == 0"
+    )
+    assert metric_names(expr) == {
+        "quota_streams_throttle_time_ms_bucket",
+        "quota_streams_directives_total",
+        "up",
+    }
+    assert base_metric("quota_streams_throttle_time_ms_bucket") == "quota_streams_throttle_time_ms"
+    assert base_metric("quota_streams_events_total_count") == "quota_streams_events_total_count"
+
+
+def test_documented_metrics_are_exported() -> None:
+    """A metric named in the deployment docs but not exported would make empty panels."""
+    assert DOCUMENTED_METRICS <= exported_metrics()
+
+
+# --------------------------------------------------------------------------- files parse
+
+
+def test_every_deploy_file_parses() -> None:
+    yaml_files = sorted(DEPLOY.rglob("*.yml")) + sorted(DEPLOY.rglob("*.yaml"))
+    assert len(yaml_files) >= 10
+    for path in yaml_files + [ROOT / "docker-compose.yml"]:
+        assert load_yaml_docs(path), f"{path} is empty"
+    json.loads((DEPLOY / "grafana" / "dashboard.json").read_text())
+
+
+def test_kustomization_references_existing_files() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert kustomization["namespace"] == "quota-streams"
+    for resource in kustomization["resources"]:
+        assert (K8S / resource).is_file(), resource
+    for generator in kustomization.get("configMapGenerator", []):
+        for file in generator["files"]:
+            assert (K8S / file).is_file(), file
+
+
+def test_k8s_objects_present(k8s: dict[str, dict[str, Any]]) -> None:
+    assert {
+        "Namespace",
+        "ConfigMap",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+        "Job",
+    } <= set(k8s)
+    assert k8s["Namespace"]["metadata"]["name"] == "quota-streams"
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def assert_valid_settings(env: dict[str, str], where: str, *, complete: bool) -> None:
+    for name, value in env.items():
+        assert name in SETTINGS_BY_ENV, f"{where}: {name} is not read by app/settings.py"
+        try:
+            SETTINGS_BY_ENV[name].parse(value.strip())
+        except ValueError as exc:
+            pytest.fail(f"{where}: {name}={value!r} is rejected: {exc}")
+    if complete:
+        missing = set(SETTINGS_BY_ENV) - set(env)
+        assert not missing, f"{where} leaves {sorted(missing)} to their defaults"
+
+
+def test_configmap_holds_exactly_the_settings(configmap: dict[str, str]) -> None:
+    assert_valid_settings(configmap, "ConfigMap", complete=True)
+    assert configmap["QS_STANDBY_REPLICAS"] == "1"
+    assert configmap["KAFKA_BOOTSTRAP_SERVERS"], "an empty value starts the embedded demo broker"
+
+
+def test_k8s_containers_take_settings_from_the_configmap(
+    k8s: dict[str, dict[str, Any]], pod_spec: dict[str, Any]
+) -> None:
+    cm_name = k8s["ConfigMap"]["metadata"]["name"]
+    job_spec = k8s["Job"]["spec"]["template"]["spec"]
+    containers = (
+        pod_spec["containers"] + pod_spec.get("initContainers", []) + job_spec["containers"]
+    )
+    for container in containers:
+        refs = [e["configMapRef"]["name"] for e in container.get("envFrom", [])]
+        assert refs == [cm_name], container["name"]
+        inline = {e["name"]: str(e.get("value", "")) for e in container.get("env", [])}
+        assert_valid_settings(inline, f"container {container['name']}", complete=False)
+
+
+def test_compose_env_is_exactly_the_settings(compose: dict[str, Any]) -> None:
+    services = qs_services(compose)
+    assert set(services) >= {"worker-1", "worker-2", "simulator"}
+    for name, service in [*services.items(), ("topics", compose["services"]["topics"])]:
+        env = env_of(service)
+        assert_valid_settings(env, f"compose {name}", complete=True)
+        assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert not [k for k in env_of(compose["services"]["kafka"]) if k.startswith("QS_")]
+
+
+def test_compose_and_k8s_agree_on_names(compose: dict[str, Any], configmap: dict[str, str]) -> None:
+    """Topic names, app id and state dir are the same in both deployments (sizes may differ)."""
+    env = env_of(compose["services"]["worker-1"])
+    for name in SETTINGS_BY_ENV:
+        if name.startswith("QS_TOPIC_") or name in ("QS_APP_ID", "QS_STATE_DIR", "QS_WEB_PORT"):
+            assert env[name] == configmap[name], name
+
+
+def test_topics_script_reads_only_settings() -> None:
+    script = (K8S / "create-topics.sh").read_text()
+    used = set(re.findall(r"\$\{?((?:QS_|KAFKA_)[A-Z_]+)", script))
+    assert "QS_PARTITIONS" in used and "KAFKA_BOOTSTRAP_SERVERS" in used
+    assert used <= set(SETTINGS_BY_ENV), used - set(SETTINGS_BY_ENV)
+
+
+def dockerfile_lines() -> list[str]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def test_dockerfile() -> None:
+    lines = dockerfile_lines()
+    assert lines[0] == "FROM python:3.11-slim"
+    assert any(re.match(r"RUN pip install (--no-cache-dir )?\.(\s|$)", line) for line in lines)
+    (entrypoint,) = [line for line in lines if line.startswith("ENTRYPOINT")]
+    assert json.loads(entrypoint.removeprefix("ENTRYPOINT")) == ["quota-streams"]
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    for line in lines:
+        if line.startswith("ENV "):
+            for name in re.findall(r"(\w+)=", line):
+                if name.startswith("QS_") or name == "KAFKA_BOOTSTRAP_SERVERS":
+                    assert name in SETTINGS_BY_ENV, name
+    # the scenario files the simulator is pointed at are in the image
+    assert any(re.match(r"COPY scenarios \.?/?(app/)?scenarios", line) for line in lines)
+    assert "WORKDIR /app" in lines
+
+
+def dockerfile_uid() -> int:
+    users = [line.split()[1] for line in dockerfile_lines() if line.startswith("USER ")]
+    return int(users[-1].split(":")[0])
+
+
+def test_commands_are_ones_the_cli_accepts(
+    compose: dict[str, Any], worker_container: dict[str, Any]
+) -> None:
+    """The image's entrypoint is `quota-streams`: every command given to it must parse."""
+    from app.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    commands = [worker_container["args"]] + [s["command"] for s in qs_services(compose).values()]
+    assert ["worker", "--no-create-topics"] in commands
+    for argv in commands:
+        if argv[0] not in sub.choices:
+            assert argv[0] == "simulate", f"{argv[0]} is not a quota-streams command"
+            continue  # being written
+        parser.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- compose
+
+
+def test_compose_services(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"kafka", "topics", "worker-1", "worker-2", "simulator", "prometheus", "grafana"} <= set(
+        services
+    )
+    kafka = services["kafka"]
+    assert kafka["image"] == "apache/kafka:3.9.0"
+    kenv = env_of(kafka)
+    assert set(kenv["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}  # KRaft
+    assert kenv["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    assert kenv["CLUSTER_ID"]
+    assert kenv["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert "healthcheck" in kafka
+
+    topics = services["topics"]
+    assert topics["image"] == kafka["image"]
+    assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert mounts(topics)["/scripts/create-topics.sh"] == "./deploy/k8s/create-topics.sh"
+
+    for name in ("worker-1", "worker-2", "simulator"):
+        service = services[name]
+        assert service["build"] in (".", {"context": "."})
+        assert service["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    assert services["simulator"]["command"] == ["simulate", "/app/scenarios/demo.yaml"]
+
+    assert services["prometheus"]["depends_on"] and services["grafana"]["depends_on"]
+    assert mounts(services["prometheus"])["/etc/prometheus"] == "./deploy/prometheus"
+    genv = env_of(services["grafana"])
+    assert genv["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
+    assert genv["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert all(src.startswith("./deploy/grafana") for src in mounts(services["grafana"]).values())
+
+
+def test_compose_workers_have_their_own_state_volume(compose: dict[str, Any]) -> None:
+    seen = set()
+    for name in ("worker-1", "worker-2"):
+        service = compose["services"][name]
+        assert service["command"] == ["worker", "--no-create-topics"]  # `topics` creates them
+        assert service["depends_on"]["kafka"]["condition"] == "service_healthy"
+        volume = mounts(service)[env_of(service)["QS_STATE_DIR"]]
+        assert volume in compose["volumes"], f"{volume} is not a named volume"
+        seen.add(volume)
+    assert len(seen) == 2, "the workers share a RocksDB directory"
+    # the broker keeps its data too: worker state newer than the changelogs stops the workers
+    assert mounts(compose["services"]["kafka"])["/var/lib/kafka/data"] in compose["volumes"]
+
+
+def test_compose_host_ports_are_loopback_only(compose: dict[str, Any]) -> None:
+    published = []
+    for name, service in compose["services"].items():
+        for ip, host, _ in host_port_mappings(service):
+            assert ip == "127.0.0.1", f"{name} publishes on {ip}"
+            published.append(host)
+    assert len(published) == len(set(published)), "a host port is published twice"
+    assert 9092 in published
+
+
+def test_compose_worker_ports_and_health_use_the_web_port(compose: dict[str, Any]) -> None:
+    for name in ("worker-1", "worker-2"):
+        service = compose["services"][name]
+        port = int(env_of(service)["QS_WEB_PORT"])
+        assert [c for _, _, c in host_port_mappings(service)] == [port]
+        assert f"127.0.0.1:{port}/ready" in " ".join(service["healthcheck"]["test"])
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+
+def test_statefulset(
+    k8s: dict[str, dict[str, Any]],
+    pod_spec: dict[str, Any],
+    worker_container: dict[str, Any],
+    configmap: dict[str, str],
+) -> None:
+    sts = k8s["StatefulSet"]["spec"]
+    assert sts["replicas"] == 3
+    assert worker_container["image"] == "quota-streams:latest"
+    assert worker_container["args"] == ["worker", "--no-create-topics"]  # the Job creates them
+    # the state volume: one claim per worker, mounted where the tables are written
+    claims = {t["metadata"]["name"] for t in sts["volumeClaimTemplates"]}
+    state_mounts = [m for m in worker_container["volumeMounts"] if m["name"] in claims]
+    assert [m["mountPath"] for m in state_mounts] == [configmap["QS_STATE_DIR"]]
+    assert pod_spec["securityContext"]["runAsUser"] == dockerfile_uid()
+    assert pod_spec["securityContext"]["fsGroup"] == dockerfile_uid()
+    # graceful stop
+    assert pod_spec["terminationGracePeriodSeconds"] >= 30
+    assert worker_container["lifecycle"]["preStop"]
+    # sizing
+    resources = worker_container["resources"]
+    assert resources["requests"] == {"cpu": "1", "memory": "1Gi"}
+    assert set(resources["limits"]) == {"cpu", "memory"}
+    anti = pod_spec["affinity"]["podAntiAffinity"]
+    terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution", []) + [
+        t["podAffinityTerm"]
+        for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])
+    ]
+    assert terms and all(
+        t["labelSelector"]["matchLabels"].items() <= sts["template"]["metadata"]["labels"].items()
+        for t in terms
+    )
+
+
+def test_probes_and_ports(
+    k8s: dict[str, dict[str, Any]], worker_container: dict[str, Any], configmap: dict[str, str]
+) -> None:
+    web_port = int(configmap["QS_WEB_PORT"])
+    ports = {p["name"]: p["containerPort"] for p in worker_container["ports"]}
+    assert ports == {"web": web_port}
+
+    def probe_port(probe: dict[str, Any]) -> int:
+        port = probe["httpGet"]["port"]
+        return ports[port] if isinstance(port, str) else port
+
+    readiness, liveness = worker_container["readinessProbe"], worker_container["livenessProbe"]
+    assert readiness["httpGet"]["path"] == "/ready"
+    assert probe_port(readiness) == web_port
+    # a worker recovering its tables is not ready, but must not be restarted for it
+    assert liveness["httpGet"]["path"] != "/ready"
+    assert probe_port(liveness) == web_port
+
+    service = k8s["Service"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert k8s["StatefulSet"]["spec"]["serviceName"] == service["metadata"]["name"]
+    for port in service["spec"]["ports"]:
+        assert port["port"] == web_port
+        assert port["targetPort"] in ("web", web_port)
+
+
+def test_selectors_match_the_worker_pods(k8s: dict[str, dict[str, Any]]) -> None:
+    sts = k8s["StatefulSet"]["spec"]
+    pod_labels = sts["template"]["metadata"]["labels"]
+    job_labels = k8s["Job"]["spec"]["template"]["metadata"]["labels"]
+    for name, selector in [
+        ("StatefulSet", sts["selector"]["matchLabels"]),
+        ("PodDisruptionBudget", k8s["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]),
+        ("Service", k8s["Service"]["spec"]["selector"]),
+    ]:
+        assert selector.items() <= pod_labels.items(), f"{name} does not select the workers"
+        assert not selector.items() <= job_labels.items(), f"{name} also selects the topics Job"
+    assert k8s["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def test_topic_creation_is_wired(
+    compose: dict[str, Any], k8s: dict[str, dict[str, Any]], pod_spec: dict[str, Any]
+) -> None:
+    job = k8s["Job"]["spec"]["template"]["spec"]
+    (job_container,) = job["containers"]
+    assert job_container["image"] == compose["services"]["kafka"]["image"]
+    assert job_container["command"][-2:] == ["create", "3"]  # replicated like the cluster
+    topics = compose["services"]["topics"]
+    assert topics["entrypoint"][-1] == "/scripts/create-topics.sh"
+    assert topics["command"] == ["create", "1"]  # one broker
+    (init,) = pod_spec["initContainers"]
+    assert init["command"][-2:] == ["/scripts/create-topics.sh", "check"]
+    # the generated ConfigMap holding the script is the one mounted at /scripts
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    (generator,) = kustomization["configMapGenerator"]
+    for spec, container in ((job, job_container), (pod_spec, init)):
+        (volume,) = [
+            v for v in spec["volumes"] if v.get("configMap", {}).get("name") == generator["name"]
+        ]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount["mountPath"] == "/scripts"
+
+
+FAKE_KAFKA_TOPICS = """#!/usr/bin/env bash
+echo "$*" >> "$LOG"
+if [[ " $* " == *" --describe "* ]]; then cat "$DESCRIBE"; fi
+"""
+
+
+class TopicsScript:
+    """deploy/k8s/create-topics.sh run against a fake kafka-topics.sh that logs its arguments."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+        self.tmp = tmp_path
+        fake = tmp_path / "kafka-topics.sh"
+        fake.write_text(FAKE_KAFKA_TOPICS)
+        fake.chmod(0o755)
+        original = (K8S / "create-topics.sh").read_text()
+        assert "KT=/opt/kafka/bin/kafka-topics.sh" in original
+        self.script = tmp_path / "create-topics.sh"
+        self.script.write_text(original.replace("KT=/opt/kafka/bin/kafka-topics.sh", f"KT={fake}"))
+        self.env = {
+            **env,
+            "LOG": str(tmp_path / "log"),
+            "DESCRIBE": str(tmp_path / "describe"),
+            "PATH": "/usr/bin:/bin",
+        }
+        self.describe({})
+
+    def describe(self, counts: dict[str, int]) -> None:
+        lines = []
+        for topic, count in counts.items():
+            lines.append(
+                f"Topic: {topic}\tTopicId: x\tPartitionCount: {count}\tReplicationFactor: 1"
+            )
+            lines.append(f"\tTopic: {topic}\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1")
+        (self.tmp / "describe").write_text("\n".join(lines) + "\n")
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        (self.tmp / "log").write_text("")
+        return subprocess.run(
+            ["bash", str(self.script), *args], env=self.env, capture_output=True, text=True
+        )
+
+    def created(self) -> dict[str, tuple[int, dict[str, str], int]]:
+        """topic -> (partitions, configs, replication factor) of each --create call."""
+        result = {}
+        for line in (self.tmp / "log").read_text().splitlines():
+            if "--create" in line:
+                words = line.split()
+                opt = {
+                    words[i]: words[i + 1]
+                    for i in range(len(words) - 1)
+                    if words[i].startswith("--")
+                }
+                configs = dict(
+                    w.split("=", 1) for i, w in enumerate(words) if words[i - 1] == "--config"
+                )
+                result[opt["--topic"]] = (
+                    int(opt["--partitions"]),
+                    configs,
+                    int(opt["--replication-factor"]),
+                )
+        return result
+
+
+needs_bash = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("awk") is None, reason="needs bash and awk"
+)
+
+
+@needs_bash
+@pytest.mark.parametrize("where", ["compose", "k8s"])
+def test_topics_script_creates_the_apps_topics(
+    tmp_path: Path, where: str, compose: dict[str, Any], configmap: dict[str, str]
+) -> None:
+    """Same names, partition counts and compaction as app/pipeline/topology.py:topic_specs."""
+    from app.pipeline.topology import topic_specs
+    from app.settings import load
+
+    env = env_of(compose["services"]["topics"]) if where == "compose" else dict(configmap)
+    rf = "1" if where == "compose" else "3"
+    script = TopicsScript(tmp_path, env)
+    specs = topic_specs(load(env))
+    script.describe({name: partitions for name, partitions, _ in specs})
+    done = script.run("create", rf)
+    assert done.returncode == 0, done.stderr
+    created = script.created()
+    assert set(created) == {name for name, _, _ in specs}
+    for name, partitions, configs in specs:
+        got_partitions, got_configs, got_rf = created[name]
+        assert got_partitions == partitions, name
+        assert got_rf == int(rf)
+        assert got_configs.get("cleanup.policy") == (configs or {}).get(
+            "cleanup.policy", "delete"
+        ), name
+        assert ("min.insync.replicas" in got_configs) == (got_rf >= 3)
+
+
+@needs_bash
+def test_topics_script_check_reports_missing_and_wrong_topics(
+    tmp_path: Path, compose: dict[str, Any]
+) -> None:
+    from app.pipeline.topology import topic_specs
+    from app.settings import load
+
+    env = env_of(compose["services"]["topics"])
+    script = TopicsScript(tmp_path, env)
+    specs = topic_specs(load(env))
+    counts = {name: partitions for name, partitions, _ in specs}
+    script.describe(counts)
+    assert script.run("check").returncode == 0
+    missing, wrong = specs[0][0], specs[1][0]
+    del counts[missing]
+    counts[wrong] += 1
+    script.describe(counts)
+    checked = script.run("check")
+    assert checked.returncode == 1
+    assert f"MISSING {missing}" in checked.stderr and f"WRONG {wrong}" in checked.stderr
+    assert "--create" not in (tmp_path / "log").read_text(), "check must not create"
+
+    script.env.pop("QS_PARTITIONS")
+    assert script.run("check").returncode != 0, "a missing setting must stop the script"
+
+
+# --------------------------------------------------------------------------- prometheus
+
+
+def test_prometheus_scrapes_the_workers_web_port(
+    prometheus: dict[str, Any],
+    compose: dict[str, Any],
+    k8s: dict[str, dict[str, Any]],
+    worker_container: dict[str, Any],
+) -> None:
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    # compose: static targets, one per worker service, on its QS_WEB_PORT
+    static = [t for c in jobs["quota-streams-compose"]["static_configs"] for t in c["targets"]]
+    expected = {
+        f"{name}:{env_of(s)['QS_WEB_PORT']}"
+        for name, s in qs_services(compose).items()
+        if s.get("command", [""])[0] == "worker"
+    }
+    assert set(static) == expected and len(expected) == 2
+    # kubernetes: pod discovery in the namespace, kept to the worker pods' `web` port
+    kube = jobs["quota-streams"]
+    (sd,) = kube["kubernetes_sd_configs"]
+    assert sd["role"] == "pod"
+    assert sd["namespaces"]["names"] == [k8s["Namespace"]["metadata"]["name"]]
+    pod_labels = k8s["StatefulSet"]["spec"]["template"]["metadata"]["labels"]
+    port_names = {p["name"] for p in worker_container["ports"]}
+    kept = {
+        tuple(r["source_labels"]): r["regex"]
+        for r in kube["relabel_configs"]
+        if r.get("action") == "keep"
+    }
+    label_keep = [(src, regex) for src, regex in kept.items() if "pod_label" in src[0]]
+    assert label_keep
+    for sources, regex in label_keep:
+        values = [_label_from_meta(s, pod_labels) for s in sources]
+        assert re.fullmatch(regex, ";".join(values)), (sources, regex)
+    assert re.fullmatch(kept[("__meta_kubernetes_pod_container_port_name",)], "web")
+    assert "web" in port_names
+    for job in jobs.values():
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+
+
+def _label_from_meta(meta: str, labels: dict[str, str]) -> str:
+    """Prometheus sanitises label names (`.`, `/`, `-` become `_`): find the pod label back."""
+    wanted = meta.removeprefix("__meta_kubernetes_pod_label_")
+    (name,) = [k for k in labels if re.sub(r"[^a-zA-Z0-9_]", "_", k) == wanted]
+    return labels[name]
+
+
+def test_prometheus_loads_the_alert_rules(
+    prometheus: dict[str, Any], compose: dict[str, Any]
+) -> None:
+    mount = mounts(compose["services"]["prometheus"])
+    (target,) = [t for t, src in mount.items() if src == "./deploy/prometheus"]
+    assert prometheus["rule_files"] == [f"{target}/alerts.yml"]
+
+
+def test_alerts(alerts: list[dict[str, Any]]) -> None:
+    allowed = exported_metrics() | PROMETHEUS_BUILTINS
+    assert HISTOGRAMS <= allowed
+    assert len({rule["alert"] for rule in alerts}) == len(alerts)
+    for rule in alerts:
+        names = metric_names(rule["expr"])
+        assert names, rule["alert"]
+        unknown = {base_metric(n) for n in names} - allowed
+        assert not unknown, f"{rule['alert']} uses {unknown}"
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert rule["annotations"]["summary"]
+
+    def alert_on(metric: str) -> list[dict[str, Any]]:
+        return [r for r in alerts if metric in metric_names(r["expr"])]
+
+    assert alert_on("quota_streams_consumer_lag_records")
+    assert alert_on("quota_streams_deadletter_total")
+    (silent,) = [
+        r
+        for r in alert_on("quota_streams_throttled_entities")
+        if "quota_streams_directives_total" in metric_names(r["expr"])
+    ]
+    assert silent["for"] == "5m" and "== 0" in silent["expr"]
+    (stuck,) = alert_on("quota_streams_recovery_complete")
+    assert stuck["for"] == "10m" and "== 0" in stuck["expr"]
+    assert any(re.search(r"\bup\b.*== 0", r["expr"]) for r in alert_on("up"))
+    # the job names the alerts select are the scrape jobs
+    jobs = {
+        j["job_name"]
+        for j in yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())[
+            "scrape_configs"
+        ]
+    }
+    for rule in alert_on("up"):
+        (regex,) = re.findall(r'job=~"([^"]+)"', rule["expr"])
+        assert {j for j in jobs if re.fullmatch(regex, j)} == jobs
+
+
+# --------------------------------------------------------------------------- grafana
+
+
+def dashboard_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    panels = []
+    for panel in dashboard["panels"]:
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))
+    return [p for p in panels if p["type"] != "row"]
+
+
+def test_dashboard_uses_only_exported_metrics(dashboard: dict[str, Any]) -> None:
+    allowed = exported_metrics()
+    panels = dashboard_panels(dashboard)
+    used = set()
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            names = metric_names(target["expr"])
+            assert names, (panel["title"], target["expr"])
+            unknown = {base_metric(n) for n in names} - allowed
+            assert not unknown, f"panel {panel['title']!r} uses {unknown}"
+            used |= {base_metric(n) for n in names}
+    # and every documented metric is shown somewhere
+    assert DOCUMENTED_METRICS <= used, DOCUMENTED_METRICS - used
+
+
+def test_dashboard_structure(dashboard: dict[str, Any]) -> None:
+    assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 36
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+    # no two panels overlap on the 24-column grid
+    cells: dict[tuple[int, int], str] = {}
+    for panel in dashboard["panels"]:
+        g = panel["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, panel["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["title"]
+
+    panels = dashboard_panels(dashboard)
+    for panel in panels:
+        for target in [panel, *panel["targets"]]:
+            assert target["datasource"]["uid"] == "${datasource}"
+    exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in panels}
+    heatmaps = [p for p in panels if p["type"] == "heatmap"]
+    assert heatmaps and all(
+        "quota_streams_throttle_time_ms_bucket" in exprs[p["title"]] for p in heatmaps
+    )
+    latency = [
+        e for e in exprs.values() if "quota_streams_event_to_directive_latency_seconds_bucket" in e
+    ]
+    assert (
+        latency
+        and "histogram_quantile(0.5," in latency[0]
+        and "histogram_quantile(0.99," in latency[0]
+    )
+    assert any(
+        "by (quota, action)" in e and "quota_streams_directives_total" in e for e in exprs.values()
+    )
+    assert any("by (topic, partition)" in e and "consumer_lag" in e for e in exprs.values())
+    assert any(
+        "quota_streams_entity_observed" in e and "quota_streams_entity_limit" in e
+        for e in exprs.values()
+    )
+
+
+def test_grafana_provisioning(compose: dict[str, Any]) -> None:
+    provisioning = DEPLOY / "grafana" / "provisioning"
+    (ds,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert ds["type"] == "prometheus"
+    host, port = re.fullmatch(r"http://([\w-]+):(\d+)", ds["url"]).groups()
+    assert host in compose["services"]
+    assert [c for _, _, c in host_port_mappings(compose["services"][host])] == [int(port)]
+
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "quota-streams.yml").read_text())[
+        "providers"
+    ]
+    grafana_mounts = mounts(compose["services"]["grafana"])
+    assert grafana_mounts["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
+    dashboards = [
+        t for t, src in grafana_mounts.items() if src == "./deploy/grafana/dashboard.json"
+    ]
+    assert len(dashboards) == 1
+    assert Path(dashboards[0]).parent == Path(provider["options"]["path"])
+    home = env_of(compose["services"]["grafana"])["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == dashboards[0]

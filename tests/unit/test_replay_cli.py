@@ -1,0 +1,160 @@
+"""`quota-streams replay` end to end on temporary files, through `app.cli.main`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.cli import main
+
+T0 = 1_763_800_000_000
+
+
+def line(obj: Any) -> str:
+    return json.dumps(obj)
+
+
+def request(ts: int, nbytes: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "request", "v": 1, "ts": ts, "broker": 1, "user": "alice", "client_id": "app",
+            "api": "Produce", "bytes": nbytes, **extra}
+
+
+CONFIG = {"type": "quota_config", "v": 1, "ts": T0, "entity": {"user": "alice"},
+          "quotas": {"producer_byte_rate": 1000, "controller_mutation_rate": 1}}
+
+LINES = [
+    line(CONFIG),                                                     # 1
+    line(request(T0, 500)),                                           # 2
+    "",                                                               # 3 (blank: no output)
+    line(request(T0 + 10, 20000)),                                    # 4 throttled
+    "{not json",                                                      # 5 bad line
+    line({"type": "batch", "v": 1, "broker": 2, "events": [          # 6 batch, one bad inner
+        request(T0 + 20, 100) | {"broker": 1},
+        {"type": "request", "v": 1, "ts": T0 + 20, "user": "alice", "client_id": "app", "api": "Produce",
+         "bytes": -1},
+        {"type": "connection", "v": 1, "ts": T0 + 20, "listener": "EXTERNAL", "ip": "10.0.0.1"},
+    ]}),
+    "   ",                                                            # 7 (blank)
+    line(request(T0 + 30, 1) | {"v": 2}),                             # 8 bad version
+    line({"type": "mutation", "v": 1, "ts": T0 + 40, "broker": 1, "user": "alice", "client_id": "app",
+          "api": "CreateTopics", "api_version": 7, "partitions": 30}),  # 9
+    line(request(T0 + 10**12, 1)),                                    # 10 ts absurdly far away
+]
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    src = tmp_path / "events.jsonl"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return {"input": src, "decisions": tmp_path / "decisions.jsonl",
+            "directives": tmp_path / "directives.jsonl", "deadletter": tmp_path / "dead.jsonl"}
+
+
+def run(files: dict[str, Path], *extra: str) -> int:
+    return main(["replay", str(files["input"]), "--decisions-out", str(files["decisions"]),
+                 "--directives-out", str(files["directives"]), "--deadletter-out",
+                 str(files["deadletter"]), *extra])
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_decisions_one_line_per_non_blank_input_line(files: dict[str, Path],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(files) == 0
+    out = read(files["decisions"])
+    non_blank = [i for i, x in enumerate(LINES) if x.strip()]
+    assert [o["index"] for o in out] == non_blank  # in order, indexed by input line (0-based)
+    by_line = {o["index"] + 1: o for o in out}
+
+    config = by_line[1]
+    assert config == {"index": 0, "throttle_time_ms": 0, "decisions": []}
+
+    ok = by_line[2]
+    assert set(ok) == {"index", "throttle_time_ms", "decisions"}
+    [d] = ok["decisions"]
+    assert set(d) == {"quota", "entity", "throttle_time_ms", "action", "observed", "limit", "window_ms",
+                      "config_level"}
+    assert d["quota"] == "producer_byte_rate" and d["action"] == "none" and d["limit"] == 1000
+
+    throttled = by_line[4]
+    assert throttled["throttle_time_ms"] == throttled["decisions"][0]["throttle_time_ms"] > 0
+
+    bad = by_line[5]
+    assert bad["throttle_time_ms"] == 0 and bad["decisions"] == [] and bad["error"].startswith("not JSON")
+
+    batch = by_line[6]
+    assert set(batch) == {"index", "throttle_time_ms", "events"}
+    assert len(batch["events"]) == 3
+    good, inner_bad, conn = batch["events"]
+    assert good["decisions"] and "error" not in good
+    assert inner_bad["decisions"] == [] and "bytes" in inner_bad["error"]
+    assert conn["decisions"][0]["entity"] == {"broker": 2}  # the batch's broker is the default
+    assert batch["throttle_time_ms"] == max(e["throttle_time_ms"] for e in batch["events"])
+
+    assert "v=2" in by_line[8]["error"]
+    assert by_line[9]["decisions"][0]["action"] == "none"  # strict, admitted into debt
+    assert "stream time" in by_line[10]["error"]
+
+    err = capsys.readouterr().err
+    for n in (5, 6, 8, 10):
+        assert f"line {n}: " in err
+    assert "replayed 8 lines" in err and "4 bad" in err
+
+
+def test_directives_out(files: dict[str, Path]) -> None:
+    assert run(files, "--quiet") == 0
+    directives = read(files["directives"])
+    assert directives, "the 20000-byte produce must publish a directive"
+    for x in directives:
+        assert x["v"] == 1 and x["until"] == x["ts"] + x["throttle_time_ms"] > x["ts"]
+    assert directives[0]["entity"] == {"user": "alice", "client_id": ""}
+    assert directives[0]["config_level"] == "/config/users/alice"
+
+
+def test_bad_lines_are_dead_lettered_with_line_numbers(files: dict[str, Path]) -> None:
+    assert run(files, "--quiet") == 0
+    dead = read(files["deadletter"])
+    assert [d["source"] for d in dead] == [f"{files['input']}:{n}" for n in (5, 6, 8, 10)]
+    assert all(d["v"] == 1 and d["reason"] for d in dead)
+    assert dead[0]["value"] == "{not json"  # undecodable bytes kept as text
+    assert dead[1]["value"]["bytes"] == -1  # only the bad inner event of the batch
+    assert dead[2]["value"]["v"] == 2
+
+
+def test_strict_exits_1_when_a_line_was_bad(files: dict[str, Path]) -> None:
+    assert run(files, "--quiet", "--strict") == 1
+    assert len(read(files["decisions"])) == sum(1 for x in LINES if x.strip())  # still all written
+
+
+def test_strict_exits_0_on_clean_input(tmp_path: Path) -> None:
+    src = tmp_path / "clean.jsonl"
+    src.write_text(line(CONFIG) + "\n" + line(request(T0, 1)) + "\n", encoding="utf-8")
+    dead = tmp_path / "dead.jsonl"
+    assert main(["replay", str(src), "--quiet", "--strict", "--deadletter-out", str(dead)]) == 0
+    assert not dead.exists()  # created only when there is a bad line
+
+
+def test_window_options_reach_the_engine(files: dict[str, Path]) -> None:
+    assert run(files, "--quiet", "--window-num", "2") == 0
+    d = read(files["decisions"])[1]["decisions"][0]
+    assert d["window_ms"] == 1000 and d["observed"] == 500.0
+
+
+def test_missing_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.jsonl"
+    assert main(["replay", str(missing), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert str(missing) in err and "Traceback" not in err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--help"])
+    assert exc.value.code == 0
+    assert "--decisions-out" in capsys.readouterr().out
