@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from app.settings import load
@@ -30,6 +31,10 @@ def run(args: argparse.Namespace) -> int:
                         "or run `quota-streams demo` to use the embedded broker")
     if not args.no_create_topics:
         ensure_topics(settings)
+    try:
+        os.makedirs(str(settings.state_dir), exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"QS_STATE_DIR={settings.state_dir}: cannot create it ({exc.strerror})") from None
     from app.pipeline.faust_app import app
 
     sys.argv = ["quota-streams", "worker", "-l", str(settings.log_level).lower(),
