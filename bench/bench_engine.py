@@ -23,15 +23,21 @@ import pstats
 import random
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine.configs import ConfigUpdate, parse_config_record  # noqa: E402
 from app.engine.engine import EngineSettings, QuotaEngine  # noqa: E402
-from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent, parse_event  # noqa: E402
+from app.engine.events import (  # noqa: E402
+    ConnectionEvent,
+    MutationEvent,
+    RequestEvent,
+    parse_event,
+)
 
 T0 = 1_763_800_000_000
 TARGET = 400_000  # request samples per second on one core
@@ -44,23 +50,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--entities", type=int, default=10_000, help="distinct (user, client-id) pairs")
-    p.add_argument("--users", type=int, default=2_000, help="distinct users the pairs are spread over")
+    p.add_argument(
+        "--users", type=int, default=2_000, help="distinct users the pairs are spread over"
+    )
     p.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent s of entity popularity")
     p.add_argument("--requests", type=int, default=1_000_000, help="request events to time")
-    p.add_argument("--request-rate", type=int, default=200_000,
-                   help="request events per event-time second")
+    p.add_argument(
+        "--request-rate", type=int, default=200_000, help="request events per event-time second"
+    )
     p.add_argument("--mutations", type=int, default=200_000, help="mutation events to time")
-    p.add_argument("--mutation-rate", type=int, default=2_000, help="mutation events per event-time second")
+    p.add_argument(
+        "--mutation-rate", type=int, default=2_000, help="mutation events per event-time second"
+    )
     p.add_argument("--connections", type=int, default=200_000, help="connection events to time")
-    p.add_argument("--connection-rate", type=int, default=5_000,
-                   help="connection events per event-time second")
+    p.add_argument(
+        "--connection-rate", type=int, default=5_000, help="connection events per event-time second"
+    )
     p.add_argument("--ips", type=int, default=5_000, help="distinct client IPs")
-    p.add_argument("--parse", type=int, default=200_000, help="request dicts for the parse+process figure")
+    p.add_argument(
+        "--parse", type=int, default=200_000, help="request dicts for the parse+process figure"
+    )
     p.add_argument("--scope", choices=("broker", "cluster"), default="broker")
     p.add_argument("--brokers", type=int, default=3, help="brokers the events come from")
     p.add_argument("--seed", type=int, default=20241025)
     p.add_argument("--repeat", type=int, default=3, help="timed runs per workload (best is shown)")
-    p.add_argument("--profile", action="store_true", help="cProfile the request workload, print hotspots")
+    p.add_argument(
+        "--profile", action="store_true", help="cProfile the request workload, print hotspots"
+    )
     p.add_argument("--top", type=int, default=20, help="functions to show with --profile")
     return p.parse_args(argv)
 
@@ -93,30 +109,61 @@ def build_configs(args: argparse.Namespace, rnd: random.Random) -> list[ConfigUp
     """Every quota type, at several levels: overrides for hot entities, defaults for the rest."""
     records: list[dict[str, Any]] = [
         # defaults
-        {"entity": {"user": "<default>"}, "quotas": {"producer_byte_rate": 2_000_000,
-                                                     "consumer_byte_rate": 4_000_000,
-                                                     "request_percentage": 20,
-                                                     "controller_mutation_rate": 5}},
-        {"entity": {"user": "<default>", "client_id": "<default>"}, "quotas": {"request_percentage": 10}},
+        {
+            "entity": {"user": "<default>"},
+            "quotas": {
+                "producer_byte_rate": 2_000_000,
+                "consumer_byte_rate": 4_000_000,
+                "request_percentage": 20,
+                "controller_mutation_rate": 5,
+            },
+        },
+        {
+            "entity": {"user": "<default>", "client_id": "<default>"},
+            "quotas": {"request_percentage": 10},
+        },
         {"entity": {"client_id": "<default>"}, "quotas": {"producer_byte_rate": 1_000_000}},
         {"entity": {"ip": "<default>"}, "quotas": {"connection_creation_rate": 20}},
         {"entity": {"broker": "<default>"}, "quotas": {"max_connection_creation_rate": 2_000}},
-        {"entity": {"broker": "<default>", "listener": "EXTERNAL"},
-         "quotas": {"max_connection_creation_rate": 1_500}},
+        {
+            "entity": {"broker": "<default>", "listener": "EXTERNAL"},
+            "quotas": {"max_connection_creation_rate": 1_500},
+        },
     ]
     for u in range(0, 200, 2):  # user overrides for the hottest users
-        records.append({"entity": {"user": f"user-{u}"},
-                        "quotas": {"producer_byte_rate": rnd.choice([500_000, 5_000_000, 50_000_000]),
-                                   "request_percentage": rnd.choice([5, 50, 200])}})
+        records.append(
+            {
+                "entity": {"user": f"user-{u}"},
+                "quotas": {
+                    "producer_byte_rate": rnd.choice([500_000, 5_000_000, 50_000_000]),
+                    "request_percentage": rnd.choice([5, 50, 200]),
+                },
+            }
+        )
     for u in range(1, 100, 4):  # (user, client) and (user, <default>) overrides
-        records.append({"entity": {"user": f"user-{u}", "client_id": f"client-{u}-0"},
-                        "quotas": {"consumer_byte_rate": 10_000_000, "request_percentage": 30}})
-        records.append({"entity": {"user": f"user-{u}", "client_id": "<default>"},
-                        "quotas": {"controller_mutation_rate": 20}})
+        records.append(
+            {
+                "entity": {"user": f"user-{u}", "client_id": f"client-{u}-0"},
+                "quotas": {"consumer_byte_rate": 10_000_000, "request_percentage": 30},
+            }
+        )
+        records.append(
+            {
+                "entity": {"user": f"user-{u}", "client_id": "<default>"},
+                "quotas": {"controller_mutation_rate": 20},
+            }
+        )
     for c in range(20):  # client-id quotas shared by every user of a client id
-        records.append({"entity": {"client_id": f"shared-{c}"}, "quotas": {"producer_byte_rate": 3_000_000}})
+        records.append(
+            {"entity": {"client_id": f"shared-{c}"}, "quotas": {"producer_byte_rate": 3_000_000}}
+        )
     for i in range(50):
-        records.append({"entity": {"ip": f"10.{i // 250}.{i % 250}.1"}, "quotas": {"connection_creation_rate": 100}})
+        records.append(
+            {
+                "entity": {"ip": f"10.{i // 250}.{i % 250}.1"},
+                "quotas": {"connection_creation_rate": 100},
+            }
+        )
     return [parse_config_record({"type": "quota_config", "v": 1, "ts": T0, **r}) for r in records]
 
 
@@ -125,7 +172,9 @@ def build_workload(args: argparse.Namespace) -> Workload:
     entities = []
     for k in range(args.entities):
         user = f"user-{k % args.users}"
-        client = f"shared-{k % 20}" if k % 50 == 49 else f"client-{k % args.users}-{k // args.users}"
+        client = (
+            f"shared-{k % 20}" if k % 50 == 49 else f"client-{k % args.users}-{k // args.users}"
+        )
         entities.append((user, client))
     rnd.shuffle(entities)  # popularity rank independent of the naming
     pick = Zipf(args.entities, args.zipf, rnd)
@@ -143,12 +192,39 @@ def build_workload(args: argparse.Namespace) -> Workload:
         thread_ms = round(rnd.expovariate(1 / 0.3), 3)
         network_ms = round(rnd.expovariate(1 / 0.05), 3)
         exempt = api == "Fetch" and rnd.random() < 0.05  # follower fetches
-        d = {"type": "request", "v": 1, "ts": ts, "broker": broker, "listener": "EXTERNAL",
-             "user": user, "client_id": client, "ip": ips[i % len(ips)], "api": api, "bytes": nbytes,
-             "thread_time_ms": thread_ms, "network_time_ms": network_ms, "exempt": exempt, "count": 1}
+        d = {
+            "type": "request",
+            "v": 1,
+            "ts": ts,
+            "broker": broker,
+            "listener": "EXTERNAL",
+            "user": user,
+            "client_id": client,
+            "ip": ips[i % len(ips)],
+            "api": api,
+            "bytes": nbytes,
+            "thread_time_ms": thread_ms,
+            "network_time_ms": network_ms,
+            "exempt": exempt,
+            "count": 1,
+        }
         if i < args.requests:
-            requests.append(RequestEvent(ts, broker, "EXTERNAL", user, client, d["ip"], api, nbytes,
-                                         thread_ms, network_ms, exempt, 1))
+            requests.append(
+                RequestEvent(
+                    ts,
+                    broker,
+                    "EXTERNAL",
+                    user,
+                    client,
+                    d["ip"],
+                    api,
+                    nbytes,
+                    thread_ms,
+                    network_ms,
+                    exempt,
+                    1,
+                )
+            )
         if i < args.parse:
             dicts.append(d)
 
@@ -157,15 +233,31 @@ def build_workload(args: argparse.Namespace) -> Workload:
     for i in range(args.mutations):
         user, client = entities[pick.draw()]
         api, version = rnd.choice(mapis)
-        mutations.append(MutationEvent(T0 + i * 1000 // args.mutation_rate, 1 + i % args.brokers, user, client,
-                                       api, version, rnd.choice((1, 1, 3, 6, 12, 50)), False))
+        mutations.append(
+            MutationEvent(
+                T0 + i * 1000 // args.mutation_rate,
+                1 + i % args.brokers,
+                user,
+                client,
+                api,
+                version,
+                rnd.choice((1, 1, 3, 6, 12, 50)),
+                False,
+            )
+        )
 
     connections = []
     for i in range(args.connections):
         inter = rnd.random() < 0.02
-        connections.append(ConnectionEvent(T0 + i * 1000 // args.connection_rate, 1 + i % args.brokers,
-                                           "REPLICATION" if inter else rnd.choice(("EXTERNAL", "INTERNAL")),
-                                           ips[ip_pick.draw()], inter))
+        connections.append(
+            ConnectionEvent(
+                T0 + i * 1000 // args.connection_rate,
+                1 + i % args.brokers,
+                "REPLICATION" if inter else rnd.choice(("EXTERNAL", "INTERNAL")),
+                ips[ip_pick.draw()],
+                inter,
+            )
+        )
     return Workload(build_configs(args, rnd), requests, dicts, mutations, connections)
 
 
@@ -189,8 +281,13 @@ def fresh_engine(args: argparse.Namespace, configs: list[ConfigUpdate]) -> Quota
     return engine
 
 
-def timed(name: str, args: argparse.Namespace, configs: list[ConfigUpdate], items: list[Any],
-          prepare: Callable[[Any], Any] | None = None) -> Result:
+def timed(
+    name: str,
+    args: argparse.Namespace,
+    configs: list[ConfigUpdate],
+    items: list[Any],
+    prepare: Callable[[Any], Any] | None = None,
+) -> Result:
     best: Result | None = None
     for _ in range(args.repeat):
         engine = fresh_engine(args, configs)
@@ -232,17 +329,34 @@ def timed_parse_only(args: argparse.Namespace, dicts: list[dict[str, Any]]) -> R
 
 def print_table(results: list[Result]) -> None:
     header = ("workload", "events", "events/s", "samples/s", "µs/event", "throttled", "directives")
-    rows = [(r.name, f"{r.events:,}", f"{r.events / r.seconds:,.0f}", f"{r.decisions / r.seconds:,.0f}",
-             f"{r.seconds / r.events * 1e6:.2f}", f"{r.throttled / max(r.decisions, 1):.1%}",
-             f"{r.directives:,}") for r in results]
+    rows = [
+        (
+            r.name,
+            f"{r.events:,}",
+            f"{r.events / r.seconds:,.0f}",
+            f"{r.decisions / r.seconds:,.0f}",
+            f"{r.seconds / r.events * 1e6:.2f}",
+            f"{r.throttled / max(r.decisions, 1):.1%}",
+            f"{r.directives:,}",
+        )
+        for r in results
+    ]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))
+    line = "  ".join(
+        h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))
+    )
     print(line)
     print("-" * len(line))
     for row in rows:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
-    print("samples = quota decisions (one Rate or TokenBucket record + check each); "
-          "'events' excludes parsing unless the name says so.")
+        print(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            )
+        )
+    print(
+        "samples = quota decisions (one Rate or TokenBucket record + check each); "
+        "'events' excludes parsing unless the name says so."
+    )
 
 
 def profile(args: argparse.Namespace, work: Workload) -> None:
@@ -263,17 +377,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     t = time.perf_counter()
     work = build_workload(args)
-    print(f"built {len(work.requests):,} requests, {len(work.mutations):,} mutations, "
-          f"{len(work.connections):,} connections over {args.entities:,} entities "
-          f"(Zipf s={args.zipf}, seed {args.seed}, {len(work.configs)} quota configs, scope {args.scope}) "
-          f"in {time.perf_counter() - t:.1f} s; Python {sys.version.split()[0]}, one core\n")
+    print(
+        f"built {len(work.requests):,} requests, {len(work.mutations):,} mutations, "
+        f"{len(work.connections):,} connections over {args.entities:,} entities "
+        f"(Zipf s={args.zipf}, seed {args.seed}, {len(work.configs)} quota configs, "
+        f"scope {args.scope}) "
+        f"in {time.perf_counter() - t:.1f} s; Python {sys.version.split()[0]}, one core\n"
+    )
     results = [timed("requests (typed events)", args, work.configs, work.requests)]
     if work.request_dicts:
         n = len(work.request_dicts)
         if n != len(work.requests):  # the same prefix, typed, for a like-for-like comparison
-            results.append(timed(f"requests, first {n:,} (typed)", args, work.configs, work.requests[:n]))
-        results.append(timed(f"requests, first {n:,} incl. parse_event", args, work.configs,
-                             work.request_dicts, parse_event))
+            results.append(
+                timed(f"requests, first {n:,} (typed)", args, work.configs, work.requests[:n])
+            )
+        results.append(
+            timed(
+                f"requests, first {n:,} incl. parse_event",
+                args,
+                work.configs,
+                work.request_dicts,
+                parse_event,
+            )
+        )
         results.append(timed_parse_only(args, work.request_dicts))
     if work.mutations:
         results.append(timed("mutations", args, work.configs, work.mutations))
@@ -282,8 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(results)
     req = results[0]
     rate = req.decisions / req.seconds
-    print(f"\nrequest samples/s on one core: {rate:,.0f} (target {TARGET:,}: "
-          f"{'met' if rate >= TARGET else f'not met, {rate / TARGET:.0%} of it'})")
+    print(
+        f"\nrequest samples/s on one core: {rate:,.0f} (target {TARGET:,}: "
+        f"{'met' if rate >= TARGET else f'not met, {rate / TARGET:.0%} of it'})"
+    )
     if args.profile:
         profile(args, work)
     return 0

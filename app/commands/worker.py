@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"QS_STATE_DIR={settings.state_dir}: cannot create it ({exc.strerror})") from None
     from app.pipeline.faust_app import app
 
-    sys.argv = ["quota-streams", "worker", "-l", str(settings.log_level).lower(),
+    level = {"WARNING": "warn"}.get(str(settings.log_level), str(settings.log_level).lower())
+    sys.argv = ["quota-streams", "worker", "-l", level,
                 "--web-port", str(settings.web_port), "--web-bind", str(settings.web_host)]
     app.main()
     return 0

@@ -36,7 +36,9 @@ class Engine:
         self.last_directives: list[dict[str, Any]] = []
 
     def config(self, entity: dict[str, Any], quotas: dict[str, Any]) -> None:
-        update = parse_event({"type": "quota_config", "v": 1, "ts": T0, "entity": entity, "quotas": quotas})
+        update = parse_event(
+            {"type": "quota_config", "v": 1, "ts": T0, "entity": entity, "quotas": quotas}
+        )
         assert isinstance(update, ConfigUpdate), getattr(update, "reason", update)
         assert self.engine.process(update) == ([], [])
 
@@ -47,19 +49,41 @@ class Engine:
         self.directives.extend(self.last_directives)
         return decisions
 
-    def request(self, t: int, api: str = "Metadata", user: str = "alice", client: str = "app",
-                **fields: Any) -> list[Decision]:
+    def request(
+        self, t: int, api: str = "Metadata", user: str = "alice", client: str = "app", **fields: Any
+    ) -> list[Decision]:
         return self.send(t, type="request", api=api, user=user, client_id=client, **fields)
 
-    def mutation(self, t: int, partitions: int, version: int, api: str = "CreateTopics",
-                 user: str = "ops", client: str = "tf") -> list[Decision]:
-        return self.send(t, type="mutation", api=api, api_version=version, partitions=partitions,
-                         user=user, client_id=client)
+    def mutation(
+        self,
+        t: int,
+        partitions: int,
+        version: int,
+        api: str = "CreateTopics",
+        user: str = "ops",
+        client: str = "tf",
+    ) -> list[Decision]:
+        return self.send(
+            t,
+            type="mutation",
+            api=api,
+            api_version=version,
+            partitions=partitions,
+            user=user,
+            client_id=client,
+        )
 
-    def connect(self, t: int, ip: str = "10.0.0.1", listener: str = "EXTERNAL",
-                inter_broker: bool = False, broker: int = 1) -> list[Decision]:
-        return self.send(t, type="connection", listener=listener, ip=ip, inter_broker=inter_broker,
-                         broker=broker)
+    def connect(
+        self,
+        t: int,
+        ip: str = "10.0.0.1",
+        listener: str = "EXTERNAL",
+        inter_broker: bool = False,
+        broker: int = 1,
+    ) -> list[Decision]:
+        return self.send(
+            t, type="connection", listener=listener, ip=ip, inter_broker=inter_broker, broker=broker
+        )
 
     def rate(self, key: str, t: int) -> float:
         state = self.engine.store[key]
@@ -144,7 +168,9 @@ def test_network_time_counts_only_for_the_next_request() -> None:
     first = by_quota(e.request(0, thread_time_ms=5, network_time_ms=200), REQUEST)
     assert first.observed == pytest.approx(0.5 / 10) and first.throttle_time_ms == 0
     second = by_quota(e.request(0, thread_time_ms=0), REQUEST)
-    assert second.observed == pytest.approx(20.5 / 10) and second.throttle_time_ms == 1000  # capped at W
+    assert (
+        second.observed == pytest.approx(20.5 / 10) and second.throttle_time_ms == 1000
+    )  # capped at W
 
 
 def test_byte_rate_throttle_is_uncapped_request_throttle_capped_at_one_window() -> None:
@@ -201,8 +227,12 @@ def test_changed_resolution_level_starts_a_fresh_window() -> None:
     """ClientQuotaManagerTest#testQuotaConfigPrecedence: "Metrics tags changed, restart counter"."""
     e = Engine()
     e.config({"user": "userA"}, {PRODUCE: 4000})
-    shared = by_quota(e.request(0, api="Produce", client="client1", user="userA", bytes=30000), PRODUCE)
-    other = by_quota(e.request(0, api="Produce", client="client2", user="userA", bytes=30000), PRODUCE)
+    shared = by_quota(
+        e.request(0, api="Produce", client="client1", user="userA", bytes=30000), PRODUCE
+    )
+    other = by_quota(
+        e.request(0, api="Produce", client="client2", user="userA", bytes=30000), PRODUCE
+    )
     assert shared.entity == other.entity == {"user": "userA", "client_id": ""}
     assert other.observed == 6000  # shared by every client id of the user
     e.config({"user": "userA", "client_id": "client1"}, {PRODUCE: 5000})
@@ -308,8 +338,9 @@ def test_permissive_mutation_records_then_throttles() -> None:
     assert e.last_directives[0]["action"] == "throttle"
 
 
-@pytest.mark.parametrize("api,strict_since", [("CreateTopics", 6), ("DeleteTopics", 5),
-                                              ("CreatePartitions", 3)])
+@pytest.mark.parametrize(
+    "api,strict_since", [("CreateTopics", 6), ("DeleteTopics", 5), ("CreatePartitions", 3)]
+)
 def test_strict_versions(api: str, strict_since: int) -> None:
     for version, action in ((strict_since - 1, "throttle"), (strict_since, "reject")):
         e = Engine()
@@ -342,7 +373,7 @@ def test_ip_sample_is_taken_after_the_acceptor_delay() -> None:
     e.config({"ip": "<default>"}, {IP_RATE: 100})
     e.connect(0)
     ds = e.connect(0)
-    broker = [d for d in ds if d.quota == BROKER_RATE and "listener" not in d.entity][0]
+    broker = next(d for d in ds if d.quota == BROKER_RATE and "listener" not in d.entity)
     assert broker.action == "delay_connection" and broker.throttle_time_ms == 1000
     ip = by_quota(ds, IP_RATE)
     assert ip.ts == T0 + 1000 and ip.action == "none"  # the acceptor blocked 1000 ms first
@@ -368,10 +399,10 @@ def test_listener_limit_and_broker_default() -> None:
     e.config({"broker": 2, "listener": "EXTERNAL"}, {BROKER_RATE: 5})
     for _ in range(2):
         e.connect(0)
-    d = [d for d in e.connect(0) if "listener" in d.entity][0]
+    d = next(d for d in e.connect(0) if "listener" in d.entity)
     assert d.limit == 2 and d.throttle_time_ms == 500
     assert d.config_level == "/config/brokers/<default>/listeners/EXTERNAL"
-    d2 = [d for d in e.connect(0, broker=2) if "listener" in d.entity][0]
+    d2 = next(d for d in e.connect(0, broker=2) if "listener" in d.entity)
     assert d2.limit == 5 and d2.config_level == "/config/brokers/2/listeners/EXTERNAL"
 
 
@@ -391,8 +422,12 @@ def test_cluster_scope_sums_brokers_and_broker_scope_does_not() -> None:
         e = Engine(scope=scope)
         e.config({"user": "alice"}, {PRODUCE: 1000})
         e.send(0, broker=1, type="request", api="Produce", user="alice", client_id="a", bytes=8000)
-        d = by_quota(e.send(0, broker=2, type="request", api="Produce", user="alice",
-                            client_id="a", bytes=8000), PRODUCE)
+        d = by_quota(
+            e.send(
+                0, broker=2, type="request", api="Produce", user="alice", client_id="a", bytes=8000
+            ),
+            PRODUCE,
+        )
         results[scope] = d
     assert results["broker"].observed == 800 and results["broker"].throttle_time_ms == 0
     assert results["broker"].broker == 2
@@ -439,7 +474,10 @@ def test_route_keys_co_locate_windows(scope: str) -> None:
     for record in (
         {"entity": {"user": "alice"}, "quotas": {PRODUCE: 10**6, REQUEST: 50}},
         {"entity": {"client_id": "shared-app"}, "quotas": {PRODUCE: 10**6, FETCH: 10**6}},
-        {"entity": {"user": "bob", "client_id": "<default>"}, "quotas": {FETCH: 10**6, MUTATION: 5}},
+        {
+            "entity": {"user": "bob", "client_id": "<default>"},
+            "quotas": {FETCH: 10**6, MUTATION: 5},
+        },
         {"entity": {"user": "<default>"}, "quotas": {REQUEST: 20, MUTATION: 10}},
         {"entity": {"ip": "<default>"}, "quotas": {IP_RATE: 100}},
     ):
@@ -457,8 +495,20 @@ def test_route_keys_co_locate_windows(scope: str) -> None:
         broker = 1 + i % 2
         kind = i % 5
         if kind < 3:
-            event: Any = RequestEvent(t, broker, "PLAINTEXT", user, client, "10.0.0.1",
-                                      ("Produce", "Fetch", "Metadata")[kind], 100, 0.5, 0.1, False, 1)
+            event: Any = RequestEvent(
+                t,
+                broker,
+                "PLAINTEXT",
+                user,
+                client,
+                "10.0.0.1",
+                ("Produce", "Fetch", "Metadata")[kind],
+                100,
+                0.5,
+                0.1,
+                False,
+                1,
+            )
         elif kind == 3:
             event = MutationEvent(t, broker, user, client, "CreateTopics", 7, 1, False)
         else:
@@ -467,15 +517,66 @@ def test_route_keys_co_locate_windows(scope: str) -> None:
         for route, keys in routes.items():
             for key in keys:
                 assert owner.setdefault(key, route) == route, (key, owner[key], route)
-        if isinstance(event, RequestEvent) and event.user == "carol" and event.client_id == "shared-app" \
-                and event.api == "Produce":
+        if (
+            isinstance(event, RequestEvent)
+            and event.user == "carol"
+            and event.client_id == "shared-app"
+            and event.api == "Produce"
+        ):
             # carol's request time (users/<default>) lives with carol, the shared client id's
             # bytes (clients/shared-app) with the client id: the event is split
             assert len(routes) == 2, routes
             splits += 1
     assert splits > 0
     # the same user's windows route together; a shared client id's windows route together
-    assert engine.route_key(RequestEvent(t, 1, "", "alice", "app-1", "", "Produce", 1, 0, 0, False, 1)) \
-        == engine.route_key(RequestEvent(t, 1, "", "alice", "app-2", "", "Metadata", 1, 0, 0, False, 1))
-    assert engine.route_key(RequestEvent(t, 1, "", "bob", "shared-app", "", "Produce", 1, 0, 0, False, 1)) \
-        == engine.route_key(RequestEvent(t, 1, "", "carol", "shared-app", "", "Produce", 1, 0, 0, False, 1))
+    assert engine.route_key(
+        RequestEvent(t, 1, "", "alice", "app-1", "", "Produce", 1, 0, 0, False, 1)
+    ) == engine.route_key(
+        RequestEvent(t, 1, "", "alice", "app-2", "", "Metadata", 1, 0, 0, False, 1)
+    )
+    assert engine.route_key(
+        RequestEvent(t, 1, "", "bob", "shared-app", "", "Produce", 1, 0, 0, False, 1)
+    ) == engine.route_key(
+        RequestEvent(t, 1, "", "carol", "shared-app", "", "Produce", 1, 0, 0, False, 1)
+    )
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {
+            "type": "request",
+            "api": "Produce",
+            "user": "alice",
+            "client_id": "app",
+            "bytes": 10**400,
+        },
+        {"type": "request", "api": "Produce", "user": "alice", "client_id": "app", "count": 10**20},
+        {
+            "type": "mutation",
+            "api": "CreateTopics",
+            "api_version": 7,
+            "user": "alice",
+            "client_id": "app",
+            "partitions": 10**400,
+        },
+    ],
+)
+def test_out_of_range_amounts_are_bad_events_not_crashes(record: dict[str, Any]) -> None:
+    """Before the bound, 10**400 bytes or partitions passed validation and the engine raised
+    OverflowError in its float arithmetic (int too large to convert to float)."""
+    event = parse_event({"v": 1, "ts": T0, "broker": 1, **record})
+    assert isinstance(event, BadEvent) and "out of range" in event.reason
+    ok = parse_event(
+        {
+            "v": 1,
+            "ts": T0,
+            "broker": 1,
+            **record,
+            **{k: 10**15 for k in ("bytes", "partitions", "count") if k in record},
+        }
+    )
+    assert not isinstance(ok, BadEvent)
+    e = Engine()
+    e.config({"user": "alice"}, {PRODUCE: 1, MUTATION: 1})
+    e.engine.process(ok)  # the largest accepted amount is processed without error

@@ -24,60 +24,116 @@ USERS = ["alice", "bob", "carol"]
 CLIENTS = ["app", "web", ""]
 IPS = ["10.0.0.1", "10.0.0.2", "192.168.1.9"]
 
-PROPS = settings(max_examples=250, deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPS = settings(
+    max_examples=250,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 # -- strategies ---------------------------------------------------------------------------------
 
-_name_or_default = lambda names: st.sampled_from([n for n in names if n] + ["<default>"])  # noqa: E731
+
+def _name_or_default(names: list[str]) -> st.SearchStrategy[str]:
+    return st.sampled_from([n for n in names if n] + ["<default>"])
+
 
 client_entity = st.one_of(
     st.builds(lambda u: {"user": u}, _name_or_default(USERS)),
     st.builds(lambda c: {"client_id": c}, _name_or_default(CLIENTS)),
-    st.builds(lambda u, c: {"user": u, "client_id": c}, _name_or_default(USERS), _name_or_default(CLIENTS)),
+    st.builds(
+        lambda u, c: {"user": u, "client_id": c}, _name_or_default(USERS), _name_or_default(CLIENTS)
+    ),
 )
 client_quotas = st.dictionaries(
     st.sampled_from([PRODUCE, FETCH, REQUEST, MUTATION]),
     st.sampled_from([1, 5, 100, 2000, 50000, None]),
-    min_size=1, max_size=4,
+    min_size=1,
+    max_size=4,
 )
-client_config = st.builds(lambda e, q: {"type": "quota_config", "entity": e, "quotas": q},
-                          client_entity, client_quotas)
+client_config = st.builds(
+    lambda e, q: {"type": "quota_config", "entity": e, "quotas": q}, client_entity, client_quotas
+)
 ip_config = st.builds(
     lambda ip, v: {"type": "quota_config", "entity": {"ip": ip}, "quotas": {IP_RATE: v}},
-    st.sampled_from(IPS + ["<default>"]), st.sampled_from([1, 2, 5, None]))
+    st.sampled_from(IPS + ["<default>"]),
+    st.sampled_from([1, 2, 5, None]),
+)
 broker_config = st.builds(
-    lambda b, listener, v: {"type": "quota_config",
-                            "entity": {"broker": b, **({"listener": listener} if listener else {})},
-                            "quotas": {BROKER_RATE: v}},
-    st.sampled_from([1, "<default>"]), st.sampled_from([None, "EXTERNAL"]), st.sampled_from([1, 3, 10, None]))
+    lambda b, listener, v: {
+        "type": "quota_config",
+        "entity": {"broker": b, **({"listener": listener} if listener else {})},
+        "quotas": {BROKER_RATE: v},
+    },
+    st.sampled_from([1, "<default>"]),
+    st.sampled_from([None, "EXTERNAL"]),
+    st.sampled_from([1, 3, 10, None]),
+)
 
 request = st.builds(
     lambda api, u, c, nbytes, thread, net, exempt, count: {
-        "type": "request", "api": api, "user": u, "client_id": c, "bytes": nbytes,
-        "thread_time_ms": thread, "network_time_ms": net, "exempt": exempt, "count": count,
-        "listener": "PLAINTEXT", "ip": "10.0.0.1"},
-    st.sampled_from(["Produce", "Fetch", "Metadata"]), st.sampled_from(USERS), st.sampled_from(CLIENTS),
-    st.integers(0, 60000), st.sampled_from([0, 0.5, 4, 67.1, 300]), st.sampled_from([0, 0.05, 20]),
-    st.booleans(), st.integers(1, 3),
+        "type": "request",
+        "api": api,
+        "user": u,
+        "client_id": c,
+        "bytes": nbytes,
+        "thread_time_ms": thread,
+        "network_time_ms": net,
+        "exempt": exempt,
+        "count": count,
+        "listener": "PLAINTEXT",
+        "ip": "10.0.0.1",
+    },
+    st.sampled_from(["Produce", "Fetch", "Metadata"]),
+    st.sampled_from(USERS),
+    st.sampled_from(CLIENTS),
+    st.integers(0, 60000),
+    st.sampled_from([0, 0.5, 4, 67.1, 300]),
+    st.sampled_from([0, 0.05, 20]),
+    st.booleans(),
+    st.integers(1, 3),
 )
 mutation = st.builds(
-    lambda api, v, u, c, parts: {"type": "mutation", "api": api, "api_version": v, "user": u,
-                                 "client_id": c, "partitions": parts},
-    st.sampled_from(["CreateTopics", "DeleteTopics", "CreatePartitions"]), st.integers(0, 8),
-    st.sampled_from(USERS), st.sampled_from(CLIENTS), st.integers(0, 40),
+    lambda api, v, u, c, parts: {
+        "type": "mutation",
+        "api": api,
+        "api_version": v,
+        "user": u,
+        "client_id": c,
+        "partitions": parts,
+    },
+    st.sampled_from(["CreateTopics", "DeleteTopics", "CreatePartitions"]),
+    st.integers(0, 8),
+    st.sampled_from(USERS),
+    st.sampled_from(CLIENTS),
+    st.integers(0, 40),
 )
 connection = st.builds(
-    lambda ip, inter: {"type": "connection", "ip": ip, "inter_broker": inter,
-                       "listener": "REPLICATION" if inter else "EXTERNAL"},
-    st.sampled_from(IPS), st.booleans(),
+    lambda ip, inter: {
+        "type": "connection",
+        "ip": ip,
+        "inter_broker": inter,
+        "listener": "REPLICATION" if inter else "EXTERNAL",
+    },
+    st.sampled_from(IPS),
+    st.booleans(),
 )
-payload = st.one_of(client_config, ip_config, broker_config, request, request, request, mutation, connection,
-                    connection)
+payload = st.one_of(
+    client_config,
+    ip_config,
+    broker_config,
+    request,
+    request,
+    request,
+    mutation,
+    connection,
+    connection,
+)
 
 
 @st.composite
-def streams(draw: Any, brokers: tuple[int, ...] = (1, 2), backwards: bool = False) -> list[dict[str, Any]]:
+def streams(
+    draw: Any, brokers: tuple[int, ...] = (1, 2), backwards: bool = False
+) -> list[dict[str, Any]]:
     """A list of contract dicts with timestamps that mostly advance (sometimes jump back)."""
     items = draw(st.lists(payload, min_size=1, max_size=50))
     out = []
@@ -95,10 +151,16 @@ def streams(draw: Any, brokers: tuple[int, ...] = (1, 2), backwards: bool = Fals
 
 
 window_settings = st.builds(
-    lambda n, w, cn, cw: {"window_num": n, "window_ms": w, "controller_window_num": cn,
-                          "controller_window_ms": cw},
-    st.sampled_from([1, 2, 3, 11]), st.sampled_from([100, 1000]),
-    st.sampled_from([1, 3, 11]), st.sampled_from([500, 1000]),
+    lambda n, w, cn, cw: {
+        "window_num": n,
+        "window_ms": w,
+        "controller_window_num": cn,
+        "controller_window_ms": cw,
+    },
+    st.sampled_from([1, 2, 3, 11]),
+    st.sampled_from([100, 1000]),
+    st.sampled_from([1, 3, 11]),
+    st.sampled_from([500, 1000]),
 )
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -114,13 +176,23 @@ def parsed(stream: list[dict[str, Any]]) -> list[Parsed]:
 
 
 def view(d: Decision, with_broker: bool = True) -> tuple[Any, ...]:
-    base = (d.quota, d.entity, d.throttle_time_ms, d.action, d.observed, d.limit, d.window_ms,
-            d.config_level, d.ts)
+    base = (
+        d.quota,
+        d.entity,
+        d.throttle_time_ms,
+        d.action,
+        d.observed,
+        d.limit,
+        d.window_ms,
+        d.config_level,
+        d.ts,
+    )
     return base + (d.key, d.broker) if with_broker else base
 
 
-def run(events: list[Parsed], scope: str = "broker", roundtrip_every: int = 0,
-        **windows: Any) -> list[tuple[list[tuple[Any, ...]], list[dict[str, Any]]]]:
+def run(
+    events: list[Parsed], scope: str = "broker", roundtrip_every: int = 0, **windows: Any
+) -> list[tuple[list[tuple[Any, ...]], list[dict[str, Any]]]]:
     engine = QuotaEngine(EngineSettings(scope=scope, **windows))
     out = []
     for i, event in enumerate(events):
@@ -137,8 +209,9 @@ def run(events: list[Parsed], scope: str = "broker", roundtrip_every: int = 0,
 
 @PROPS
 @given(streams(), window_settings)
-def test_no_throttle_while_observed_is_within_the_limit(stream: list[dict[str, Any]],
-                                                          windows: dict[str, Any]) -> None:
+def test_no_throttle_while_observed_is_within_the_limit(
+    stream: list[dict[str, Any]], windows: dict[str, Any]
+) -> None:
     engine = QuotaEngine(EngineSettings(**windows))
     for event in parsed(stream):
         decisions, _ = engine.process(event)
@@ -160,31 +233,35 @@ def test_no_throttle_while_observed_is_within_the_limit(stream: list[dict[str, A
 
 @PROPS
 @given(streams(backwards=True), window_settings, st.sampled_from(["broker", "cluster"]))
-def test_replaying_the_same_input_twice_gives_identical_output(stream: list[dict[str, Any]],
-                                                                windows: dict[str, Any],
-                                                                scope: str) -> None:
+def test_replaying_the_same_input_twice_gives_identical_output(
+    stream: list[dict[str, Any]], windows: dict[str, Any], scope: str
+) -> None:
     assert run(parsed(stream), scope, **windows) == run(parsed(stream), scope, **windows)
 
 
 @PROPS
 @given(streams(brokers=(3,)), window_settings)
-def test_cluster_scope_with_one_broker_equals_broker_scope(stream: list[dict[str, Any]],
-                                                             windows: dict[str, Any]) -> None:
+def test_cluster_scope_with_one_broker_equals_broker_scope(
+    stream: list[dict[str, Any]], windows: dict[str, Any]
+) -> None:
     events = parsed(stream)
     engines = {s: QuotaEngine(EngineSettings(scope=s, **windows)) for s in ("broker", "cluster")}
     for event in events:
         got = {}
         for scope, engine in engines.items():
             decisions, directives = engine.process(event)
-            got[scope] = ([view(d, with_broker=False) for d in decisions],
-                          [{k: v for k, v in x.items() if k not in ("scope", "broker")} for x in directives])
+            got[scope] = (
+                [view(d, with_broker=False) for d in decisions],
+                [{k: v for k, v in x.items() if k not in ("scope", "broker")} for x in directives],
+            )
         assert got["broker"] == got["cluster"]
 
 
 @PROPS
 @given(streams(backwards=True), window_settings, st.sampled_from([None, 0, 50, 5000]))
 def test_directives_only_for_throttles_and_until_is_ts_plus_throttle(
-        stream: list[dict[str, Any]], windows: dict[str, Any], ext: int | None) -> None:
+    stream: list[dict[str, Any]], windows: dict[str, Any], ext: int | None
+) -> None:
     engine = QuotaEngine(EngineSettings(min_extension_ms=ext, **windows))
     for event in parsed(stream):
         decisions, directives = engine.process(event)
@@ -196,24 +273,34 @@ def test_directives_only_for_throttles_and_until_is_ts_plus_throttle(
             assert x["throttle_time_ms"] > 0
             assert x["until"] == x["ts"] + x["throttle_time_ms"]
             assert x["action"] in ("throttle", "reject", "delay_connection", "close_connection")
-            assert any(d.ts == x["ts"] and d.quota == x["quota"] and d.entity == x["entity"]
-                       and d.throttle_time_ms == x["throttle_time_ms"] for d in throttled)
+            assert any(
+                d.ts == x["ts"]
+                and d.quota == x["quota"]
+                and d.entity == x["entity"]
+                and d.throttle_time_ms == x["throttle_time_ms"]
+                for d in throttled
+            )
 
 
 @PROPS
-@given(streams(backwards=True), window_settings, st.sampled_from(["broker", "cluster"]), st.integers(1, 7))
-def test_state_codec_round_trip_preserves_subsequent_decisions(stream: list[dict[str, Any]],
-                                                                windows: dict[str, Any], scope: str,
-                                                                every: int) -> None:
+@given(
+    streams(backwards=True),
+    window_settings,
+    st.sampled_from(["broker", "cluster"]),
+    st.integers(1, 7),
+)
+def test_state_codec_round_trip_preserves_subsequent_decisions(
+    stream: list[dict[str, Any]], windows: dict[str, Any], scope: str, every: int
+) -> None:
     events = parsed(stream)
     assert run(events, scope, roundtrip_every=every, **windows) == run(events, scope, **windows)
 
 
 @PROPS
 @given(streams(backwards=True), window_settings, st.randoms(use_true_random=False))
-def test_shuffled_timestamps_never_move_a_state_clock_backwards(stream: list[dict[str, Any]],
-                                                                windows: dict[str, Any],
-                                                                rnd: Any) -> None:
+def test_shuffled_timestamps_never_move_a_state_clock_backwards(
+    stream: list[dict[str, Any]], windows: dict[str, Any], rnd: Any
+) -> None:
     stamps = [r["ts"] for r in stream]
     rnd.shuffle(stamps)
     shuffled = [{**r, "ts": ts} for r, ts in zip(stream, stamps)]

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -89,7 +91,7 @@ NOT_APPLICABLE: dict[str, str] = {
 }
 
 
-# -- helpers ------------------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 def close(actual: float, expected: float, tol: float) -> bool:
@@ -119,14 +121,21 @@ class Harness:
         return decisions
 
     def produce(self, t: int, user: str, client: str, nbytes: int) -> list[Decision]:
-        return self.event(t, type="request", api="Produce", user=user, client_id=client,
-                          bytes=nbytes)
+        return self.event(
+            t, type="request", api="Produce", user=user, client_id=client, bytes=nbytes
+        )
 
     def remaining(self, t: int, quota: str) -> int:
         """What a broker applies at T0+t: the largest until - now of the matching directives."""
         now = T0 + t
-        return max((d["until"] - now for d in self.directives
-                    if d["quota"] == quota and d["ts"] <= now < d["until"]), default=0)
+        return max(
+            (
+                d["until"] - now
+                for d in self.directives
+                if d["quota"] == quota and d["ts"] <= now < d["until"]
+            ),
+            default=0,
+        )
 
 
 def client_entity(user: str | None, client: str | None) -> dict[str, str]:
@@ -149,7 +158,7 @@ def level_path(matched_level: str) -> str:
     return matched_level.split()[1]
 
 
-# -- primitives: Rate, SampledStat, QuotaUtils ---------------------------------------------------
+# -- primitives: Rate, SampledStat, QuotaUtils -----------------------------------------------------
 
 
 def v_rate_no_prior(v: dict[str, Any]) -> None:
@@ -253,7 +262,9 @@ def v_quotautils(v: dict[str, Any]) -> None:
             assert window == exp["window_size_ms"]
         unbounded = km.throttle_time_ms(observed, cfg["quota"], window)
         if "max_throttle_ms" in cfg:
-            got = km.bounded_throttle_time_ms(observed, cfg["quota"], window, cfg["max_throttle_ms"])
+            got = km.bounded_throttle_time_ms(
+                observed, cfg["quota"], window, cfg["max_throttle_ms"]
+            )
             if "unbounded_throttle_ms_recomputed" in exp:
                 assert unbounded == exp["unbounded_throttle_ms_recomputed"]
         else:
@@ -316,7 +327,9 @@ def v_produce_violation(v: dict[str, Any]) -> None:
     t10 = v["events"][10]["t_ms"]
     first = [d for d in h.directives if d["ts"] == T0 + t10]
     assert len(first) == 1 and first[0]["until"] == T0 + t10 + 2100
-    assert first[0]["action"] == "throttle" and first[0]["config_level"] == "/config/clients/<default>"
+    assert (
+        first[0]["action"] == "throttle" and first[0]["config_level"] == "/config/clients/<default>"
+    )
     assert h.remaining(t10 + 2099, PRODUCE) == 1
     assert h.remaining(t10, PRODUCE) == 2100
 
@@ -331,8 +344,12 @@ def v_produce_int_range(v: dict[str, Any]) -> None:
     assert km.throttle_time_ms(d.observed, d.limit, d.window_ms) == exp["unclamped_ms_recomputed"]
 
 
-def _run_entity_ops(h: Harness, v: dict[str, Any], default_user: str | None = None,
-                    default_client: str | None = None) -> dict[int, Decision | None]:
+def _run_entity_ops(
+    h: Harness,
+    v: dict[str, Any],
+    default_user: str | None = None,
+    default_client: str | None = None,
+) -> dict[int, Decision | None]:
     """Apply a vector's update_quota/remove_quota/record ops; index -> produce decision."""
     out: dict[int, Decision | None] = {}
     for i, e in enumerate(v["events"]):
@@ -427,7 +444,7 @@ def v_entity_resolution(v: dict[str, Any]) -> None:
         assert d.config_level is None  # nothing matched: unlimited
 
 
-# -- request_percentage (ClientRequestQuotaManager) --------------------------------------------------
+# -- request_percentage (ClientRequestQuotaManager) ------------------------------------------------
 
 
 def v_request_percentage(v: dict[str, Any]) -> None:
@@ -438,8 +455,17 @@ def v_request_percentage(v: dict[str, Any]) -> None:
     h.config({"user": user, "client_id": client}, {REQUEST: cfg["quota_percent"]})
     got = []
     for e in v["events"]:
-        d = only(h.event(e["t_ms"], type="request", api="Metadata", user=user, client_id=client,
-                         thread_time_ms=e.get("thread_time_ms", 0)), REQUEST)
+        d = only(
+            h.event(
+                e["t_ms"],
+                type="request",
+                api="Metadata",
+                user=user,
+                client_id=client,
+                thread_time_ms=e.get("thread_time_ms", 0),
+            ),
+            REQUEST,
+        )
         assert d.limit == cfg["quota_percent"]
         assert d.throttle_time_ms <= cfg["max_throttle_ms"]
         assert d.config_level == cfg["quota_entity"]
@@ -453,7 +479,7 @@ def v_request_percentage(v: dict[str, Any]) -> None:
     assert got[34] == exp["event_34"]
 
 
-# -- controller mutations (ControllerMutationQuotaManager) -------------------------------------------
+# -- controller mutations (ControllerMutationQuotaManager) -----------------------------------------
 
 
 def _mutation_harness(cfg: dict[str, Any]) -> Harness:
@@ -462,10 +488,27 @@ def _mutation_harness(cfg: dict[str, Any]) -> Harness:
     return Harness(controller_window_num=n, controller_window_ms=w)
 
 
-def _mutate(h: Harness, t: int, api: str, version: int, partitions: int,
-            user: str = "ANONYMOUS", client: str = "test-client") -> Decision:
-    return only(h.event(t, type="mutation", api=api, api_version=version, partitions=partitions,
-                        user=user, client_id=client), "controller_mutation_rate")
+def _mutate(
+    h: Harness,
+    t: int,
+    api: str,
+    version: int,
+    partitions: int,
+    user: str = "ANONYMOUS",
+    client: str = "test-client",
+) -> Decision:
+    return only(
+        h.event(
+            t,
+            type="mutation",
+            api=api,
+            api_version=version,
+            partitions=partitions,
+            user=user,
+            client_id=client,
+        ),
+        "controller_mutation_rate",
+    )
 
 
 def v_mutation_mode(v: dict[str, Any]) -> None:
@@ -473,8 +516,10 @@ def v_mutation_mode(v: dict[str, Any]) -> None:
     cfg, exp = v["config"], v["expected"]
     strict = cfg["mode"].startswith("strict")
     h = _mutation_harness(cfg)
-    h.config({"user": "ANONYMOUS", "client_id": "test-client"},
-             {"controller_mutation_rate": cfg["quota_per_sec"]})
+    h.config(
+        {"user": "ANONYMOUS", "client_id": "test-client"},
+        {"controller_mutation_rate": cfg["quota_per_sec"]},
+    )
     assert burst(cfg["quota_per_sec"], cfg["samples"], cfg["window_ms"]) == cfg["burst"]
     version = 7 if strict else 5
     for e, want in zip(v["events"], exp["per_event"]):
@@ -501,8 +546,10 @@ def v_mutation_mode(v: dict[str, Any]) -> None:
 def v_mutation_manager(v: dict[str, Any]) -> None:
     cfg, exp = v["config"], v["expected"]
     h = _mutation_harness(cfg)
-    h.config({"user": "ANONYMOUS", "client_id": "test-client"},
-             {"controller_mutation_rate": cfg["quota_per_sec"]})
+    h.config(
+        {"user": "ANONYMOUS", "client_id": "test-client"},
+        {"controller_mutation_rate": cfg["quota_per_sec"]},
+    )
     throttles, tokens = [], []
     for e in v["events"]:
         d = _mutate(h, e["t_ms"], "CreateTopics", 7, e["value"])  # the manager is strict
@@ -526,29 +573,43 @@ def v_mutation_integration(v: dict[str, Any]) -> None:
     h = _mutation_harness(cfg)
     h.config({"user": user}, {"controller_mutation_rate": cfg["controller_mutation_rate"]})
     topics = v["events"][0]["topics"]
-    decisions = [_mutate(h, 0, api, version, parts, user, "admin-client") for parts in topics.values()]
+    decisions = [
+        _mutate(h, 0, api, version, parts, user, "admin-client") for parts in topics.values()
+    ]
     errors = ["THROTTLING_QUOTA_EXCEEDED" if d.action == "reject" else "NONE" for d in decisions]
     response_throttle = max(d.throttle_time_ms for d in decisions)
     assert h.remaining(0, "controller_mutation_rate") == response_throttle
+    # expected: "0 <= t <= 5000 (recomputed at same instant: 5000)"; the bound is asserted by
+    # Kafka, the exact value recomputed (one instant: no refill between the topics)
+    spec = exp["throttle_time_ms"]
+    upper = int(re.search(r"<= t <= (\d+)", spec).group(1))  # type: ignore[union-attr]
+    assert 0 <= response_throttle <= upper
+    recomputed = re.search(r"recomputed[^:]*: (\d+)", spec)
+    assert response_throttle == (int(recomputed.group(1)) if recomputed else upper)
+    wanted = exp["errors"]
     if strict:
-        assert sorted(errors) == ["NONE", "THROTTLING_QUOTA_EXCEEDED"]
+        assert (wanted["one_topic"], wanted["other_topic"].split()[0]) == (
+            "NONE",
+            "THROTTLING_QUOTA_EXCEEDED",
+        )
         assert errors == ["NONE", "THROTTLING_QUOTA_EXCEEDED"]  # in order: once in debt, reject
-        assert 0 <= response_throttle <= 5000 and response_throttle == 5000
         # retried after the throttle time: the bucket has refilled to 0, so it is accepted
-        retry = _mutate(h, response_throttle, api, version, list(topics.values())[1], user,
-                        "admin-client")
+        assert "succeeds with throttle 0" in exp["retry_after_throttle"]
+        retry = _mutate(
+            h, response_throttle, api, version, list(topics.values())[1], user, "admin-client"
+        )
         assert retry.action == "none" and retry.throttle_time_ms == 0
     else:
-        assert errors == ["NONE", "NONE"]
-        assert 0 <= response_throttle <= 20000 and response_throttle == 20000
+        assert errors == [wanted[name] for name in topics]
         assert [d.action for d in decisions] == ["throttle", "throttle"]
 
 
-# -- connections (ConnectionQuotas) ------------------------------------------------------------------
+# -- connections (ConnectionQuotas) ----------------------------------------------------------------
 
 
-def _connect(h: Harness, t: int, ip: str, listener: str = "EXTERNAL",
-             inter_broker: bool = False) -> list[Decision]:
+def _connect(
+    h: Harness, t: int, ip: str, listener: str = "EXTERNAL", inter_broker: bool = False
+) -> list[Decision]:
     return h.event(t, type="connection", listener=listener, ip=ip, inter_broker=inter_broker)
 
 
@@ -559,7 +620,9 @@ def _ip_decision(decisions: list[Decision]) -> Decision | None:
 
 def v_conn_ip_rate_update(v: dict[str, Any]) -> None:
     cfg, exp = v["config"], v["expected"]
-    h = Harness(window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"])
+    h = Harness(
+        window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"]
+    )
     counts: dict[str, int] = {}
     throttles: dict[int, int] = {}
     for i, e in enumerate(v["events"]):
@@ -596,7 +659,9 @@ def v_conn_ip_zero_quota(v: dict[str, Any]) -> None:
     vector's ZK-path value is applied as a ConfigUpdate straight to the engine.
     """
     cfg, exp = v["config"], v["expected"]
-    h = Harness(window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"])
+    h = Harness(
+        window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"]
+    )
     n, w = cfg["quota.window.num"], 1000 * cfg["quota.window.size.seconds"]
     for e in v["events"]:
         with pytest.raises(ConfigError):
@@ -608,8 +673,10 @@ def v_conn_ip_zero_quota(v: dict[str, Any]) -> None:
         ip = _ip_decision(decisions)
         assert ip is not None and ip.action == "close_connection"  # ConnectionThrottledException
         assert ip.throttle_time_ms == exp["throttle_ms_recomputed"]
-        by_scope = {("ip" if d.quota == IP_RATE else "listener" if "listener" in d.entity else "broker"): d
-                    for d in decisions}
+        by_scope = {
+            ("ip" if d.quota == IP_RATE else "listener" if "listener" in d.entity else "broker"): d
+            for d in decisions
+        }
         assert ("broker" in by_scope) == (not inter_broker)  # inter-broker: no broker-wide rate
         for scope, d in by_scope.items():
             rate = h.engine.store[d.key]
@@ -654,7 +721,9 @@ def v_conn_ip_resolution(v: dict[str, Any]) -> None:
 def v_conn_broker_rate_listeners(v: dict[str, Any]) -> None:
     """The broker-wide rate delays EXTERNAL and ADMIN, never the inter-broker REPLICATION."""
     cfg = v["config"]
-    h = Harness(window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"])
+    h = Harness(
+        window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"]
+    )
     h.config({"broker": 1}, {BROKER_RATE: cfg["max.connection.creation.rate"]})
     delayed = {"EXTERNAL": 0, "ADMIN": 0, "REPLICATION": 0}
     created = dict.fromkeys(delayed, 0)
@@ -663,8 +732,9 @@ def v_conn_broker_rate_listeners(v: dict[str, Any]) -> None:
         for s in streams:
             listener = s["listener"]
             inter_broker = listener == "REPLICATION"
-            decisions = _connect(h, k * s["interval_ms"], f"10.0.0.{k % 200}", listener,
-                                 inter_broker)
+            decisions = _connect(
+                h, k * s["interval_ms"], f"10.0.0.{k % 200}", listener, inter_broker
+            )
             if inter_broker:
                 assert all("listener" in d.entity for d in decisions)  # broker rate not recorded
             assert all(d.action != "close_connection" for d in decisions)  # delayed, not dropped
@@ -678,7 +748,9 @@ def v_conn_broker_rate_listeners(v: dict[str, Any]) -> None:
 
 def v_conn_broker_rate_hand(v: dict[str, Any]) -> None:
     cfg, exp = v["config"], v["expected"]
-    h = Harness(window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"])
+    h = Harness(
+        window_num=cfg["quota.window.num"], window_ms=1000 * cfg["quota.window.size.seconds"]
+    )
     h.config({"broker": 1}, {BROKER_RATE: cfg["max.connection.creation.rate"]})
     e = v["events"][0]
     for i in range(e["attempts"]):

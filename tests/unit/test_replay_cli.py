@@ -18,30 +18,75 @@ def line(obj: Any) -> str:
 
 
 def request(ts: int, nbytes: int, **extra: Any) -> dict[str, Any]:
-    return {"type": "request", "v": 1, "ts": ts, "broker": 1, "user": "alice", "client_id": "app",
-            "api": "Produce", "bytes": nbytes, **extra}
+    return {
+        "type": "request",
+        "v": 1,
+        "ts": ts,
+        "broker": 1,
+        "user": "alice",
+        "client_id": "app",
+        "api": "Produce",
+        "bytes": nbytes,
+        **extra,
+    }
 
 
-CONFIG = {"type": "quota_config", "v": 1, "ts": T0, "entity": {"user": "alice"},
-          "quotas": {"producer_byte_rate": 1000, "controller_mutation_rate": 1}}
+CONFIG = {
+    "type": "quota_config",
+    "v": 1,
+    "ts": T0,
+    "entity": {"user": "alice"},
+    "quotas": {"producer_byte_rate": 1000, "controller_mutation_rate": 1},
+}
 
 LINES = [
-    line(CONFIG),                                                     # 1
-    line(request(T0, 500)),                                           # 2
-    "",                                                               # 3 (blank: no output)
-    line(request(T0 + 10, 20000)),                                    # 4 throttled
-    "{not json",                                                      # 5 bad line
-    line({"type": "batch", "v": 1, "broker": 2, "events": [          # 6 batch, one bad inner
-        request(T0 + 20, 100) | {"broker": 1},
-        {"type": "request", "v": 1, "ts": T0 + 20, "user": "alice", "client_id": "app", "api": "Produce",
-         "bytes": -1},
-        {"type": "connection", "v": 1, "ts": T0 + 20, "listener": "EXTERNAL", "ip": "10.0.0.1"},
-    ]}),
-    "   ",                                                            # 7 (blank)
-    line(request(T0 + 30, 1) | {"v": 2}),                             # 8 bad version
-    line({"type": "mutation", "v": 1, "ts": T0 + 40, "broker": 1, "user": "alice", "client_id": "app",
-          "api": "CreateTopics", "api_version": 7, "partitions": 30}),  # 9
-    line(request(T0 + 10**12, 1)),                                    # 10 ts absurdly far away
+    line(CONFIG),  # 1
+    line(request(T0, 500)),  # 2
+    "",  # 3 (blank: no output)
+    line(request(T0 + 10, 20000)),  # 4 throttled
+    "{not json",  # 5 bad line
+    line(
+        {
+            "type": "batch",
+            "v": 1,
+            "broker": 2,
+            "events": [  # 6 batch, one bad inner
+                request(T0 + 20, 100) | {"broker": 1},
+                {
+                    "type": "request",
+                    "v": 1,
+                    "ts": T0 + 20,
+                    "user": "alice",
+                    "client_id": "app",
+                    "api": "Produce",
+                    "bytes": -1,
+                },
+                {
+                    "type": "connection",
+                    "v": 1,
+                    "ts": T0 + 20,
+                    "listener": "EXTERNAL",
+                    "ip": "10.0.0.1",
+                },
+            ],
+        }
+    ),
+    "   ",  # 7 (blank)
+    line(request(T0 + 30, 1) | {"v": 2}),  # 8 bad version
+    line(
+        {
+            "type": "mutation",
+            "v": 1,
+            "ts": T0 + 40,
+            "broker": 1,
+            "user": "alice",
+            "client_id": "app",
+            "api": "CreateTopics",
+            "api_version": 7,
+            "partitions": 30,
+        }
+    ),  # 9
+    line(request(T0 + 10**12, 1)),  # 10 ts absurdly far away
 ]
 
 
@@ -49,22 +94,37 @@ LINES = [
 def files(tmp_path: Path) -> dict[str, Path]:
     src = tmp_path / "events.jsonl"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    return {"input": src, "decisions": tmp_path / "decisions.jsonl",
-            "directives": tmp_path / "directives.jsonl", "deadletter": tmp_path / "dead.jsonl"}
+    return {
+        "input": src,
+        "decisions": tmp_path / "decisions.jsonl",
+        "directives": tmp_path / "directives.jsonl",
+        "deadletter": tmp_path / "dead.jsonl",
+    }
 
 
 def run(files: dict[str, Path], *extra: str) -> int:
-    return main(["replay", str(files["input"]), "--decisions-out", str(files["decisions"]),
-                 "--directives-out", str(files["directives"]), "--deadletter-out",
-                 str(files["deadletter"]), *extra])
+    return main(
+        [
+            "replay",
+            str(files["input"]),
+            "--decisions-out",
+            str(files["decisions"]),
+            "--directives-out",
+            str(files["directives"]),
+            "--deadletter-out",
+            str(files["deadletter"]),
+            *extra,
+        ]
+    )
 
 
 def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_decisions_one_line_per_non_blank_input_line(files: dict[str, Path],
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_decisions_one_line_per_non_blank_input_line(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(files) == 0
     out = read(files["decisions"])
     non_blank = [i for i, x in enumerate(LINES) if x.strip()]
@@ -77,15 +137,27 @@ def test_decisions_one_line_per_non_blank_input_line(files: dict[str, Path],
     ok = by_line[2]
     assert set(ok) == {"index", "throttle_time_ms", "decisions"}
     [d] = ok["decisions"]
-    assert set(d) == {"quota", "entity", "throttle_time_ms", "action", "observed", "limit", "window_ms",
-                      "config_level"}
+    assert set(d) == {
+        "quota",
+        "entity",
+        "throttle_time_ms",
+        "action",
+        "observed",
+        "limit",
+        "window_ms",
+        "config_level",
+    }
     assert d["quota"] == "producer_byte_rate" and d["action"] == "none" and d["limit"] == 1000
 
     throttled = by_line[4]
     assert throttled["throttle_time_ms"] == throttled["decisions"][0]["throttle_time_ms"] > 0
 
     bad = by_line[5]
-    assert bad["throttle_time_ms"] == 0 and bad["decisions"] == [] and bad["error"].startswith("not JSON")
+    assert (
+        bad["throttle_time_ms"] == 0
+        and bad["decisions"] == []
+        and bad["error"].startswith("not JSON")
+    )
 
     batch = by_line[6]
     assert set(batch) == {"index", "throttle_time_ms", "events"}
@@ -145,7 +217,9 @@ def test_window_options_reach_the_engine(files: dict[str, Path]) -> None:
     assert d["window_ms"] == 1000 and d["observed"] == 500.0
 
 
-def test_missing_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_input_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "nope.jsonl"
     assert main(["replay", str(missing), "--quiet"]) == 2
     err = capsys.readouterr().err

@@ -15,8 +15,14 @@ T0 = 1_763_800_000_000
 
 
 def same_rate(a: Rate, b: Rate) -> None:
-    assert (a.values, a.starts, a.lasts, a.current, a.clock, a.until) == \
-        (b.values, b.starts, b.lasts, b.current, b.clock, b.until)
+    assert (a.values, a.starts, a.lasts, a.current, a.clock, a.until) == (
+        b.values,
+        b.starts,
+        b.lasts,
+        b.current,
+        b.clock,
+        b.until,
+    )
     assert [type(v) for v in a.values] == [type(v) for v in b.values]
 
 
@@ -87,14 +93,23 @@ def test_token_bucket_round_trips() -> None:
     assert data[0] == VERSION and data[1:2] == b"T"
     back = decode(data)
     assert isinstance(back, TokenBucket)
-    assert (back.tokens, back.last, back.clock, back.until) == (bucket.tokens, bucket.last, bucket.clock,
-                                                                bucket.until)
+    assert (back.tokens, back.last, back.clock, back.until) == (
+        bucket.tokens,
+        bucket.last,
+        bucket.clock,
+        bucket.until,
+    )
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.one_of(st.integers(0, 10**15), st.floats(0, 1e12)), st.integers(0, 5000)),
-                max_size=40),
-       st.integers(1, 12), st.sampled_from([1, 100, 1000]))
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.integers(0, 10**15), st.floats(0, 1e12)), st.integers(0, 5000)),
+        max_size=40,
+    ),
+    st.integers(1, 12),
+    st.sampled_from([1, 100, 1000]),
+)
 def test_any_rate_round_trips(records: list[tuple[float, int]], n: int, w: int) -> None:
     rate = Rate()
     t = T0
