@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, MutableMapping, Union
 
 from app.engine import configs as cfg
-from app.engine.configs import ConfigUpdate, QuotaConfigs, Resolution
+from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
 from app.engine.kafka_math import (
     bounded_throttle_time_ms,
@@ -110,12 +110,17 @@ class QuotaEngine:
         self._n, self._w = s.window_num, s.window_ms
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
+        self._bundles: dict[tuple[str, int, str, str], tuple[str, dict[str, str], float, str | None] | None] = {}
+        self._configs_version = -1
 
     # -- public API ---------------------------------------------------------------------------
 
     def process(self, event: Event | ConfigUpdate) -> tuple[list[Decision], list[dict[str, Any]]]:
         """Apply one event; return its decisions (in Kafka's order) and directives to publish."""
         decisions: list[Decision] = []
+        if self.configs.version != self._configs_version:
+            self._bundles.clear()
+            self._configs_version = self.configs.version
         if isinstance(event, RequestEvent):
             self._request(event, decisions)
         elif isinstance(event, ConnectionEvent):
@@ -125,8 +130,10 @@ class QuotaEngine:
         elif isinstance(event, ConfigUpdate):
             self.configs.apply(event)
             return decisions, []
-        directives = [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
-        return decisions, directives
+        return decisions, self._directives(decisions)
+
+    def _directives(self, decisions: list[Decision]) -> list[dict[str, Any]]:
+        return [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
 
     def drain_touched(self) -> set[str]:
         touched, self.touched = self.touched, set()
@@ -185,16 +192,42 @@ class QuotaEngine:
         self.touched.add(key)
         return state  # type: ignore[return-value]
 
-    def _check(self, quota: str, res: Resolution, event: Event, value: float,
-               decisions: list[Decision], cap: int | None) -> tuple[int, str, Rate, int]:
+    def _bundle(self, quota: str, event: Event) -> tuple[str, dict[str, str], float, str | None] | None:
+        """(state key, entity, limit, config level) of a request's window; None if quotas are off.
+
+        Cached per (quota, broker, user, client id) until the configs change: resolution and
+        key building are otherwise most of the per-sample cost. Entities are shared: read-only.
+        """
+        ck = (quota, event.broker, event.user, event.client_id)
+        try:
+            return self._bundles[ck]
+        except KeyError:
+            pass
+        res = self.configs.resolve(quota, event.user, event.client_id)
+        bundle = None
+        if res is not None:
+            bundle = (self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
+                      {"user": res.user, "client_id": res.client_id}, res.limit, res.level)
+        if len(self._bundles) > 1_000_000:
+            self._bundles.clear()
+        self._bundles[ck] = bundle
+        return bundle
+
+    def _check(self, quota: str, bundle: tuple[str, dict[str, str], float, str | None],
+               event: Event, value: float, decisions: list[Decision],
+               cap: int | None) -> tuple[int, Rate, int]:
         """Sensor.record with the quota check: record, measure, throttle if over the bound."""
-        key = self._key(KEY_CODE[quota], event.broker, res.user, res.client_id)
-        rate = self._rate(key)
-        t = rate.advance(event.ts)
-        n, w = self._n, self._w
-        rate.record(value, t, n, w)
-        observed, window = rate.measure(t, n, w)
-        limit = res.limit
+        key, entity, limit, level = bundle
+        rate = self.store.get(key)
+        if rate is None:
+            rate = self.store[key] = Rate()
+        self.touched.add(key)
+        t = event.ts
+        if t < rate.clock:
+            t = rate.clock
+        else:
+            rate.clock = t
+        observed, window = rate.record_measure(value, t, self._n, self._w)
         if observed <= limit:
             throttle = 0
         elif cap is None:
@@ -202,48 +235,46 @@ class QuotaEngine:
         else:
             throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
         decisions.append(Decision(
-            quota, {"user": res.user, "client_id": res.client_id}, throttle,
-            "throttle" if throttle > 0 else "none", observed, limit, window, res.level, key, t,
-            None if self.cluster else event.broker,
+            quota, entity, throttle, "throttle" if throttle > 0 else "none", observed, limit,
+            window, level, key, t, None if self.cluster else event.broker,
         ))
-        return throttle, key, rate, t
+        return throttle, rate, t
 
     def _request(self, event: RequestEvent, decisions: list[Decision],
                  only: tuple[str, ...] | None = None) -> None:
-        configs = self.configs
         api = event.api
-        request_res = None
-        if not event.exempt and (only is None or cfg.REQUEST in only):
-            request_res = configs.resolve(cfg.REQUEST, event.user, event.client_id)
+        request_bundle = None
         if event.exempt:
             self.exempt_requests += event.count
+        elif only is None or cfg.REQUEST in only:
+            request_bundle = self._bundle(cfg.REQUEST, event)
         if api == "Produce":
             # KafkaApis.handleProduceRequest: bandwidth first, then request time
             if only is None or cfg.PRODUCE in only:
-                res = configs.resolve(cfg.PRODUCE, event.user, event.client_id)
-                if res is not None:
-                    self._check(cfg.PRODUCE, res, event, event.bytes, decisions, None)
-            self._request_time(request_res, event, decisions)
+                bundle = self._bundle(cfg.PRODUCE, event)
+                if bundle is not None:
+                    self._check(cfg.PRODUCE, bundle, event, event.bytes, decisions, None)
+            self._request_time(request_bundle, event, decisions)
         elif api == "Fetch" and not event.exempt:
             # handleFetchRequest: request time first, then bytes; a throttled fetch sends an
             # empty response, so its bytes are taken back out of the window (either cause)
-            rq = self._request_time(request_res, event, decisions)
+            rq = self._request_time(request_bundle, event, decisions)
             if only is None or cfg.FETCH in only:
-                res = configs.resolve(cfg.FETCH, event.user, event.client_id)
-                if res is not None:
-                    bw, _, rate, t = self._check(cfg.FETCH, res, event, event.bytes, decisions, None)
+                bundle = self._bundle(cfg.FETCH, event)
+                if bundle is not None:
+                    bw, rate, t = self._check(cfg.FETCH, bundle, event, event.bytes, decisions, None)
                     if bw > 0 or rq > 0:
                         rate.record(-event.bytes, t, self._n, self._w)
         else:
-            self._request_time(request_res, event, decisions)
+            self._request_time(request_bundle, event, decisions)
 
-    def _request_time(self, res: Resolution | None, event: RequestEvent,
-                      decisions: list[Decision]) -> int:
+    def _request_time(self, bundle: tuple[str, dict[str, str], float, str | None] | None,
+                      event: RequestEvent, decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
-        if res is None:
+        if bundle is None:
             return 0
         percent = round(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
-        throttle, _, rate, t = self._check(cfg.REQUEST, res, event, percent, decisions, self._w)
+        throttle, rate, t = self._check(cfg.REQUEST, bundle, event, percent, decisions, self._w)
         if event.network_ms:
             rate.record(round(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
         return throttle
@@ -251,9 +282,11 @@ class QuotaEngine:
     def process_only(self, event: RequestEvent, quotas: tuple[str, ...]) -> tuple[list[Decision], list[dict[str, Any]]]:
         """Process only some quota types of a request (the live pipeline's split case)."""
         decisions: list[Decision] = []
+        if self.configs.version != self._configs_version:
+            self._bundles.clear()
+            self._configs_version = self.configs.version
         self._request(event, decisions, quotas)
-        directives = [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
-        return decisions, directives
+        return decisions, self._directives(decisions)
 
     # -- controller mutations ------------------------------------------------------------------
 
@@ -298,8 +331,7 @@ class QuotaEngine:
         rate = self._rate(key)
         t = rate.advance(t)
         n, w = self._n, self._w
-        rate.record(1, t, n, w)
-        observed, window = rate.measure(t, n, w)
+        observed, window = rate.record_measure(1, t, n, w)
         throttle = 0
         if observed > limit:
             throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, w))

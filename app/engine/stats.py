@@ -11,6 +11,20 @@ state never moves backwards (see `advance`).
 
 from __future__ import annotations
 
+import sys
+
+
+def _loop_sum(values: list[float]) -> float:
+    total = 0
+    for v in values:
+        total += v
+    return total
+
+
+#: Kafka sums a window's samples left to right in doubles. Python 3.11's `sum` does exactly
+#: that (in C); 3.12+ compensates rounding, which would differ in the last bit, so it loops.
+ordered_sum = sum if sys.version_info < (3, 12) else _loop_sum
+
 
 class Rate:
     """SampledStat over WindowedSum, measured as Kafka's `Rate` (per second).
@@ -24,7 +38,7 @@ class Rate:
     Python ints, which equals Kafka's double arithmetic while the window total is below 2**53.
     """
 
-    __slots__ = ("values", "starts", "lasts", "current", "clock", "until")
+    __slots__ = ("values", "starts", "lasts", "current", "clock", "until", "purge_at", "oldest")
 
     def __init__(self) -> None:
         self.values: list[float] = []
@@ -35,6 +49,11 @@ class Rate:
         self.clock = 0
         #: `until` of the last directive published for this state (0 = none)
         self.until = 0
+        # Derived, not persisted: a lower bound of min(lasts) + N*W (sample times only grow,
+        # so before it no sample can be obsolete and the purge is skipped), and the cached
+        # min(starts) (None when a sample was reset).
+        self.purge_at = 0
+        self.oldest: int | None = None
 
     def advance(self, t: int) -> int:
         """Return the time to use for an event at `t`: never earlier than one already seen."""
@@ -63,8 +82,24 @@ class Rate:
                 values[c] = 0
                 self.starts[c] = now
                 self.lasts[c] = now
+                self.oldest = None
         values[c] += value
         self.lasts[c] = now
+
+    def record_measure(self, value: float, now: int, n: int, w: int) -> tuple[float, int]:
+        """`record` then `measure`, as Sensor.record with a quota check does, on the hot path."""
+        self.record(value, now, n, w)
+        if now >= self.purge_at:
+            self.purge(now, n, w)
+        oldest = self.oldest
+        if oldest is None:
+            oldest = self.oldest = min(self.starts)
+        elapsed = now - oldest
+        full = elapsed // w
+        if full < n - 1:
+            elapsed += (n - 1 - full) * w
+        window = elapsed if elapsed > 1 else 1
+        return ordered_sum(self.values) / (window / 1000.0), window
 
     def purge(self, now: int, n: int, w: int) -> None:
         """purgeObsoleteSamples: reset samples whose last event left the N*W window."""
@@ -75,6 +110,8 @@ class Rate:
                 self.values[i] = 0
                 self.starts[i] = now
                 lasts[i] = now
+                self.oldest = None
+        self.purge_at = min(lasts) + expire if lasts else 0
 
     def measure(self, now: int, n: int, w: int) -> tuple[float, int]:
         """Rate.measure and Rate.windowSize at `now`: (rate per second, window in ms).
@@ -82,9 +119,7 @@ class Rate:
         Like Kafka, measuring purges, and an empty stat gains a sample starting at `now`.
         """
         self.purge(now, n, w)
-        total = 0
-        for v in self.values:
-            total += v
+        total = ordered_sum(self.values)
         window = self.window_after_purge(now, n, w)
         return total / (window / 1000.0), window
 
@@ -95,6 +130,7 @@ class Rate:
             starts.append(now)
             self.lasts.append(now)
             self.current = 0
+            self.oldest = None
         elapsed = now - min(starts)
         full = elapsed // w
         if full < n - 1:
@@ -107,10 +143,7 @@ class Rate:
         return self.window_after_purge(now, n, w)
 
     def total(self) -> float:
-        total = 0
-        for v in self.values:
-            total += v
-        return total
+        return ordered_sum(self.values)
 
 
 class TokenBucket:
