@@ -1,7 +1,8 @@
 """Per-entity quota state in a changelog-backed RocksDB Faust table, behind a write-back cache.
 
 Table writes are Faust's expensive path (one changelog record each), so the engine works on
-decoded state objects in memory and each touched window is written at most once per flush.
+decoded state objects in memory, windows share table rows (buckets), and each touched row is
+written at most once per flush.
 The flush is tied to offset acknowledgement: a source record is acked (and so can be committed)
 only after every window it changed has been written. A crash therefore loses no update; it can
 re-apply the records between the last flush's changelog write and the following offset commit
@@ -11,6 +12,8 @@ re-apply the records between the last flush's changelog write and the following 
 from __future__ import annotations
 
 import logging
+import struct
+import zlib
 from typing import Any, Iterator, MutableMapping
 
 from app.engine.engine import State
@@ -21,8 +24,46 @@ log = logging.getLogger(__name__)
 TABLE_NAME = "entity-state"
 
 
+BUCKETS = 64
+_ENTRY = struct.Struct("<HI")
+
+
+def bucket_of(key: str) -> int:
+    """Which table row holds a window: crc32 is stable across processes."""
+    return zlib.crc32(key.encode()) % BUCKETS
+
+
+def encode_bucket(entries: list[tuple[str, State]]) -> bytes:
+    """A table row: many windows, each `key_len:u16 state_len:u32 key state`."""
+    parts = []
+    for key, state in entries:
+        k = key.encode()
+        v = encode(state)
+        parts.append(_ENTRY.pack(len(k), len(v)) + k + v)
+    return b"".join(parts)
+
+
+def decode_bucket(data: bytes) -> dict[str, State]:
+    out: dict[str, State] = {}
+    offset = 0
+    while offset < len(data):
+        klen, vlen = _ENTRY.unpack_from(data, offset)
+        offset += _ENTRY.size
+        key = data[offset:offset + klen].decode()
+        offset += klen
+        out[key] = decode(data[offset:offset + vlen])
+        offset += vlen
+    if offset != len(data):
+        raise StateDecodeError("truncated bucket")
+    return out
+
+
 class PartitionCache(MutableMapping[str, State]):
     """The decoded windows of one table partition; reads fall through to the table.
+
+    Windows are stored BUCKETS to a table row, so a flush writes at most BUCKETS rows per
+    partition however many windows changed: Faust's cost is per table write (a changelog
+    record each), and 10k busy entities would otherwise mean 10k+ writes per flush.
 
     Reads must happen while Faust's current event is from this partition (Faust's RocksDB
     store picks the partition from it), which holds inside the agent's iteration.
@@ -31,8 +72,26 @@ class PartitionCache(MutableMapping[str, State]):
     def __init__(self, table: Any) -> None:
         self.table = table
         self.states: dict[str, State] = {}
-        self.dirty: set[str] = set()
+        self.members: dict[int, set[str]] = {}
+        self.dirty: set[int] = set()
         self.decode_errors = 0
+
+    def _load(self, bucket: int) -> set[str]:
+        members = self.members.get(bucket)
+        if members is not None:
+            return members
+        members = self.members[bucket] = set()
+        raw = self.table.get(f"b{bucket}")
+        if raw:
+            try:
+                states = decode_bucket(raw)
+            except (StateDecodeError, struct.error, UnicodeDecodeError) as exc:
+                self.decode_errors += 1
+                log.error("table row b%d unreadable (%s): its windows start afresh", bucket, exc)
+                return members
+            self.states.update(states)
+            members.update(states)
+        return members
 
     def __getitem__(self, key: str) -> State:
         state = self.get(key)
@@ -44,25 +103,20 @@ class PartitionCache(MutableMapping[str, State]):
         state = self.states.get(key)
         if state is not None:
             return state
-        raw = self.table.get(key)
-        if raw is None:
-            return default
-        try:
-            state = decode(raw)
-        except StateDecodeError as exc:
-            self.decode_errors += 1
-            log.error("state %r unreadable (%s): starting a fresh window", key, exc)
-            return default
-        self.states[key] = state
-        return state
+        self._load(bucket_of(key))
+        return self.states.get(key, default)
 
     def __setitem__(self, key: str, state: State) -> None:
+        bucket = bucket_of(key)
+        self._load(bucket).add(key)
         self.states[key] = state
-        self.dirty.add(key)
+        self.dirty.add(bucket)
 
     def __delitem__(self, key: str) -> None:
+        bucket = bucket_of(key)
         del self.states[key]
-        self.dirty.discard(key)
+        self._load(bucket).discard(key)
+        self.dirty.add(bucket)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.states)
@@ -71,12 +125,13 @@ class PartitionCache(MutableMapping[str, State]):
         return len(self.states)
 
     def mark(self, keys: set[str]) -> None:
-        self.dirty |= keys
+        self.dirty.update(bucket_of(k) for k in keys)
 
     def flush(self) -> int:
-        """Write every dirty window once; return how many were written."""
+        """Write every dirty row once; return how many were written."""
         dirty, self.dirty = self.dirty, set()
-        table = self.table
-        for key in dirty:
-            table[key] = encode(self.states[key])
+        states = self.states
+        for bucket in dirty:
+            members = self.members.get(bucket, ())
+            self.table[f"b{bucket}"] = encode_bucket([(k, states[k]) for k in sorted(members)])
         return len(dirty)
