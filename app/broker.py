@@ -299,10 +299,12 @@ class EmbeddedBroker:
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM the broker, SIGKILL it if it is still alive after `timeout` s. Idempotent."""
         proc, self._proc = self._proc, None
+        crashed = proc is not None and proc.poll() is not None
         if proc is not None:
             self._terminate(proc, timeout)
         self._close_log()
-        if self._own_log and self._log_path is not None and proc is not None:
+        # A broker that died on its own keeps its log for the post-mortem.
+        if self._own_log and self._log_path is not None and proc is not None and not crashed:
             with contextlib.suppress(OSError):
                 self._log_path.unlink()
             self._log_path = None

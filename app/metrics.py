@@ -58,28 +58,29 @@ class TopEntities:
 
     def __init__(self, top_n: int) -> None:
         self.top_n = top_n
-        self.latest: dict[tuple[str, str], tuple[float, float]] = {}
+        #: latest decision per window (anything with quota, entity, observed, limit); labels
+        #: are only built for the top N at export, never per sample
+        self.latest: dict[str, Any] = {}
         self._exported: set[tuple[str, str]] = set()
 
-    def observe(self, quota: str, entity: str, observed: float, limit: float) -> None:
-        self.latest[(quota, entity)] = (observed, limit)
+    def observe(self, key: str, decision: Any) -> None:
+        self.latest[key] = decision
 
     def export(self) -> None:
         """Publish the top N and drop every series that fell out of it."""
-        def ratio(item: tuple[tuple[str, str], tuple[float, float]]) -> float:
-            observed, limit = item[1]
-            return observed / limit if limit else 0.0
+        def ratio(d: Any) -> float:
+            return d.observed / d.limit if d.limit else 0.0
 
-        top = heapq.nlargest(self.top_n, self.latest.items(), key=ratio)
-        keep = {key for key, _ in top}
-        for key in self._exported - keep:
+        top = heapq.nlargest(self.top_n, self.latest.values(), key=ratio)
+        labelled = {(d.quota, entity_label(d.entity)): d for d in top}
+        for key in self._exported - labelled.keys():
             ENTITY_OBSERVED.remove(*key)
             ENTITY_LIMIT.remove(*key)
-        for (quota, entity), (observed, limit) in top:
-            ENTITY_OBSERVED.labels(quota, entity).set(observed)
-            ENTITY_LIMIT.labels(quota, entity).set(limit)
-        THROTTLED_ENTITIES.set(sum(1 for o, lim in self.latest.values() if o > lim))
-        self._exported = keep
+        for (quota, entity), d in labelled.items():
+            ENTITY_OBSERVED.labels(quota, entity).set(d.observed)
+            ENTITY_LIMIT.labels(quota, entity).set(d.limit)
+        THROTTLED_ENTITIES.set(sum(1 for d in self.latest.values() if d.observed > d.limit))
+        self._exported = set(labelled)
         self.latest.clear()
 
 

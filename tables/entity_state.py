@@ -33,14 +33,15 @@ def bucket_of(key: str) -> int:
     return zlib.crc32(key.encode()) % BUCKETS
 
 
+def encode_entry(key: str, state: State) -> bytes:
+    """One window inside a table row: `key_len:u16 state_len:u32 key state`."""
+    k = key.encode()
+    v = encode(state)
+    return _ENTRY.pack(len(k), len(v)) + k + v
+
+
 def encode_bucket(entries: list[tuple[str, State]]) -> bytes:
-    """A table row: many windows, each `key_len:u16 state_len:u32 key state`."""
-    parts = []
-    for key, state in entries:
-        k = key.encode()
-        v = encode(state)
-        parts.append(_ENTRY.pack(len(k), len(v)) + k + v)
-    return b"".join(parts)
+    return b"".join(encode_entry(key, state) for key, state in entries)
 
 
 def decode_bucket(data: bytes) -> dict[str, State]:
@@ -74,6 +75,9 @@ class PartitionCache(MutableMapping[str, State]):
         self.states: dict[str, State] = {}
         self.members: dict[int, set[str]] = {}
         self.dirty: set[int] = set()
+        self.dirty_keys: set[str] = set()
+        #: encoded entries as last written, so a flush re-encodes only the windows that changed
+        self.encoded: dict[str, bytes] = {}
         self.decode_errors = 0
 
     def _load(self, bucket: int) -> set[str]:
@@ -111,10 +115,12 @@ class PartitionCache(MutableMapping[str, State]):
         self._load(bucket).add(key)
         self.states[key] = state
         self.dirty.add(bucket)
+        self.dirty_keys.add(key)
 
     def __delitem__(self, key: str) -> None:
         bucket = bucket_of(key)
         del self.states[key]
+        self.encoded.pop(key, None)
         self._load(bucket).discard(key)
         self.dirty.add(bucket)
 
@@ -125,13 +131,19 @@ class PartitionCache(MutableMapping[str, State]):
         return len(self.states)
 
     def mark(self, keys: set[str]) -> None:
+        self.dirty_keys |= keys
         self.dirty.update(bucket_of(k) for k in keys)
 
     def flush(self) -> int:
         """Write every dirty row once; return how many were written."""
         dirty, self.dirty = self.dirty, set()
-        states = self.states
+        states, encoded = self.states, self.encoded
+        for key in self.dirty_keys:
+            if key in states:
+                encoded[key] = encode_entry(key, states[key])
+        self.dirty_keys = set()
         for bucket in dirty:
             members = self.members.get(bucket, ())
-            self.table[f"b{bucket}"] = encode_bucket([(k, states[k]) for k in sorted(members)])
+            self.table[f"b{bucket}"] = b"".join(
+                encoded.get(k) or encode_entry(k, states[k]) for k in sorted(members))
         return len(dirty)

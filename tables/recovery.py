@@ -111,6 +111,7 @@ async def confirmed_end_offsets(
                 # response, with or without records; the records themselves are not needed.
                 await consumer.getmany(*pending, timeout_ms=50, max_records=1)
                 pending = {tp for tp in pending if consumer.highwater(tp) is None}
+            fetched = {tp: consumer.highwater(tp) for tp in tps}
     except TimeoutError:
         raise EndOffsetError(
             f"Could not confirm end offsets of {sorted(map(tuple, tps))} from {bootstrap} "
@@ -120,8 +121,7 @@ async def confirmed_end_offsets(
         await consumer.stop()
     result: dict[K, int] = {}
     for tp, key in by_tp.items():
-        fetched = consumer.highwater(tp)
-        true_end = max(reported[tp], fetched if fetched is not None else reported[tp])
+        true_end = max(reported[tp], fetched[tp] or 0)
         if true_end != reported[tp]:
             logger.debug(
                 "End offset of %s: ListOffsets said %d, Fetch high watermark %d",

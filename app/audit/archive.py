@@ -9,8 +9,9 @@ same whichever the input.
 Accepted layouts (picked per call, from the columns or the file extension):
 
 - **Kafka-shaped Parquet** (has a `value` column, e.g. written by `df.write.parquet` from the
-  Kafka source): columns are cast to the schema; missing `topic/partition/offset/key` are null
-  (or `topic` comes from the `topic` argument); `timestamp` may be a timestamp or epoch ms.
+  Kafka source): columns are cast to the schema; `value` may be bytes, a string or a nested
+  struct (re-serialised); missing `partition/offset/key` are null, a missing `topic` or
+  `timestamp` is derived as below; `timestamp` may be a timestamp or epoch ms.
 - **Event-shaped Parquet** (one column per event field, `type`, `ts`, ...): each row is
   re-serialised with `to_json` as the value. Caveat: a wide Parquet table cannot tell a null
   field from a missing one, and nulls are dropped (a connection event would otherwise carry
@@ -39,7 +40,7 @@ from app.audit.kafka_source import SCHEMA_DDL
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ArchiveFormat", "DEFAULT_TOPIC_FOR_TYPE", "KAFKA_COLUMNS", "infer_format", "read_archive"]
+__all__ = ["DEFAULT_TOPIC_FOR_TYPE", "KAFKA_COLUMNS", "ArchiveFormat", "infer_format", "read_archive"]
 
 ArchiveFormat = Literal["parquet", "jsonl"]
 KAFKA_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
@@ -94,8 +95,8 @@ def infer_format(paths: Iterable[str]) -> ArchiveFormat:
 
 
 def _topic_column(
-    event_json: "Column", topic: str | None, topic_for_type: Mapping[str, str]
-) -> "Column":
+    event_json: Column, topic: str | None, topic_for_type: Mapping[str, str]
+) -> Column:
     from pyspark.sql import functions as F
 
     if topic is not None:
@@ -107,7 +108,7 @@ def _topic_column(
     return mapped
 
 
-def _timestamp_from_json(event_json: "Column") -> "Column":
+def _timestamp_from_json(event_json: Column) -> Column:
     from pyspark.sql import functions as F
 
     ts = F.coalesce(
@@ -118,8 +119,8 @@ def _timestamp_from_json(event_json: "Column") -> "Column":
 
 
 def _events_to_kafka_shape(
-    df: "DataFrame", value_json: "Column", topic: str | None, topic_for_type: Mapping[str, str]
-) -> "DataFrame":
+    df: DataFrame, value_json: Column, topic: str | None, topic_for_type: Mapping[str, str]
+) -> DataFrame:
     from pyspark.sql import functions as F
 
     with_json = df.select(value_json.alias("_json"))
@@ -133,16 +134,26 @@ def _events_to_kafka_shape(
     )
 
 
-def _kafka_shaped(df: "DataFrame", topic: str | None) -> "DataFrame":
-    """Cast a Parquet dump that already has a `value` column to the source's schema."""
+def _kafka_shaped(
+    df: DataFrame, topic: str | None, topic_for_type: Mapping[str, str]
+) -> DataFrame:
+    """Cast a Parquet dump that already has a `value` column to the source's schema.
+
+    `value` may be bytes, a string, or a nested struct/map (serialised with `to_json`); a
+    missing `topic` column falls back to the event type like the other layouts.
+    """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import NumericType
+    from pyspark.sql.types import ArrayType, MapType, NumericType, StructType
 
     fields = {f.name: f.dataType for f in df.schema.fields}
+    if isinstance(fields["value"], (StructType, MapType, ArrayType)):
+        df = df.withColumn("value", F.to_json(F.col("value")))
 
-    def column(name: str, spark_type: str) -> "Column":
-        if name == "topic" and topic is not None:
-            return F.lit(topic).cast("string")
+    def column(name: str, spark_type: str) -> Column:
+        if name == "topic" and (topic is not None or name not in fields):
+            return _topic_column(F.col("value").cast("string"), topic, topic_for_type)
+        if name == "timestamp" and name not in fields:
+            return _timestamp_from_json(F.col("value").cast("string"))
         if name not in fields:
             return F.lit(None).cast(spark_type)
         if name == "timestamp" and isinstance(fields[name], NumericType):
@@ -154,13 +165,13 @@ def _kafka_shaped(df: "DataFrame", topic: str | None) -> "DataFrame":
 
 
 def read_archive(
-    spark: "SparkSession",
+    spark: SparkSession,
     paths: str | Iterable[str],
     *,
     format: ArchiveFormat | None = None,
     topic: str | None = None,
     topic_for_type: Mapping[str, str] | None = None,
-) -> "DataFrame":
+) -> DataFrame:
     """Archived events as a DataFrame with the Kafka source's schema (`value` = JSON bytes).
 
     `paths`: files, directories or globs, all of one format (inferred from the extensions
@@ -182,6 +193,6 @@ def read_archive(
         raise ValueError(f"unknown archive format {fmt!r}: use 'parquet' or 'jsonl'")
     df = spark.read.parquet(*path_list)
     if "value" in df.columns:
-        return _kafka_shaped(df, topic)
+        return _kafka_shaped(df, topic, mapping)
     value_json = F.to_json(F.struct(*(F.col(f"`{c}`") for c in df.columns)))
     return _events_to_kafka_shape(df, value_json, topic, mapping)

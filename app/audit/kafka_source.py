@@ -60,9 +60,9 @@ import gc
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -85,14 +85,14 @@ except ImportError:  # pragma: no cover - exercised only where pyspark is absent
     DataSource = DataSourceReader = DataSourceStreamReader = object  # type: ignore[misc,assignment]
 
 __all__ = [
-    "SOURCE_NAME",
-    "SCHEMA_DDL",
     "EARLIEST",
     "LATEST",
+    "SCHEMA_DDL",
+    "SOURCE_NAME",
+    "TP",
     "KafkaDataSource",
     "KafkaSourceOptions",
     "OffsetRange",
-    "TP",
     "arrow_schema",
     "cap_offsets",
     "parse_offsets",
@@ -112,10 +112,10 @@ LATEST = -1
 
 TP = tuple[str, int]
 #: "earliest", "latest", or {(topic, partition): offset or EARLIEST/LATEST}.
-OffsetSpec = Union[Literal["earliest", "latest"], dict[TP, int]]
+OffsetSpec = Literal["earliest", "latest"] | dict[TP, int]
 
 
-def arrow_schema() -> "pa.Schema":
+def arrow_schema() -> pa.Schema:
     """The Arrow schema of the batches `read` yields.
 
     The timestamp must be `timestamp("us", tz="UTC")`: Spark's TimestampType is microseconds
@@ -174,19 +174,24 @@ def parse_offsets(raw: str | None, *, default: Literal["earliest", "latest"]) ->
             f"offsets must be 'earliest', 'latest' or JSON like {{\"topic\": {{\"0\": 42}}}}: "
             f"{exc}"
         ) from None
+    # ValueError, not TypeError, for bad shapes: it is a bad option value, reported as such.
     if not isinstance(parsed, dict):
-        raise ValueError("offsets JSON must be an object {topic: {partition: offset}}")
+        raise ValueError("offsets JSON must be an object {topic: {partition: offset}}")  # noqa: TRY004
     spec: dict[TP, int] = {}
     for topic, parts in parsed.items():
         if not isinstance(parts, dict):
-            raise ValueError(f"offsets for topic {topic!r} must be an object {{partition: offset}}")
+            raise ValueError(  # noqa: TRY004
+                f"offsets for topic {topic!r} must be an object {{partition: offset}}"
+            )
         for part, offset in parts.items():
             try:
                 partition = int(part)
             except (TypeError, ValueError):
                 raise ValueError(f"partition {part!r} of topic {topic!r} is not an integer") from None
             if isinstance(offset, bool) or not isinstance(offset, int):
-                raise ValueError(f"offset of {topic}/{partition} must be an integer, got {offset!r}")
+                raise ValueError(  # noqa: TRY004
+                    f"offset of {topic}/{partition} must be an integer, got {offset!r}"
+                )
             if offset < EARLIEST:
                 raise ValueError(
                     f"offset of {topic}/{partition} is {offset}: use >= 0, -2 (earliest) "
@@ -454,17 +459,17 @@ def _coerce(raw: str) -> Any:
 
 
 def _consumer_kwargs(opts: KafkaSourceOptions) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
-        bootstrap_servers=opts.bootstrap,
-        group_id=None,  # assign(), no group: nothing is committed, no rebalances
-        enable_auto_commit=False,
-        auto_offset_reset="none",  # a missing offset must fail, never silently jump
-        request_timeout_ms=opts.request_timeout_ms,
-        fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_wait_ms=100,
-        client_id="quota-audit-spark",
-    )
+    kwargs: dict[str, Any] = {
+        "bootstrap_servers": opts.bootstrap,
+        "group_id": None,  # assign(), no group: nothing is committed, no rebalances
+        "enable_auto_commit": False,
+        "auto_offset_reset": "none",  # a missing offset must fail, never silently jump
+        "request_timeout_ms": opts.request_timeout_ms,
+        "fetch_max_bytes": 64 * 1024 * 1024,
+        "max_partition_fetch_bytes": 8 * 1024 * 1024,
+        "fetch_max_wait_ms": 100,
+        "client_id": "quota-audit-spark",
+    }
     kwargs.update(opts.consumer_config)
     return kwargs
 
@@ -481,7 +486,7 @@ def _run(coro: Any) -> Any:
 
 async def _confirm_ends(
     consumer: Any, tps: Sequence[Any], earliest: Mapping[Any, int], reported: Mapping[Any, int],
-    timeout_s: float,
+    timeout_s: float, read_committed: bool = False,
 ) -> dict[Any, int]:
     """True high watermarks, read from Fetch responses.
 
@@ -489,6 +494,8 @@ async def _confirm_ends(
     real end; a Fetch from `reported - 1` returns the last batch and, in the response header,
     the correct high watermark (aiokafka exposes it as `consumer.highwater(tp)`). On a broker
     that reports correctly this costs one small fetch per partition and changes nothing.
+    With `isolation_level=read_committed` the end is the last stable offset instead: records
+    past it are not delivered yet, and a range planned beyond it would stall.
     """
     for tp in tps:
         consumer.seek(tp, max(reported[tp] - 1, earliest[tp]))
@@ -501,6 +508,9 @@ async def _confirm_ends(
             names = ", ".join(f"{tp.topic}/{tp.partition}" for tp in pending)
             raise TimeoutError(f"no Fetch response (high watermark) within {timeout_s}s for {names}")
         await consumer.getmany(*pending, timeout_ms=100, max_records=1)
+    if read_committed:
+        stable = {tp: consumer.last_stable_offset(tp) for tp in tps}
+        return {tp: int(consumer.highwater(tp) if lso is None else lso) for tp, lso in stable.items()}
     return {tp: max(int(consumer.highwater(tp)), reported[tp]) for tp in tps}
 
 
@@ -529,7 +539,8 @@ async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]
         earliest = await consumer.beginning_offsets(tps)
         reported = await consumer.end_offsets(tps)
         ends = await _confirm_ends(
-            consumer, tps, earliest, reported, timeout_s=opts.request_timeout_ms / 1000
+            consumer, tps, earliest, reported, timeout_s=opts.request_timeout_ms / 1000,
+            read_committed=opts.consumer_config.get("isolation_level") == "read_committed",
         )
         return (
             {(tp.topic, tp.partition): int(earliest[tp]) for tp in tps},
@@ -547,7 +558,7 @@ def probe_partitions(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, 
 def _batch(
     topic: str, partition: int, offsets: list[int], stamps: list[int],
     keys: list[bytes | None], values: list[bytes | None], opts: KafkaSourceOptions,
-) -> "pa.RecordBatch":
+) -> pa.RecordBatch:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -596,7 +607,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_offset_range(opts: KafkaSourceOptions, part: OffsetRange) -> Iterator["pa.RecordBatch"]:
+def read_offset_range(opts: KafkaSourceOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches with exactly the records of `part` (offsets `[start, end)`).
 
     Runs in the executor with its own event loop. The loop only runs while a batch is being
@@ -682,10 +693,10 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,valid-type]
     def schema(self) -> str:
         return SCHEMA_DDL
 
-    def reader(self, schema: Any) -> "KafkaBatchReader":
+    def reader(self, schema: Any) -> KafkaBatchReader:
         return KafkaBatchReader(KafkaSourceOptions.from_options(self.options))
 
-    def streamReader(self, schema: Any) -> "KafkaStreamReader":
+    def streamReader(self, schema: Any) -> KafkaStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.from_options(self.options, streaming=True))
 
 
@@ -705,7 +716,7 @@ class KafkaBatchReader(DataSourceReader):  # type: ignore[misc,valid-type]
         # Spark needs at least one partition; an empty range reads nothing.
         return planned or [OffsetRange(self.opts.topics[0], 0, 0, 0)]
 
-    def read(self, partition: OffsetRange) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         return read_offset_range(self.opts, partition)
 
 
@@ -767,7 +778,7 @@ class KafkaStreamReader(DataSourceStreamReader):  # type: ignore[misc,valid-type
         }
         return plan_partitions(ranges, self.opts.max_records_per_partition)
 
-    def read(self, partition: OffsetRange) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         return read_offset_range(self.opts, partition)
 
     def commit(self, end: dict) -> None:

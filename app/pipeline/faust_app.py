@@ -86,6 +86,7 @@ caches: dict[int, PartitionCache] = {}
 pending: dict[int, list[Any]] = defaultdict(list)
 state_lock = asyncio.Lock()
 clocks: dict[tuple[str, int], StreamClock] = {}
+stats: Counter[str] = Counter()  # for the periodic progress line in the log
 
 
 async def send_deadletter(reason: str, raw: Any, source_name: str, key: bytes | None = None) -> None:
@@ -150,14 +151,17 @@ async def aggregate(stream: faust.StreamT) -> None:
                 cache = caches[partition] = PartitionCache(state_table)
             engine.store = cache
             out: list[tuple[dict[str, Any], int]] = []
-            for row in decode_rows(event.value):
+            rows = decode_rows(event.value)
+            latest = top_entities.latest
+            stats["samples"] += len(rows)
+            for row in rows:
                 item, only, appended_ms = row_event(row)
                 if only is None:
                     decisions, directives = engine.process(item)
                 else:
                     decisions, directives = engine.process_only(item, only)
                 for d in decisions:
-                    top_entities.observe(d.quota, metrics.entity_label(d.entity), d.observed, d.limit)
+                    latest[d.key] = d
                 out.extend((directive, appended_ms) for directive in directives)
             cache.mark(engine.drain_touched())
             pending[partition].append(event)
@@ -166,6 +170,7 @@ async def aggregate(stream: faust.StreamT) -> None:
 
 
 async def publish(directive: dict[str, Any], appended_ms: int) -> None:
+    stats["directives"] += 1
     key = f"{directive['quota']}|{orjson.dumps(directive['entity']).decode()}"
     await directives_topic.send(key=key.encode(), value=orjson.dumps(directive))
     metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
@@ -187,7 +192,7 @@ async def flush_all() -> None:
             if cache is not None and cache.dirty:
                 token = _current_event.set(weakref.ref(events[-1]))
                 try:
-                    cache.flush()
+                    stats["rows_written"] += cache.flush()
                 finally:
                     _current_event.reset(token)
             acked = sum(1 for ev in events if ev.ack())
@@ -201,12 +206,19 @@ async def flush_loop() -> None:
     """Flush on a fixed cadence, so records are acked (and committed) even when input stops."""
     interval = int(settings.flush_interval_ms) / 1000.0
     exported = time.monotonic()
+    last: Counter[str] = Counter()
     while True:
         await asyncio.sleep(interval)
         await flush_all()
-        if time.monotonic() - exported >= 5.0:
+        elapsed = time.monotonic() - exported
+        if elapsed >= 10.0:
             top_entities.export()
             exported = time.monotonic()
+            delta = stats - last
+            last = stats.copy()
+            log.info("last %.0f s: %d samples (%.0f/s), %d directives, %d table rows written",
+                     elapsed, delta["samples"], delta["samples"] / elapsed, delta["directives"],
+                     delta["rows_written"])
 
 
 @app.on_partitions_revoked.connect

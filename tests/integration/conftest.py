@@ -17,14 +17,20 @@ from app.broker import EmbeddedBroker
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """`host:port` of a running broker: QS_TEST_BOOTSTRAP if set, else an embedded Tansu."""
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`host:port` of a running broker: QS_TEST_BOOTSTRAP if set, else an embedded Tansu.
+
+    The embedded broker's log is kept in pytest's temp dir (`tansu.log`) for post-mortems.
+    """
     external = os.environ.get("QS_TEST_BOOTSTRAP", "").strip()
     if external:
         yield external
         return
-    with EmbeddedBroker() as broker:
+    log_path = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_path=log_path) as broker:
         yield broker.bootstrap
+        if not broker.running:
+            pytest.fail(f"the embedded broker died during the tests; log: {log_path}")
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 def build_session(
     app_name: str = "quota-audit-tests", master: str = "local[2]", jvm_options: str = JVM_OPTIONS
-) -> "SparkSession":
+) -> SparkSession:
     """Create (or reuse) the test SparkSession; also used by the benchmark.
 
     `jvm_options` defaults to the fast-start flags; long runs (the benchmark) may prefer the
@@ -56,7 +56,7 @@ def build_session(
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator["SparkSession"]:
+def spark() -> Iterator[SparkSession]:
     """One SparkSession for the whole test session (start-up costs 4-10 s)."""
     pytest.importorskip("pyspark", reason="needs the audit extra: pip install '.[audit]'")
     session = build_session()

@@ -11,12 +11,11 @@ import asyncio
 import json
 import os
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.spark_fixtures import spark  # noqa: F401
+    from tests.integration.spark_fixtures import spark
 except ImportError:  # pragma: no cover
     from spark_fixtures import spark  # type: ignore[no-redef]  # noqa: F401
 
@@ -79,12 +78,12 @@ def small_topic(kafka_bootstrap: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def source(spark):  # type: ignore[no-untyped-def]  # noqa: F811
+def source(spark):  # type: ignore[no-untyped-def]
     spark.dataSource.register(KafkaDataSource)
     return spark
 
 
-def reader(spark, bootstrap: str, topics: str, **options: str):  # type: ignore[no-untyped-def]  # noqa: F811
+def reader(spark, bootstrap: str, topics: str, **options: str):  # type: ignore[no-untyped-def]
     read = spark.read.format("quota_kafka").option("bootstrap", bootstrap).option("topics", topics)
     for key, value in options.items():
         read = read.option(key, value)
@@ -146,7 +145,7 @@ def test_offset_bounds(source, kafka_bootstrap: str, events_topic: str) -> None:
     size_2 = sum(1 for i in range(N_RECORDS) if i % N_PARTITIONS == 2)
     expected = (
         [(0, o) for o in range(100, 250)]
-        + [(1, o) for o in range(0, 40)]
+        + [(1, o) for o in range(40)]
         + [(2, o) for o in range(6000, size_2)]
     )
     assert got == expected
