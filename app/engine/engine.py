@@ -121,7 +121,7 @@ class QuotaEngine:
         if self.configs.version != self._configs_version:
             self._bundles.clear()
             self._configs_version = self.configs.version
-        if isinstance(event, RequestEvent):
+        if type(event) is RequestEvent:
             self._request(event, decisions)
         elif isinstance(event, ConnectionEvent):
             self._connection(event, decisions)

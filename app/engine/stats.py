@@ -88,7 +88,13 @@ class Rate:
 
     def record_measure(self, value: float, now: int, n: int, w: int) -> tuple[float, int]:
         """`record` then `measure`, as Sensor.record with a quota check does, on the hot path."""
-        self.record(value, now, n, w)
+        values = self.values
+        c = self.current
+        if values and now - self.starts[c] < w:
+            values[c] += value  # the common case: the current sample is not complete yet
+            self.lasts[c] = now
+        else:
+            self.record(value, now, n, w)
         if now >= self.purge_at:
             self.purge(now, n, w)
         oldest = self.oldest

@@ -87,6 +87,7 @@ pending: dict[int, list[Any]] = defaultdict(list)
 state_lock = asyncio.Lock()
 clocks: dict[tuple[str, int], StreamClock] = {}
 stats: Counter[str] = Counter()  # for the periodic progress line in the log
+processed: dict[TP, int] = {}  # next offset to process per source/samples partition (lag gauge)
 
 
 async def send_deadletter(reason: str, raw: Any, source_name: str, key: bytes | None = None) -> None:
@@ -105,6 +106,7 @@ async def ingest(stream: faust.StreamT) -> None:
     await follower.ready.wait()
     async for event in stream.events():
         message = event.message
+        processed[message.tp] = message.offset + 1
         where = f"{message.topic}/{message.partition}@{message.offset}"
         appended_ms = int(message.timestamp * 1000)
         try:
@@ -145,6 +147,7 @@ async def aggregate(stream: faust.StreamT) -> None:
     await follower.ready.wait()
     async for event in stream.noack().events():
         partition = event.message.partition
+        processed[event.message.tp] = event.message.offset + 1
         async with state_lock:
             cache = caches.get(partition)
             if cache is None:
@@ -212,6 +215,7 @@ async def flush_loop() -> None:
         await flush_all()
         elapsed = time.monotonic() - exported
         if elapsed >= 10.0:
+            export_lag()
             top_entities.export()
             exported = time.monotonic()
             delta = stats - last
@@ -219,6 +223,18 @@ async def flush_loop() -> None:
             log.info("last %.0f s: %d samples (%.0f/s), %d directives, %d table rows written",
                      elapsed, delta["samples"], delta["samples"] / elapsed, delta["directives"],
                      delta["rows_written"])
+
+
+def export_lag() -> None:
+    """Records behind the fetch high watermark (right even where ListOffsets under-reports)."""
+    metrics.LAG.clear()
+    for tp in app.consumer.assignment():
+        try:
+            highwater = app.consumer.highwater(tp)
+        except Exception:  # not fetched yet
+            continue
+        if highwater is not None and tp in processed:
+            metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, highwater - processed[tp]))
 
 
 @app.on_partitions_revoked.connect
