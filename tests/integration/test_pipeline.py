@@ -12,6 +12,7 @@ import asyncio
 import random
 import signal
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -102,26 +103,30 @@ def cluster(kafka_bootstrap: str, cluster_env: dict[str, str], tmp_path: Path,
         local.stop()
 
 
-async def produce(bootstrap: str, env: dict[str, str], records: list[dict[str, Any]]) -> None:
+async def produce(bootstrap: str, env: dict[str, str], records: list[dict[str, Any] | bytes]) -> None:
     topics = {"request": env["QS_TOPIC_REQUEST"], "connection": env["QS_TOPIC_CONNECTION"],
               "mutation": env["QS_TOPIC_MUTATION"], "quota_config": env["QS_TOPIC_CONFIGS"]}
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
         for record in records:
-            await producer.send(topic_of(record, topics), orjson.dumps(record), partition=0)
+            if isinstance(record, bytes):  # raw, possibly broken, input for the request topic
+                await producer.send(topics["request"], record, partition=0)
+            else:
+                await producer.send(topic_of(record, topics), orjson.dumps(record), partition=0)
         await producer.flush()
     finally:
         await producer.stop()
 
 
-async def read_directives(bootstrap: str, topic: str, expected: int, timeout: float) -> list[bytes]:
-    """Read the control topic until `expected` records arrived and 3 quiet seconds passed."""
+async def read_directives(bootstrap: str, topic: str, expected: int, timeout: float,
+                          partitions: int = PARTITIONS) -> list[bytes]:
+    """Read a topic until `expected` records arrived and 3 quiet seconds passed."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
     await consumer.start()
     got: list[bytes] = []
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         deadline = time.monotonic() + timeout
@@ -151,7 +156,17 @@ def canonical(directives: list[bytes]) -> list[str]:
     return sorted(orjson.dumps(orjson.loads(d), option=orjson.OPT_SORT_KEYS).decode() for d in directives)
 
 
+BAD_INPUT: list[bytes] = [
+    b"not json",
+    orjson.dumps({"type": "request", "v": 2, "ts": T0, "broker": 1, "user": "a", "client_id": "b", "api": "Produce"}),
+    orjson.dumps({"type": "batch", "v": 1, "broker": 1, "events": [
+        {"type": "request", "v": 1, "ts": T0, "user": "a", "client_id": "b", "api": "Produce", "bytes": -5},
+        {"type": "request", "v": 1, "ts": T0 + 10**12, "user": "a", "client_id": "b", "api": "Produce"}]}),
+]
+
+
 def test_live_directives_equal_replay(cluster: LocalCluster, cluster_env: dict[str, str]) -> None:
+    """Same directives as replay; bad input dead-lettered with its reason, the rest processed."""
     events = scenario(seed=7, start_ms=T0, seconds=12)
     expected = replayed(CONFIGS + events)
     kinds = {orjson.loads(d)["quota"] for d in expected}
@@ -159,10 +174,26 @@ def test_live_directives_equal_replay(cluster: LocalCluster, cluster_env: dict[s
     asyncio.run(produce(cluster.start_broker(), cluster_env, CONFIGS))
     cluster.start()
     cluster.wait_ready()
-    asyncio.run(produce(str(cluster.bootstrap), cluster_env, events))
+    mixed: list[dict[str, Any] | bytes] = [*events[:50], *BAD_INPUT, *events[50:]]
+    asyncio.run(produce(str(cluster.bootstrap), cluster_env, mixed))
     live = asyncio.run(read_directives(str(cluster.bootstrap), cluster_env["QS_TOPIC_DIRECTIVES"],
                                        len(expected), timeout=120))
     assert canonical(live) == canonical(expected)
+    dead = [orjson.loads(d) for d in asyncio.run(read_directives(
+        str(cluster.bootstrap), cluster_env["QS_TOPIC_DEADLETTER"], 4, timeout=30, partitions=1))]
+    reasons = [d["reason"] for d in dead]
+    assert len(dead) == 4, reasons
+    assert reasons[0].startswith("not JSON") and dead[0]["value"] == "not json"
+    assert "unsupported version" in reasons[1]
+    assert "bytes must be >= 0" in reasons[2] or "negative" in reasons[2]
+    assert "from the stream time" in reasons[3]
+    assert all(d["source"].startswith(cluster_env["QS_TOPIC_REQUEST"] + "/0@") for d in dead)
+    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.ports[0]}/metrics", timeout=5) as page:
+        text = page.read().decode()
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith("quota_streams_deadletter_total{"))
+    assert counted == 4
+    assert "quota_streams_directives_total{" in text
 
 
 @pytest.mark.parametrize("cluster", [2], indirect=True)

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -83,6 +84,20 @@ class Scenario:
         }
 
 
+_RUNNING: list[Worker] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap_workers() -> Iterator[None]:
+    """A failed assertion must not leave worker processes running (and in the group)."""
+    yield
+    while _RUNNING:
+        worker = _RUNNING.pop()
+        if worker.proc.poll() is None:
+            worker.proc.kill()
+            worker.proc.wait()
+
+
 class Worker:
     """A `_recovery_app.py worker` subprocess with its log in the test's tmp dir."""
 
@@ -97,6 +112,7 @@ class Worker:
             stderr=subprocess.STDOUT,
             cwd=scenario.tmp,
         )
+        _RUNNING.append(self)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
