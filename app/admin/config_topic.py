@@ -1,0 +1,117 @@
+"""The compacted config topic: record keys, partitions, reading it back, writing to it.
+
+Key = canonical JSON of {"entity": <entity>, "keys": <sorted quota keys of the record>}.
+Compaction keeps the latest record per key; a record is only ever superseded by a later record
+for the same entity that sets or removes *every* quota it mentions. So for each (entity, quota)
+the latest record mentioning it survives, and replaying what survives (in order) gives the same
+configs as replaying everything. A key of the entity alone would let `{producer_byte_rate}`
+compact away an older `{consumer_byte_rate}` of the same entity, silently dropping a quota.
+Removals are ordinary records with `null` values (never tombstones), so they survive as well.
+
+Order matters only between records of one entity, so every record of an entity goes to the same
+partition: crc32 of the canonical entity JSON (`topology.partition_for`). The topic has one
+partition by default (`topic_specs`); this keeps it correct if an operator gave it more.
+
+Reading back goes through the workers' own `ConfigFollower.apply` (JSON -> `parse_event` ->
+`QuotaConfigs.apply`), so `describe` and `resolve` show what a worker holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import orjson
+
+from app.admin.entities import canonical_entity
+from app.engine.configs import ConfigUpdate, QuotaConfigs, client_level_path
+from app.pipeline.topology import partition_for
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Compact JSON with sorted object keys: one byte string per value."""
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def config_key(update: ConfigUpdate) -> bytes:
+    """The compaction-safe record key of a validated config record (see module docstring)."""
+    return canonical_json({"entity": canonical_entity(update), "keys": sorted(update.quotas)})
+
+
+def entity_partition(update: ConfigUpdate, partitions: int) -> int:
+    """All records of one entity on one partition, so their order is kept."""
+    return partition_for(canonical_json(canonical_entity(update)).decode(), partitions)
+
+
+def level_path(entity: dict[str, Any]) -> str:
+    """The config level an entity is, in Kafka's /config/... notation."""
+    if "ip" in entity:
+        return f"/config/ips/{entity['ip']}"
+    if "broker" in entity:
+        path = f"/config/brokers/{entity['broker']}"
+        return path if entity.get("listener") is None else f"{path}/listeners/{entity['listener']}"
+    return client_level_path(entity.get("user"), entity.get("client_id"))
+
+
+@dataclass
+class LoadedConfigs:
+    """A `QuotaConfigs` rebuilt from the topic, and what was skipped on the way."""
+
+    configs: QuotaConfigs
+    records: int = 0
+    exists: bool = True
+    bad: list[str] = field(default_factory=list)
+
+
+def apply_values(values: Iterable[bytes | None], topic: str = "") -> LoadedConfigs:
+    """Apply raw record values in order, exactly as a worker's config follower does."""
+    from app.pipeline.config_follower import ConfigFollower
+
+    loaded = LoadedConfigs(QuotaConfigs())
+    follower = ConfigFollower("", topic, loaded.configs,
+                              on_bad=lambda reason, _value: loaded.bad.append(reason))
+    follower_log = logging.getLogger("app.pipeline.config_follower")
+    level = follower_log.level
+    follower_log.setLevel(logging.ERROR)  # the tool reports bad records itself
+    try:
+        for value in values:
+            loaded.records += 1
+            follower.apply(value or b"")
+    finally:
+        follower_log.setLevel(level)
+    return loaded
+
+
+async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
+    """Read the config topic to its confirmed end and rebuild the configs from it.
+
+    A config topic that does not exist yet holds no configs (it is not auto-created).
+    """
+    from app.kafka_io import TopicMissing, read_topic
+
+    try:
+        records = await read_topic(bootstrap, topic)
+    except TopicMissing:
+        return LoadedConfigs(QuotaConfigs(), exists=False)
+    return apply_values((r.value for r in records), topic)
+
+
+async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str, Any], ConfigUpdate]],
+                        spec: tuple[str, int, Any] | None) -> None:
+    """Produce config records (value = contract JSON, compaction-safe key), acked by the cluster.
+
+    `spec`: create the topic first if missing (None: the operator manages topics).
+    """
+    from app.kafka_io import ensure_topics, producer
+
+    if spec is not None:
+        await ensure_topics(bootstrap, [spec])
+    async with producer(bootstrap) as p:
+        partitions = len(await p.partitions_for(topic))
+        futures = [await p.send(topic, orjson.dumps(record), key=config_key(update),
+                                partition=entity_partition(update, partitions))
+                   for record, update in updates]
+        await p.flush()
+        for f in futures:
+            await f

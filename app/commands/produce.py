@@ -1,0 +1,109 @@
+"""`quota-streams produce`: send a contract JSON-lines file to the product's topics."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections import Counter
+
+from app.cli_support import open_input, progress
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "produce", help="send contract JSON lines (events, batches, quota configs) to Kafka",
+        description="Send contract-v1 JSON lines to the topics the workers read: request, "
+        "connection and mutation events (and batches of them) keyed by user+client_id or ip, "
+        "quota_config records to the config topic with the compaction-safe key. Lines are "
+        "validated as the workers validate them; bad lines are reported with their line number "
+        "and skipped. Prints the number of records sent per topic.",
+        epilog="Reads KAFKA_BOOTSTRAP_SERVERS and the QS_TOPIC_* names (see docs/admin.md).")
+    p.add_argument("input", metavar="FILE", help="JSON-lines file, or '-' for stdin")
+    p.add_argument("--partition", type=_non_negative, metavar="N",
+                   help="send every event record to partition N of its topic (a defined order for "
+                   "tests); config records always go to their entity's partition")
+    p.add_argument("--strict", action="store_true",
+                   help="if any line is bad, send nothing and exit 1")
+    p.add_argument("--no-create-topics", action="store_true",
+                   help="do not create missing topics (when an operator manages them)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def _non_negative(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be >= 0")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.admin.common import run_kafka, settings_with_bootstrap
+    from app.admin.routing import BadLine, Outgoing, route_line
+
+    settings, bootstrap = settings_with_bootstrap()
+    topics = {"request": str(settings.topic_request), "connection": str(settings.topic_connection),
+              "mutation": str(settings.topic_mutation), "config": str(settings.topic_configs)}
+    out: list[Outgoing] = []
+    bad = 0
+    with contextlib.ExitStack() as stack:
+        source = open_input(args.input, stack)
+        for number, line in enumerate(progress(source, args.quiet), start=1):
+            if not line.strip():
+                continue
+            try:
+                out.extend(route_line(line))
+            except BadLine as exc:
+                bad += 1
+                print(f"line {number}: {exc}", file=sys.stderr)
+    if bad and args.strict:
+        print(f"{bad} bad line{'' if bad == 1 else 's'}: nothing sent (--strict)", file=sys.stderr)
+        return 1
+    counts = run_kafka(bootstrap, _send(bootstrap, settings, topics, out, args))
+    for topic in topics.values():
+        if counts[topic]:
+            print(f"{topic}: {counts[topic]} record{'' if counts[topic] == 1 else 's'}")
+    if not out:
+        print("nothing to send")
+    if bad:
+        print(f"{bad} bad line{'' if bad == 1 else 's'} skipped", file=sys.stderr)
+    return 0
+
+
+async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: list, args: argparse.Namespace) -> Counter[str]:
+    from app.admin.config_topic import entity_partition
+    from app.cli import UserError
+    from app.kafka_io import ensure_topics, producer
+    from app.pipeline.topology import topic_specs
+
+    counts: Counter[str] = Counter()
+    if not out:
+        return counts
+    needed = {topics[o.kind] for o in out}
+    if not args.no_create_topics:
+        await ensure_topics(bootstrap, [s for s in topic_specs(settings) if s[0] in needed])  # type: ignore[arg-type]
+    async with producer(bootstrap) as p:
+        partitions = {t: len(await p.partitions_for(t)) for t in sorted(needed)}
+        if args.partition is not None:
+            for kind in ("request", "connection", "mutation"):
+                t = topics[kind]
+                if t in partitions and args.partition >= partitions[t]:
+                    raise UserError(f"--partition {args.partition}: topic {t!r} has "
+                                    f"{partitions[t]} partitions (0..{partitions[t] - 1})")
+        futures = []
+        for o in out:
+            topic = topics[o.kind]
+            if o.update is not None:
+                partition = entity_partition(o.update, partitions[topic])
+            else:
+                partition = args.partition
+            futures.append(await p.send(topic, o.value, key=o.key, partition=partition))
+            counts[topic] += 1
+        await p.flush()
+        for f in futures:
+            await f
+    return counts

@@ -1,0 +1,116 @@
+"""Small Kafka helpers the command-line tools share.
+
+- `topic_exists` asks for the cluster's topic list without naming a topic: on Tansu, asking for
+  one unknown topic's metadata auto-creates it with 4 partitions (and no compaction).
+- `read_topic` reads every partition of a topic from the beginning to its *confirmed* end
+  (`tables.recovery.confirmed_end_offsets`: Tansu under-reports ListOffsets(LATEST)), without a
+  consumer group, so a tool can rebuild state from a compacted topic and stop.
+- `producer` is an aiokafka producer as an async context manager (acks=all, not idempotent:
+  idempotence does not work on Tansu with aiokafka 0.14).
+- `ensure_topics` creates the named product topics that are missing, with the partition count
+  and configs `topic_specs` gives them, and leaves existing ones alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from tables.recovery import confirmed_end_offsets
+
+__all__ = ["TopicMissing", "consumer", "ensure_topics", "producer", "quiet_client_logs",
+           "read_topic", "topic_exists"]
+
+REQUEST_TIMEOUT_MS = 15_000
+
+
+class TopicMissing(LookupError):
+    """The topic does not exist on the cluster (and was deliberately not auto-created)."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(topic)
+        self.topic = topic
+
+
+def quiet_client_logs() -> None:
+    """aiokafka logs connection failures itself; a tool reports them once, in one line."""
+    for name in ("aiokafka", "kafka"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+@contextlib.asynccontextmanager
+async def consumer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaConsumer]:
+    """A started group-less consumer (no commits, nothing subscribed yet)."""
+    kwargs: dict[str, Any] = {"enable_auto_commit": False, "auto_offset_reset": "earliest",
+                              "request_timeout_ms": REQUEST_TIMEOUT_MS, **options}
+    kwargs["group_id"] = None
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kwargs)
+    try:
+        await c.start()
+        yield c
+    finally:
+        await c.stop()
+
+
+@contextlib.asynccontextmanager
+async def producer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaProducer]:
+    """A started producer (acks=all) that is flushed and stopped on exit."""
+    kwargs: dict[str, Any] = {"acks": "all", "linger_ms": 5,
+                              "request_timeout_ms": REQUEST_TIMEOUT_MS, **options}
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, **kwargs)
+    try:
+        await p.start()
+        yield p
+    finally:
+        await p.stop()
+
+
+async def topic_exists(c: AIOKafkaConsumer, topic: str) -> bool:
+    """True if the cluster has `topic`; asks for all topics, so nothing is auto-created."""
+    return topic in await c.topics()
+
+
+async def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """The topic's partitions; raises `TopicMissing` instead of auto-creating it."""
+    if not await topic_exists(c, topic):
+        raise TopicMissing(topic)
+    return [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+
+
+async def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[ConsumerRecord]:
+    """Every record of `topic`, from the beginning to the confirmed end, then stop.
+
+    Records of one partition keep their order; partitions are merged by record timestamp
+    (a merge never reorders within a partition). Raises `TopicMissing` if there is no such
+    topic, `tables.recovery.EndOffsetError` if the end cannot be confirmed within `timeout`.
+    """
+    async with consumer(bootstrap) as c:
+        tps = await partitions_of(c, topic)
+        ends = await confirmed_end_offsets(bootstrap, tps, timeout=timeout)
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        per_partition: dict[TopicPartition, list[ConsumerRecord]] = {tp: [] for tp in tps}
+        pending = {tp for tp in tps if ends[tp] > 0}
+        pending = {tp for tp in pending if await c.position(tp) < ends[tp]}
+        async with asyncio.timeout(timeout):
+            while pending:
+                batches = await c.getmany(*pending, timeout_ms=200)
+                for tp, records in batches.items():
+                    per_partition[tp].extend(r for r in records if r.offset < ends[tp])
+                pending = {tp for tp in pending if await c.position(tp) < ends[tp]}
+    return list(heapq.merge(*per_partition.values(), key=lambda r: r.timestamp))
+
+
+async def ensure_topics(bootstrap: str, specs: Iterable[tuple[str, int, Mapping[str, str] | None]]) -> list[str]:
+    """Create the given topics if missing (existing ones are left as they are)."""
+    from app.broker import create_topics
+
+    return await create_topics(bootstrap, list(specs), check_partitions=False,
+                               timeout=REQUEST_TIMEOUT_MS / 1000)
