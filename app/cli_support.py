@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import time
-from typing import IO, Iterable, Iterator, TypeVar
+from typing import IO, Callable, Iterable, Iterator, TypeVar
 
 from app.engine.engine import EngineSettings
 
@@ -32,14 +32,31 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
                    "'until' later by more than this (default: window/10)")
 
 
-def _positive(raw: str) -> int:
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= minimum, with a one-line message otherwise."""
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{raw!r} must be >= {minimum}")
+        return value
+    return parse
+
+
+def positive_float(raw: str) -> float:
+    """An argparse type: a number > 0."""
     try:
-        value = int(raw)
+        value = float(raw)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} must be >= 1")
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be > 0")
     return value
+
+
+_positive = int_at_least(1)
 
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:

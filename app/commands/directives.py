@@ -10,6 +10,8 @@ from typing import IO, Any
 
 import orjson
 
+from app.cli_support import int_at_least, positive_float
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -21,32 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="Reads KAFKA_BOOTSTRAP_SERVERS and QS_TOPIC_DIRECTIVES (see docs/admin.md).")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the oldest record instead of the end")
-    p.add_argument("--idle-timeout", type=_positive_float, metavar="SECONDS",
+    p.add_argument("--idle-timeout", type=positive_float, metavar="SECONDS",
                    help="exit when no record arrived for this long")
-    p.add_argument("--max-messages", type=_positive_int, metavar="N", help="exit after N records")
+    p.add_argument("--max-messages", type=int_at_least(1), metavar="N", help="exit after N records")
     p.add_argument("--show-meta", action="store_true",
                    help="print {partition, offset, timestamp, key, value} objects instead of the values")
     p.set_defaults(run=run)
-
-
-def _positive_float(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{raw!r} must be > 0")
-    return value
-
-
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} must be >= 1")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import contextlib
 import sys
 from collections import Counter
 
-from app.cli_support import open_input, progress
+from app.cli_support import int_at_least, open_input, progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and skipped. Prints the number of records sent per topic.",
         epilog="Reads KAFKA_BOOTSTRAP_SERVERS and the QS_TOPIC_* names (see docs/admin.md).")
     p.add_argument("input", metavar="FILE", help="JSON-lines file, or '-' for stdin")
-    p.add_argument("--partition", type=_non_negative, metavar="N",
+    p.add_argument("--partition", type=int_at_least(0), metavar="N",
                    help="send every event record to partition N of its topic (a defined order for "
                    "tests); config records always go to their entity's partition")
     p.add_argument("--strict", action="store_true",
@@ -29,16 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="do not create missing topics (when an operator manages them)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
-
-
-def _non_negative(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{raw!r} must be >= 0")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
