@@ -28,4 +28,4 @@ bench: setup
 	$(BIN)/python bench/bench_pipeline.py
 
 clean:
-	rm -rf $(VENV) state out
+	rm -rf $(VENV) state out sim-results audit-out

@@ -11,14 +11,13 @@ import argparse
 import importlib
 import sys
 
+from app.errors import UserError
 from app.settings import SettingsError
+
+__all__ = ["UserError", "build_parser", "main"]
 
 COMMANDS = ("replay", "worker", "demo", "broker", "produce", "directives", "quotas",
             "simulate", "audit", "explain")
-
-
-class UserError(Exception):
-    """A mistake the user can fix: the message says what is wrong and what to do."""
 
 
 def build_parser() -> argparse.ArgumentParser:

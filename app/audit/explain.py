@@ -1,0 +1,414 @@
+"""`explain`: why was (or wasn't) an entity throttled at a time, from a replay of the input.
+
+No Spark: the input is read in-process (Kafka topics through the data source's planning and
+reader functions, or archive files) and run through the audit's own exploder and ordering rules
+(`app.audit.recompute`), keeping only events that touch the entity's windows (windows are
+independent, so the others cannot change the answer). Each stream is replayed up to the point
+where its stream time passes `--at`, i.e. what the pipeline had seen by then.
+
+For each quota window the entity was last decided in at or before `--at`, it shows the config
+level that chose the limit (and the precedence Kafka checked), the window's samples, the
+observed rate, the throttle formula with the numbers, and the directive that resulted.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import bz2
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.audit.common import entity_candidates, entity_string, format_ms
+from app.audit.recompute import (
+    MODE_FILE,
+    MODE_KAFKA,
+    ROW_CONFIG,
+    ROW_EVENT,
+    ConfigPoint,
+    ExplodeContext,
+    ExplodedRows,
+    StreamExploder,
+    topic_config_points,
+)
+from app.engine import configs as cfg
+from app.engine.configs import DEFAULT, ConfigUpdate, client_level_path
+from app.engine.engine import NANOS_TO_PERCENT, Decision, EngineSettings, QuotaEngine
+from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent, parse_event
+from app.engine.kafka_math import INT_MAX_F, UNLIMITED
+from app.engine.stats import Rate, TokenBucket, ordered_sum
+from app.pipeline.codec import row_event
+
+
+class ExplainError(ValueError):
+    """Bad input for explain (one line for the user)."""
+
+
+@dataclass
+class Snapshot:
+    """The last decision of one window at or before `at`, and the window right after it."""
+
+    decision: Decision
+    event: Any
+    state: Any
+    directive: dict[str, Any] | None
+    event_throttled: bool
+    configs: Any
+
+
+@dataclass
+class Explanation:
+    entity: dict[str, str]
+    at: int
+    source: str
+    events_seen: int = 0
+    events_used: int = 0
+    configs: int = 0
+    windows: dict[tuple[str, Any, str], Snapshot] = field(default_factory=dict)
+    state_at: dict[tuple[str, Any, str], Any] = field(default_factory=dict)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _open(path: str) -> Any:
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def read_files(paths: list[str]) -> tuple[str, dict[Any, int], list[tuple[Any, int, bytes]],
+                                          list[ConfigPoint]]:
+    """Archive files -> (mode, streams, records, config points), in the audit's order."""
+    files: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files += [str(f) for f in sorted(p.rglob("*")) if f.is_file()
+                      and not f.name.startswith((".", "_"))]
+        elif p.exists():
+            files.append(str(p))
+        else:
+            raise ExplainError(f"input {raw} does not exist")
+    if not files:
+        raise ExplainError("no input files")
+    files.sort()
+    parquet = [f for f in files if f.endswith((".parquet", ".pq"))]
+    if parquet and len(parquet) != len(files):
+        raise ExplainError("inputs mix Parquet and JSON lines; pass one kind")
+    if parquet:
+        return _read_parquet(parquet)
+    records: list[tuple[Any, int, bytes]] = []
+    for name in files:
+        with _open(name) as fh:
+            for line_no, line in enumerate(fh):
+                records.append((name, line_no, line))
+    return MODE_FILE, {name: i for i, name in enumerate(files)}, records, []
+
+
+def _read_parquet(files: list[str]) -> tuple[str, dict[Any, int], list[tuple[Any, int, bytes]],
+                                             list[ConfigPoint]]:
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(f) for f in files]
+    names = set(tables[0].column_names)
+    if {"topic", "partition", "offset", "value"} <= names:
+        raise ExplainError("Kafka-shaped Parquet dumps: use --input kafka or the audit")
+    records: list[tuple[Any, int, bytes]] = []
+    for name, table in zip(files, tables):
+        for row_no, row in enumerate(table.to_pylist()):
+            value = row.get("value") if "value" in row else {k: v for k, v in row.items() if v is not None}
+            if isinstance(value, str):
+                value = value.encode()
+            elif not isinstance(value, (bytes, bytearray)):
+                value = orjson.dumps(value)
+            records.append((name, row_no, bytes(value)))
+    return MODE_FILE, {name: i for i, name in enumerate(files)}, records, []
+
+
+def read_kafka(bootstrap: str, topics: Any) -> tuple[str, dict[Any, int], list[tuple[Any, int, bytes]],
+                                                     list[ConfigPoint]]:
+    from app.audit.job import existing_topics, read_topic_local
+
+    present = existing_topics(bootstrap)
+    records: list[tuple[Any, int, bytes]] = []
+    tps: set[tuple[str, int]] = set()
+    for topic in topics.events:
+        if topic not in present:
+            continue
+        for partition, offset, value in read_topic_local(bootstrap, topic):
+            records.append(((topic, partition), offset, value))
+            tps.add((topic, partition))
+    points: list[ConfigPoint] = []
+    if topics.configs in present:
+        points, _bad = topic_config_points(read_topic_local(bootstrap, topics.configs),
+                                           topics.configs)
+    records.sort(key=lambda r: (r[0], r[1]))
+    return MODE_KAFKA, {tp: i for i, tp in enumerate(sorted(tps))}, records, points
+
+
+# -- matching --------------------------------------------------------------------------------
+
+
+def target_keys(spec: dict[str, str]) -> set[str]:
+    keys = set()
+    if "user" in spec:
+        keys.add(f"u:{spec['user']}")
+    if "client_id" in spec:
+        keys.add(f"c:{spec['client_id']}")
+    if "ip" in spec or "broker" in spec or "listener" in spec:
+        keys.add("connections")
+    return keys
+
+
+def principal_matches(spec: dict[str, str], event: Any) -> bool:
+    """Does the event come from the principal (or connection source) the spec names?"""
+    if isinstance(event, (RequestEvent, MutationEvent)):
+        if not ({"user", "client_id"} & spec.keys()):
+            return False
+        return (spec.get("user", event.user) == event.user
+                and spec.get("client_id", event.client_id) == event.client_id)
+    if isinstance(event, ConnectionEvent):
+        if not ({"ip", "broker", "listener"} & spec.keys()):
+            return False
+        return (spec.get("ip", event.ip) == event.ip
+                and spec.get("broker", str(event.broker)) == str(event.broker)
+                and spec.get("listener", event.listener) == event.listener)
+    return False
+
+
+def _copy_state(state: Any) -> Any:
+    if isinstance(state, Rate):
+        return copy.deepcopy(state)
+    if isinstance(state, TokenBucket):
+        return copy.copy(state)
+    return state
+
+
+# -- the replay ------------------------------------------------------------------------------
+
+
+def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
+            streams: dict[Any, int], records: Iterable[tuple[Any, int, bytes]],
+            config_points: list[ConfigPoint], source: str = "",
+            quotas: set[str] | None = None) -> Explanation:
+    """Replay up to `at` and keep, per window of the entity, its last decision."""
+    ctx = ExplodeContext(settings, mode, tuple(config_points), streams, stop_after=at,
+                         keep=frozenset(target_keys(spec)))
+    exploders: dict[Any, StreamExploder] = {}
+    out = ExplodedRows()
+    rows: list[tuple[tuple[int, int, int, int], int, bytes]] = []
+
+    def drain() -> None:
+        for t, s, pos, i, k, ev in zip(out.t, out.s, out.pos, out.i, out.k, out.ev):
+            if k in (ROW_CONFIG, ROW_EVENT):
+                rows.append(((t, s, pos, i), k, ev))
+        out.__init__()  # type: ignore[misc]
+
+    for stream, pos, value in records:
+        clock_key = stream if mode == MODE_KAFKA else None
+        ex = exploders.get(clock_key)
+        if ex is None:
+            ex = exploders[clock_key] = StreamExploder(ctx)
+        ex.feed(streams[stream], pos, value, out, lambda: "")
+        if len(out) >= 10_000:
+            drain()
+    drain()
+    rows.sort(key=lambda r: r[0])
+
+    seen = sum(e.events + e.skipped for e in exploders.values())
+    result = Explanation(spec, at, source, events_seen=seen)
+    engine = QuotaEngine(settings)
+    points = list(config_points)
+    nxt = 0
+    names = set(entity_candidates(spec))
+    for key, kind, ev in rows:
+        while nxt < len(points) and points[nxt].key < key:
+            engine.configs.apply(points[nxt].update)
+            nxt += 1
+            result.configs += 1
+        if kind == ROW_CONFIG:
+            update = parse_event(orjson.loads(ev))
+            assert isinstance(update, ConfigUpdate)
+            engine.configs.apply(update)
+            result.configs += 1
+            continue
+        event = row_event(orjson.loads(ev))[0]
+        decisions, directives = engine.process(event)
+        result.events_used += 1
+        mine = principal_matches(spec, event)
+        throttled = any(d.throttle_time_ms > 0 for d in decisions)
+        published = {(id(d["entity"]), d["quota"]): d for d in directives}
+        for d in decisions:
+            name = entity_string(d.entity)
+            if not (mine or name in names):
+                continue
+            if quotas and d.quota not in quotas:
+                continue
+            wkey = (d.quota, d.broker, name)
+            result.windows[wkey] = Snapshot(
+                d, event, _copy_state(engine.store.get(d.key)),
+                published.get((id(d.entity), d.quota)), throttled,
+                _resolution_view(engine, d, event))
+            result.state_at[wkey] = engine.store.get(d.key)
+    return result
+
+
+def _resolution_view(engine: QuotaEngine, d: Decision, event: Any) -> list[tuple[str, Any]]:
+    """The config levels Kafka checked for this decision, most specific first, with values."""
+    configs = engine.configs
+    if d.quota in cfg.CLIENT_QUOTAS:
+        table = configs.client[d.quota]
+        user, client = d.entity.get("user", ""), d.entity.get("client_id", "")
+        if user and client:
+            candidates = [(user, client), (user, DEFAULT), (DEFAULT, client), (DEFAULT, DEFAULT)]
+        elif user:
+            candidates = [(user, None), (DEFAULT, None)]
+        elif client:
+            candidates = [(None, client), (None, DEFAULT)]
+        else:
+            candidates = []
+        return [(client_level_path(*c), table.get(c)) for c in candidates]
+    if d.quota == cfg.IP_RATE:
+        ip = d.entity.get("ip")
+        return [(f"/config/ips/{ip}", configs.ip.get(ip)),
+                (f"/config/ips/{DEFAULT}", configs.ip.get(DEFAULT))]
+    broker, listener = d.entity.get("broker"), d.entity.get("listener")
+    out = []
+    for who in (broker, DEFAULT):
+        path = f"/config/brokers/{who}" + (f"/listeners/{listener}" if listener else "")
+        out.append((path, configs.broker.get((who, listener))))
+    return out
+
+
+# -- text ------------------------------------------------------------------------------------
+
+UNIT = {cfg.PRODUCE: "B/s", cfg.FETCH: "B/s", cfg.REQUEST: "% (of one thread)",
+        cfg.MUTATION: "partitions/s", cfg.IP_RATE: "connections/s",
+        cfg.BROKER_RATE: "connections/s"}
+
+
+def _num(x: float) -> str:
+    if x >= UNLIMITED or x == INT_MAX_F:
+        return "unlimited"
+    return f"{x:,.6g}" if abs(x) < 1e7 else f"{x:,.0f}"
+
+
+def _event_text(event: Any) -> str:
+    if isinstance(event, RequestEvent):
+        extra = f", {event.bytes:,} bytes" if event.api in ("Produce", "Fetch") else ""
+        return (f"{event.api} from user={event.user!r} client_id={event.client_id!r} on broker "
+                f"{event.broker}{extra}, thread {event.thread_ms} ms, network {event.network_ms} ms"
+                + (f", count {event.count}" if event.count > 1 else ""))
+    if isinstance(event, MutationEvent):
+        return (f"{event.api} v{event.api_version} ({'strict' if event.strict else 'permissive'}) "
+                f"from user={event.user!r} client_id={event.client_id!r}: {event.partitions} "
+                f"partitions on broker {event.broker}")
+    return (f"connection from {event.ip} on broker {event.broker} listener {event.listener!r}"
+            + (" (inter-broker)" if event.inter_broker else ""))
+
+
+def render(x: Explanation, settings: EngineSettings) -> str:
+    lines = [f"explain {entity_string(x.entity)} at {format_ms(x.at)} ({x.at})",
+             f"input: {x.source}; replayed {x.events_used:,} of {x.events_seen:,} events "
+             f"(those touching this entity's windows), {x.configs} config changes",
+             ""]
+    if not x.windows:
+        lines.append("no decision for this entity at or before that time (no event of it, or "
+                     "no quota configured for it)")
+        return "\n".join(lines)
+    for wkey in sorted(x.windows, key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2])):
+        lines += _window_text(x, wkey, settings)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSettings) -> list[str]:
+    snap = x.windows[wkey]
+    d = snap.decision
+    quota, broker, name = wkey
+    where = "all brokers (cluster scope)" if broker is None else f"broker {broker}"
+    unit = UNIT.get(quota, "")
+    out = [f"{quota} · window {name or '(all)'} · {where}"]
+    out.append(f"  limit      T = {_num(d.limit)} {unit}"
+               + (f" from {d.config_level}" if d.config_level else " (no config level: unlimited)"))
+    checked = "  >  ".join(f"{path} = {'-' if v is None else _num(v)}" for path, v in snap.configs)
+    if checked:
+        out.append(f"  precedence {checked}")
+    out.append(f"  decision   at {format_ms(d.ts)} ({d.ts}) for {_event_text(snap.event)}")
+    state = snap.state
+    if isinstance(state, Rate):
+        n, w = (settings.window_num, settings.window_ms)
+        out.append(f"  samples    N={n} x W={w} ms after this event (oldest first):")
+        order = sorted(range(len(state.values)), key=lambda i: state.starts[i])
+        for i in order:
+            out.append(f"               start {format_ms(state.starts[i])}  value {_num(state.values[i])}")
+        total_after = ordered_sum(state.values)
+        adjust = _after_adjustment(snap, quota)
+        total = d.observed * d.window_ms / 1000.0
+        out.append(f"  observed   O = sum / window = {_num(total)} / {d.window_ms / 1000:.3f} s = "
+                   f"{_num(d.observed)} {unit}")
+        if adjust:
+            out.append(f"             (samples now sum to {_num(total_after)}: {adjust})")
+        raw = (d.observed - d.limit) / d.limit * d.window_ms if d.limit else float("inf")
+        if quota in (cfg.REQUEST, cfg.IP_RATE, cfg.BROKER_RATE):
+            formula = (f"min(round((O - T) / T * window), W) = min(round(({_num(d.observed)} - "
+                       f"{_num(d.limit)}) / {_num(d.limit)} * {d.window_ms}), {w}) = "
+                       f"min(round({_num(raw)}), {w})")
+        else:
+            formula = (f"round((O - T) / T * window) = round(({_num(d.observed)} - {_num(d.limit)})"
+                       f" / {_num(d.limit)} * {d.window_ms}) = round({_num(raw)})")
+        if d.observed <= d.limit:
+            out.append(f"  throttle   0 ms: O <= T, no throttle")
+        else:
+            out.append(f"  throttle   {formula} = {d.throttle_time_ms:,} ms")
+        live = x.state_at.get(wkey)
+        if isinstance(live, Rate):
+            probe = copy.deepcopy(live)
+            rate, window = probe.measure(max(x.at, probe.clock), n, w)
+            out.append(f"  at --at    rate {_num(rate)} {unit} over {window / 1000:.3f} s (no new sample)")
+    elif isinstance(state, TokenBucket):
+        n, w = settings.controller_window_num, settings.controller_window_ms
+        burst = n * (w / 1000.0) * d.limit
+        out.append(f"  bucket     Q = {_num(d.limit)}/s, burst = N*W*Q = {n} * {w / 1000:g} s * "
+                   f"{_num(d.limit)} = {_num(burst)}; tokens after the event {_num(state.tokens)}")
+        if d.action == "reject":
+            out.append(f"  throttle   strict request while the bucket is in debt: reject, "
+                       f"round(-tokens / Q * 1000) = {d.throttle_time_ms:,} ms")
+        elif d.throttle_time_ms > 0:
+            out.append(f"  throttle   round(-tokens / Q * 1000) = round({_num(-d.observed)} / "
+                       f"{_num(d.limit)} * 1000) = {d.throttle_time_ms:,} ms")
+        else:
+            out.append("  throttle   0 ms: tokens >= 0")
+    if snap.directive is not None:
+        out.append("  directive  published: " + orjson.dumps(snap.directive).decode())
+    elif d.throttle_time_ms > 0:
+        until = getattr(snap.state, "until", 0)
+        out.append(f"  directive  none published: one is active until {format_ms(until)} "
+                   f"({until}) and this decision would not move it later by more than "
+                   f"{settings.extension_ms} ms")
+    else:
+        out.append("  directive  none (not throttled)")
+    return out
+
+
+def _after_adjustment(snap: Snapshot, quota: str) -> str:
+    event = snap.event
+    if quota == cfg.FETCH and snap.event_throttled:
+        return f"the throttled fetch's {event.bytes:,} bytes were taken back (empty response)"
+    if quota == cfg.REQUEST and getattr(event, "network_ms", 0):
+        pct = round(event.network_ms * 1_000_000) * NANOS_TO_PERCENT
+        return f"network time {pct:g}% was recorded after the check, as Kafka does"
+    if quota in (cfg.IP_RATE, cfg.BROKER_RATE) and snap.event_throttled:
+        return "the closed connection was taken back out of the rate"
+    return ""
+
+
+def iter_quota_names() -> Iterator[str]:
+    yield from (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION, cfg.IP_RATE, cfg.BROKER_RATE)

@@ -1,0 +1,208 @@
+"""What a simulation achieved: terminal tables, CSV/Parquet time series, a PNG plot, JSON.
+
+Rates are the simulator's ground truth (what the simulated brokers let through), per quota
+entity; the limit is the configured quota. In broker scope a limit applies on each broker, so
+the cluster-wide rate may reach (brokers x limit) and the per-broker column is the one to
+compare; in cluster scope the cluster-wide rate is.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import orjson
+
+from app.sim.meter import OUTCOMES, Summary
+from app.sim.world import World
+
+GREEN, YELLOW, RED, DIM, BOLD, RESET = "\x1b[32m", "\x1b[33m", "\x1b[31m", "\x1b[2m", "\x1b[1m", "\x1b[0m"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CSV_FIELDS = ("t_s", "quota", "entity", "broker", "achieved", "limit", "unit") + OUTCOMES
+
+
+def fmt_amount(value: float | None, unit: str) -> str:
+    """1.00 MiB/s, 512 KiB/s, 20.0 conn/s, 12.5 %; '-' for no value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if unit == "B/s":
+        for scale, name in ((1 << 30, "GiB/s"), (1 << 20, "MiB/s"), (1 << 10, "KiB/s")):
+            if abs(value) >= scale:
+                return f"{value / scale:.2f} {name}"
+        return f"{value:.0f} B/s"
+    if unit == "%":
+        return f"{value:.1f} %"
+    return f"{value:.1f} {unit}"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def judged_ratio(s: Summary, scope: str) -> float | None:
+    """The ratio a quota promises to hold at 1: cluster-wide (cluster scope) or per broker."""
+    return s.ratio if scope == "cluster" else s.max_broker_ratio
+
+
+def colour_for(ratio: float | None) -> str:
+    if ratio is None:
+        return ""
+    if ratio <= 1.10:
+        return GREEN
+    return YELLOW if ratio <= 1.5 else RED
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], colour: bool) -> str:
+    """A plain text table; cells may carry ANSI colour (stripped when `colour` is False)."""
+    body = [list(r) for r in rows]
+    if not colour:
+        body = [[_ANSI.sub("", c) for c in r] for r in body]
+    widths = [len(h) for h in headers]
+    for r in body:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(_ANSI.sub("", c)))
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for i, c in enumerate(cells):
+            pad = widths[i] - len(_ANSI.sub("", c))
+            out.append(c + " " * pad if i < 2 else " " * pad + c)
+        return "  ".join(out).rstrip()
+
+    head = line(headers)
+    return "\n".join([f"{BOLD}{head}{RESET}" if colour else head] + [line(r) for r in body])
+
+
+def entity_table(summaries: Sequence[Summary], scope: str, colour: bool) -> str:
+    rows = []
+    for s in summaries:
+        c = colour_for(judged_ratio(s, scope))
+        end = RESET if c else ""
+        rows.append([
+            s.entity, s.quota, fmt_amount(s.limit, s.unit), fmt_amount(s.achieved, s.unit),
+            f"{c}{fmt_ratio(s.ratio)}{end}" if scope == "cluster" else fmt_ratio(s.ratio),
+            f"{c}{fmt_ratio(s.max_broker_ratio)}{end}" if scope == "broker" else fmt_ratio(s.max_broker_ratio),
+            *(str(s.outcomes[o]) for o in OUTCOMES),
+        ])
+    return table(["ENTITY", "QUOTA", "LIMIT", "ACHIEVED", "xLIMIT", "MAX/BROKER",
+                  *(o.upper() for o in OUTCOMES)], rows, colour)
+
+
+def client_table(world: World, colour: bool) -> str:
+    rows = []
+    for client in world.clients:
+        st, spec = client.stats, client.spec
+        if spec.kind == "connection-storm":
+            done = f"{st.accepted}/{st.attempts} accepted"
+        elif spec.kind == "topic-storm":
+            done = f"{st.admitted} partitions"
+        else:
+            done = fmt_amount(st.bytes, "B/s").removesuffix("/s")
+        warn = colour and spec.kind in ("producer", "consumer") and st.throttled
+        throttled = f"{RED}{st.throttled}{RESET}" if warn else str(st.throttled)
+        rows.append([spec.name, spec.kind, str(st.requests or st.attempts), done, throttled,
+                     f"{st.max_throttle_ms}", str(st.rejected), str(st.closed), str(st.delayed)])
+    return table(["CLIENT", "KIND", "REQUESTS", "DONE", "THROTTLED", "MAX THROTTLE MS",
+                  "REJECTED", "CLOSED", "DELAYED"], rows, colour)
+
+
+# ------------------------------------------------------------------------------------ files
+
+
+def write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+    n = 0
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_FIELDS})
+            n += 1
+    return n
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> bool:
+    """Parquet when pyarrow is installed (the `audit` extra); False otherwise."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return False
+    columns = {k: [r[k] for r in rows] for k in CSV_FIELDS}
+    schema = pa.schema([("t_s", pa.float64()), ("quota", pa.string()), ("entity", pa.string()),
+                        ("broker", pa.string()), ("achieved", pa.float64()), ("limit", pa.float64()),
+                        ("unit", pa.string())] + [(o, pa.int64()) for o in OUTCOMES])
+    pq.write_table(pa.table(columns, schema=schema), path)
+    return True
+
+
+def plot(path: Path, rows: list[dict[str, Any]], summaries: Sequence[Summary], title: str,
+         scope: str, warmup_s: float) -> bool:
+    """One panel per entity with a limit: cluster-wide and per-broker rate against the limit.
+    Returns False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    panels = [s for s in summaries if s.limit is not None]
+    if not panels:
+        panels = list(summaries)
+    if not panels:
+        return False
+    cols = 2 if len(panels) > 1 else 1
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(7 * cols, 2.8 * nrows), squeeze=False)
+    series: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
+    for r in rows:
+        xs, ys = series.setdefault((r["quota"], r["entity"], r["broker"]), ([], []))
+        xs.append(r["t_s"])
+        ys.append(r["achieved"])
+    for ax, s in zip(axes.flat, panels):
+        scale, unit = (1 << 20, "MiB/s") if s.unit == "B/s" else (1, s.unit)
+        for (quota, entity, broker), (xs, ys) in sorted(series.items()):
+            if (quota, entity) != (s.quota, s.entity):
+                continue
+            ys = [y / scale for y in ys]
+            if broker == "all":
+                ax.step(xs, ys, where="post", color="tab:blue", lw=1.6, label="cluster-wide")
+            else:
+                ax.step(xs, ys, where="post", lw=0.7, alpha=0.6, label=f"broker {broker}")
+        if s.limit is not None:
+            ax.axhline(s.limit / scale, color="tab:red", ls="--", lw=1.2,
+                       label="limit" + (" (per broker)" if scope == "broker" else ""))
+        ax.axvspan(0, warmup_s, color="0.9", zorder=0)
+        ax.set_title(f"{s.entity}  {s.quota}", fontsize=9)
+        ax.set_ylabel(unit, fontsize=8)
+        ax.set_xlabel("s", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="upper right")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def summary_dict(s: Summary, scope: str) -> dict[str, Any]:
+    d = dataclasses.asdict(s)
+    d["per_broker"] = {str(k): v for k, v in s.per_broker.items()}
+    d["ratio"] = s.ratio
+    d["max_broker_ratio"] = s.max_broker_ratio
+    d["judged_ratio"] = judged_ratio(s, scope)
+    return d
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+
+
+def client_dicts(world: World) -> dict[str, dict[str, Any]]:
+    return {c.spec.name: {"kind": c.spec.kind, **dataclasses.asdict(c.stats)} for c in world.clients}

@@ -1,0 +1,336 @@
+"""Scenario files: YAML describing brokers, clients and quotas for `simulate` and `demo`.
+
+A scenario is validated completely before anything starts, so a typo is one line naming the
+field, not a traceback halfway through a run. Quotas are contract `quota_config` entries and are
+validated by the same `parse_config_record` the workers apply. docs/simulator.md has the format.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from app.engine.configs import ConfigError, ConfigUpdate, QuotaConfigs, parse_config_record
+from app.engine.events import STRICT_SINCE
+
+
+class ScenarioError(ValueError):
+    """A scenario file the simulator cannot run; the message names the file and the field."""
+
+
+#: Client kinds. Producers/consumers respect throttle_time_ms unless "ignoring"; "greedy" and
+#: "ignoring" send as fast as their own capacity (`rate`) and the brokers let them.
+PRODUCER_KINDS = ("producer", "greedy-producer", "ignoring-producer")
+CONSUMER_KINDS = ("consumer", "greedy-consumer", "ignoring-consumer")
+KINDS = PRODUCER_KINDS + CONSUMER_KINDS + ("connection-storm", "topic-storm")
+WELL_BEHAVED = ("producer", "consumer")
+
+_DEFAULT_RATE = {  # the client's own capacity when a scenario gives none
+    "greedy-producer": 16 * 1024 * 1024, "greedy-consumer": 16 * 1024 * 1024,
+    "ignoring-producer": 16 * 1024 * 1024, "ignoring-consumer": 16 * 1024 * 1024,
+    "connection-storm": 100.0, "topic-storm": 5.0,
+}
+_CLIENT_KEYS = {"name", "kind", "user", "client_id", "ip", "ips", "rate", "request_bytes",
+                "brokers", "listener", "thread_ms", "network_ms", "api", "api_version",
+                "partitions", "topics_per_request", "start", "stop"}
+_TOP_KEYS = {"name", "description", "scope", "duration", "warmup", "flush_interval_ms",
+             "aggregate", "brokers", "listeners", "quotas", "clients", "windows"}
+_WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
+               "controller_num": "QS_CONTROLLER_WINDOW_NUM",
+               "controller_size_ms": "QS_CONTROLLER_WINDOW_SIZE_MS"}
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    inter_broker: bool = False
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """One simulated client (or a crowd of them, for a storm from many IPs)."""
+
+    name: str
+    kind: str
+    user: str = ""
+    client_id: str = ""
+    ip: str = "10.0.0.1"
+    ips: int = 1  # connection-storm: addresses ip, ip+1, ... ip+ips-1
+    rate: float = 0.0  # bytes/s (producers, consumers), attempts/s (storm), requests/s (topics)
+    request_bytes: int = 65536
+    brokers: tuple[int, ...] = ()  # brokers it talks to (default: all)
+    listener: str = ""
+    thread_ms: float = 0.2  # I/O thread time per request
+    network_ms: float = 0.05
+    api: str = "CreateTopics"
+    api_version: int = 7
+    partitions: int = 10  # per topic
+    topics_per_request: int = 1
+    start: float = 0.0  # seconds after the run starts
+    stop: float | None = None
+
+    @property
+    def strict(self) -> bool:
+        return self.api_version >= STRICT_SINCE[self.api]
+
+    @property
+    def honours_throttle(self) -> bool:
+        return not self.kind.startswith("ignoring")
+
+    @property
+    def addresses(self) -> list[str]:
+        first = ipaddress.ip_address(self.ip)
+        return [str(first + i) for i in range(self.ips)]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    brokers: tuple[int, ...]
+    listeners: tuple[Listener, ...]
+    clients: tuple[ClientSpec, ...]
+    quotas: tuple[Mapping[str, Any], ...] = ()
+    scope: str = "broker"
+    duration: float | None = 60.0  # None: until stopped
+    warmup: float = 10.0
+    flush_interval_ms: int = 100
+    aggregate: bool = True  # one event per (entity, api, listener, ip) per flush, with `count`
+    windows: Mapping[str, int] = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
+
+    def config_updates(self, ts: int) -> list[ConfigUpdate]:
+        """The scenario's quotas as validated config updates, stamped `ts`."""
+        return [parse_config_record({"type": "quota_config", "v": 1, "ts": ts, **q})
+                for q in self.quotas]
+
+    def quota_configs(self) -> QuotaConfigs:
+        """The engine's view of this scenario's quotas (for labels and limits in reports)."""
+        configs = QuotaConfigs()
+        for update in self.config_updates(0):
+            configs.apply(update)
+        return configs
+
+    def worker_env(self) -> dict[str, str]:
+        """Settings the workers need for this scenario: scope and window settings."""
+        env = {"QS_SCOPE": self.scope}
+        env.update({_WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
+        return env
+
+    def with_run(self, duration: float | None = None, warmup: float | None = None) -> Scenario:
+        """The scenario with a different duration and/or warmup (command-line overrides)."""
+        if duration is not None and duration <= 0:
+            raise ScenarioError("--duration must be > 0")
+        if warmup is not None and warmup < 0:
+            raise ScenarioError("--warmup must be >= 0")
+        new_duration = self.duration if duration is None else duration
+        if warmup is not None:
+            new_warmup = warmup
+        elif new_duration is not None and new_duration < self.warmup * 2:
+            new_warmup = new_duration / 2  # a shortened run keeps half of it to measure
+        else:
+            new_warmup = self.warmup
+        if new_duration is not None and new_warmup >= new_duration:
+            raise ScenarioError(f"warmup ({new_warmup:g} s) must be shorter than the duration "
+                                f"({new_duration:g} s)")
+        return replace(self, duration=new_duration, warmup=new_warmup)
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; raise `ScenarioError` with a one-line reason."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario {p}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{p}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    try:
+        return parse_scenario(data, default_name=p.stem, source=str(p))
+    except ScenarioError as exc:
+        raise ScenarioError(f"{p}: {exc}") from None
+
+
+def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError("a scenario must be a mapping")
+    _unknown(data, _TOP_KEYS, "scenario")
+    brokers = _brokers(data.get("brokers", 3), "brokers")
+    listeners = _listeners(data.get("listeners", ["PLAINTEXT"]))
+    scope = data.get("scope", "broker")
+    if scope not in ("broker", "cluster"):
+        raise ScenarioError(f"scope: {scope!r} must be 'broker' or 'cluster'")
+    raw_duration = data.get("duration", 60)
+    duration = None if raw_duration in (None, "forever") else _pos(raw_duration, "duration")
+    warmup = _num(data.get("warmup", 10), "warmup", minimum=0.0)
+    if duration is not None and warmup >= duration:
+        raise ScenarioError(f"warmup ({warmup:g} s) must be shorter than duration ({duration:g} s)")
+    flush = int(_pos(data.get("flush_interval_ms", 100), "flush_interval_ms"))
+    aggregate = data.get("aggregate", True)
+    if not isinstance(aggregate, bool):
+        raise ScenarioError("aggregate must be true or false")
+    windows = data.get("windows") or {}
+    if not isinstance(windows, dict):
+        raise ScenarioError("windows must be a mapping (num, size_ms, controller_num, controller_size_ms)")
+    _unknown(windows, set(_WINDOW_ENV), "windows")
+    win = {k: int(_pos(v, f"windows.{k}")) for k, v in windows.items()}
+    quotas = tuple(_quota(q, i) for i, q in enumerate(_list(data.get("quotas", []), "quotas")))
+    names = {lst.name for lst in listeners}
+    default_listener = next((lst.name for lst in listeners if not lst.inter_broker), listeners[0].name)
+    clients: list[ClientSpec] = []
+    for i, raw in enumerate(_list(data.get("clients"), "clients")):
+        clients.append(_client(raw, i, brokers, names, default_listener))
+    if not clients:
+        raise ScenarioError("clients: at least one client is needed")
+    seen: set[str] = set()
+    for c in clients:
+        if c.name in seen:
+            raise ScenarioError(f"clients: two clients are named {c.name!r}")
+        seen.add(c.name)
+    description = data.get("description", "")
+    return Scenario(
+        name=str(data.get("name", default_name)), brokers=brokers, listeners=listeners,
+        clients=tuple(clients), quotas=quotas, scope=scope, duration=duration, warmup=warmup,
+        flush_interval_ms=flush, aggregate=aggregate, windows=win,
+        description=str(description).strip(), source=source,
+    )
+
+
+def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
+            default_listener: str) -> ClientSpec:
+    where = f"clients[{index}]"
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where} must be a mapping")
+    _unknown(raw, _CLIENT_KEYS, where)
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise ScenarioError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+    name = str(raw.get("name", f"{kind}-{index}"))
+    where = f"client {name!r}"
+    values: dict[str, Any] = {"name": name, "kind": kind}
+    for key in ("user", "client_id", "listener", "api"):
+        if key in raw:
+            if not isinstance(raw[key], str):
+                raise ScenarioError(f"{where}.{key} must be a string")
+            values[key] = raw[key]
+    if "ip" in raw:
+        try:
+            values["ip"] = str(ipaddress.ip_address(str(raw["ip"])))
+        except ValueError:
+            raise ScenarioError(f"{where}.ip: {raw['ip']!r} is not an IP address") from None
+    if "rate" in raw:
+        values["rate"] = _pos(raw["rate"], f"{where}.rate")
+    elif kind in _DEFAULT_RATE:
+        values["rate"] = _DEFAULT_RATE[kind]
+    else:
+        raise ScenarioError(f"{where}.rate is required for a {kind} (bytes per second)")
+    for key in ("ips", "request_bytes", "api_version", "partitions", "topics_per_request"):
+        if key in raw:
+            values[key] = _int(raw[key], f"{where}.{key}", minimum=0 if key == "api_version" else 1)
+    for key in ("thread_ms", "network_ms", "start"):
+        if key in raw:
+            values[key] = _num(raw[key], f"{where}.{key}", minimum=0.0)
+    if raw.get("stop") is not None:
+        values["stop"] = _pos(raw["stop"], f"{where}.stop")
+    values["brokers"] = _brokers(raw["brokers"], f"{where}.brokers") if "brokers" in raw else brokers
+    unknown = set(values["brokers"]) - set(brokers)
+    if unknown:
+        raise ScenarioError(f"{where}.brokers: {sorted(unknown)} not among the scenario's brokers")
+    values.setdefault("listener", default_listener)
+    if values["listener"] not in listeners:
+        raise ScenarioError(f"{where}.listener: {values['listener']!r} is not a listener of the scenario")
+    if values.get("api", "CreateTopics") not in STRICT_SINCE:
+        raise ScenarioError(f"{where}.api must be one of {', '.join(STRICT_SINCE)}")
+    if kind != "connection-storm" and not (values.get("user") or values.get("client_id")):
+        raise ScenarioError(f"{where} needs a user and/or a client_id")
+    if "stop" in values and values["stop"] <= values.get("start", 0.0):
+        raise ScenarioError(f"{where}.stop must be after start")
+    return ClientSpec(**values)
+
+
+def _quota(raw: Any, index: int) -> Mapping[str, Any]:
+    where = f"quotas[{index}]"
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where} must be a mapping with entity and quotas")
+    record = {"type": "quota_config", "v": 1, "ts": 0, **raw}
+    if record.get("type") != "quota_config" or record.get("v") != 1:
+        raise ScenarioError(f"{where}: only contract v1 quota_config entries are allowed")
+    try:
+        parse_config_record(record)
+    except ConfigError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    return {"entity": record["entity"], "quotas": record["quotas"]}
+
+
+def _listeners(raw: Any) -> tuple[Listener, ...]:
+    out: list[Listener] = []
+    for i, item in enumerate(_list(raw, "listeners")):
+        if isinstance(item, str):
+            out.append(Listener(item))
+        elif isinstance(item, dict) and isinstance(item.get("name"), str):
+            _unknown(item, {"name", "inter_broker"}, f"listeners[{i}]")
+            out.append(Listener(item["name"], bool(item.get("inter_broker", False))))
+        else:
+            raise ScenarioError(f"listeners[{i}] must be a name or {{name, inter_broker}}")
+    if not out:
+        raise ScenarioError("listeners: at least one listener is needed")
+    return tuple(out)
+
+
+def _brokers(raw: Any, where: str) -> tuple[int, ...]:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw < 1:
+            raise ScenarioError(f"{where} must be >= 1")
+        return tuple(range(1, raw + 1))
+    ids = _list(raw, where)
+    if not ids or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in ids):
+        raise ScenarioError(f"{where} must be a count or a list of broker ids (integers >= 0)")
+    return tuple(dict.fromkeys(ids))
+
+
+def _list(raw: Any, where: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ScenarioError(f"{where} must be a list")
+    return raw
+
+
+def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    extra = set(d) - allowed
+    if extra:
+        raise ScenarioError(f"{where}: unknown field(s) {', '.join(sorted(map(str, extra)))} "
+                            f"(allowed: {', '.join(sorted(allowed))})")
+
+
+def _num(raw: Any, where: str, minimum: float) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ScenarioError(f"{where}: {raw!r} is not a number")
+    if raw < minimum:
+        raise ScenarioError(f"{where}: {raw!r} must be >= {minimum:g}")
+    return float(raw)
+
+
+def _pos(raw: Any, where: str) -> float:
+    value = _num(raw, where, 0.0)
+    if value <= 0:
+        raise ScenarioError(f"{where}: {raw!r} must be > 0")
+    return value
+
+
+def _int(raw: Any, where: str, minimum: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ScenarioError(f"{where}: {raw!r} must be an integer")
+    if raw < minimum:
+        raise ScenarioError(f"{where}: {raw!r} must be >= {minimum}")
+    return raw

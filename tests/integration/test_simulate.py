@@ -1,0 +1,180 @@
+"""Acceptance: the simulator's brokers and clients against the live pipeline (embedded broker).
+
+Every run is a real `quota-streams simulate` / `quota-streams demo` process: it starts its own
+embedded broker and worker, writes the scenario's quotas, runs the scenario and stops
+everything. The runs are started together (each has its own broker) so the file stays within
+about three minutes on two cores; each test then reads its run's summary.json.
+
+Window settings are Kafka's defaults (quota.window.num 11 x 1 s): a greedy client under a byte
+quota cycles (burst, throttle until its burst leaves the ~11 s window) with a period of about
+15 s, and the loop latency (~1 s on the embedded broker with stock Faust; see docs/simulator.md)
+adds to the throttles it misses. Shorter windows converge faster but make the latency a larger
+share of the window, so the produce runs measure 125 s of steady state instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCE_S, PRODUCE_WARMUP_S = 140, 15
+
+
+@dataclass
+class Run:
+    name: str
+    argv: list[str]
+    out: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.out.with_suffix(".log")
+
+    def summary(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.returncode == 0, self.tail()
+        return json.loads((self.out / "summary.json").read_text())
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return f"{self.name} exited {self.proc.returncode if self.proc else None}:\n" + \
+            "\n".join(text.splitlines()[-lines:])
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k != "KAFKA_BOOTSTRAP_SERVERS" and not k.startswith("QS_")}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+    tmp = tmp_path_factory.mktemp("simulate")
+
+    def simulate(name: str, *args: str) -> Run:
+        out = tmp / name
+        return Run(name, [sys.executable, "-m", "app.cli", "simulate",
+                          str(ROOT / "scenarios" / f"{name}.yaml"), "--out", str(out), *args], out)
+
+    all_runs = {r.name: r for r in [
+        simulate("cluster-produce", "--duration", str(PRODUCE_S), "--warmup", str(PRODUCE_WARMUP_S)),
+        simulate("broker-produce", "--duration", str(PRODUCE_S), "--warmup", str(PRODUCE_WARMUP_S)),
+        simulate("ip-storm", "--duration", "40", "--warmup", "10"),
+        simulate("topic-storm", "--duration", "30", "--warmup", "5"),
+        Run("demo", [sys.executable, "-m", "app.cli", "demo", "--duration", "20"], tmp / "demo"),
+    ]}
+    try:
+        for run in all_runs.values():
+            with open(run.log, "wb") as log:
+                run.proc = subprocess.Popen(run.argv, cwd=ROOT, env=_env(), stdout=log,
+                                            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + PRODUCE_S + 120
+        for run in all_runs.values():
+            assert run.proc is not None
+            run.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        yield all_runs
+    finally:
+        for run in all_runs.values():  # only on failure or interruption: they stop themselves
+            if run.proc is not None and run.proc.poll() is None:
+                run.proc.send_signal(signal.SIGTERM)
+        for run in all_runs.values():
+            if run.proc is not None and run.proc.poll() is None:
+                try:
+                    run.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    run.proc.kill()
+
+
+def entity(summary: dict[str, Any], quota: str, name: str) -> dict[str, Any]:
+    return next(e for e in summary["entities"] if e["quota"] == quota and e["entity"] == name)
+
+
+def test_cluster_scope_holds_the_cluster_wide_rate_within_10_percent(runs: dict[str, Run]) -> None:
+    s = runs["cluster-produce"].summary()
+    alice = entity(s, "producer_byte_rate", "user=alice")
+    assert s["scope"] == "cluster" and alice["seconds"] >= PRODUCE_S - PRODUCE_WARMUP_S - 1
+    assert 0.9 <= alice["ratio"] <= 1.1, (alice, s["loop_latency_ms"])
+    assert alice["outcomes"]["throttled"] > 0
+    assert len([b for b, rate in alice["per_broker"].items() if rate > 0]) == 3  # spread over 3
+
+
+def test_broker_scope_reaches_about_three_times_the_quota(runs: dict[str, Run]) -> None:
+    s = runs["broker-produce"].summary()
+    alice = entity(s, "producer_byte_rate", "user=alice")
+    assert s["scope"] == "broker"
+    assert 2.7 <= alice["ratio"] <= 3.3, (alice, s["loop_latency_ms"])
+    assert alice["max_broker_ratio"] <= 1.15, alice["per_broker"]
+
+
+@pytest.mark.parametrize("name, clients", [
+    ("cluster-produce", ["bob-app", "carol-reader"]),
+    ("broker-produce", ["bob-app", "carol-reader"]),
+    ("ip-storm", ["bob-app"]),
+])
+def test_well_behaved_clients_are_never_throttled(runs: dict[str, Run], name: str,
+                                                  clients: list[str]) -> None:
+    s = runs[name].summary()
+    for client in clients:
+        stats = s["clients"][client]
+        assert stats["requests"] > 0 and stats["throttled"] == 0, (client, stats)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "engine: a connection the broker accepted before a close_connection directive reached it "
+    "is taken back out of the IP window when the engine judges it over the rate (Kafka's "
+    "synchronous unrecord), and the IP throttle is capped at one sample window, so directives "
+    "are too short to outlast the loop latency; the storm gets ~5-9x the rate. See "
+    "docs/simulator.md, 'Known gaps'."))
+def test_connection_storm_from_one_ip_is_held_to_its_rate(runs: dict[str, Run]) -> None:
+    s = runs["ip-storm"].summary()
+    storm = entity(s, "connection_creation_rate", "ip=203.0.113.9")
+    assert storm["outcomes"]["closed"] > 0
+    assert 0.9 <= storm["ratio"] <= 1.1, storm
+
+
+def test_connection_storms_are_detected(runs: dict[str, Run]) -> None:
+    """The pipeline publishes close_connection directives for the storms (whether brokers get
+    them in time is the xfail above)."""
+    s = runs["ip-storm"].summary()
+    assert s["directives"].get("connection_creation_rate/close_connection", 0) > 0, s["directives"]
+    assert s["clients"]["storm-one-ip"]["attempts"] > 0
+
+
+def test_strict_topic_storm_is_rejected_and_legacy_is_throttled(runs: dict[str, Run]) -> None:
+    s = runs["topic-storm"].summary()
+    strict, legacy = s["clients"]["strict-storm"], s["clients"]["legacy-storm"]
+    assert strict["rejected"] > 0, strict  # THROTTLING_QUOTA_EXCEEDED
+    assert legacy["rejected"] == 0 and legacy["throttled"] > 0, legacy
+    assert legacy["admitted"] > 0
+
+
+def test_results_are_written(runs: dict[str, Run]) -> None:
+    out = runs["topic-storm"].out
+    runs["topic-storm"].summary()
+    header = (out / "timeseries.csv").read_text().splitlines()[0]
+    assert header.startswith("t_s,quota,entity,broker,achieved,limit")
+    assert (out / "rates.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "timeseries.parquet").exists()
+    assert (out / "logs" / "worker-0.log").exists() and not list((out / "logs").glob("state-*"))
+
+
+def test_demo_runs_for_its_duration_and_stops_what_it_started(runs: dict[str, Run]) -> None:
+    run = runs["demo"]
+    assert run.proc is not None and run.proc.returncode == 0, run.tail()
+    text = run.log.read_text()
+    assert "workers ready" in text and "directives/s=" in text
+    assert "stopping the workers and the embedded broker" in text
+    assert "user=alice" in text and "alice-loader" in text  # the final tables

@@ -1,0 +1,52 @@
+"""Percentiles, the suggested-quota rule, and the plain-Python aggregation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.audit.common import nice_ceil
+from app.audit.recommend import aggregate_local, finish, limit_text, percentiles, suggest
+
+
+def test_percentiles_match_numpy_linear() -> None:
+    np = pytest.importorskip("numpy")
+    values = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0, 5.0]
+    assert percentiles(values) == pytest.approx(list(np.percentile(values, [50, 95, 99])))
+    assert percentiles([7.0]) == [7.0, 7.0, 7.0]
+    assert all(math.isnan(x) for x in percentiles([]))
+
+
+def test_nice_ceil_and_suggest() -> None:
+    assert nice_ceil(1_234_567) == 1_300_000
+    assert nice_ceil(0.0123) == 0.013
+    assert nice_ceil(500) == 500
+    assert suggest(1_000_000, "producer_byte_rate") == 1_200_000  # p99 x 1.2
+    assert suggest(10_001, "producer_byte_rate") == 13_000
+    assert suggest(3.3, "request_percentage") == 4.0
+    assert suggest(0.001, "request_percentage") == 0.01
+    assert suggest(0.2, "connection_creation_rate") == 1  # integral types: at least 1
+    assert suggest(0.0, "producer_byte_rate") is None
+    assert suggest(100, "producer_byte_rate", headroom=2.0) == 200
+
+
+def test_aggregate_local_and_finish() -> None:
+    decisions = [{"entity": "user=a", "quota": "producer_byte_rate", "broker": 1, "ts": t,
+                  "observed": float(t), "amount": 1.0, "limit": 50.0, "config_level": "/x",
+                  "throttle_time_ms": 10 if t > 50 else 0} for t in range(1, 101)]
+    # mutations: the rate is partitions over the controller window span, not the token balance
+    decisions += [{"entity": "user=ops", "quota": "controller_mutation_rate", "broker": 1,
+                   "ts": 1000 * i, "observed": -5.0, "amount": 10.0, "limit": 2.0,
+                   "config_level": "/y", "throttle_time_ms": 0} for i in range(20)]
+    rows = aggregate_local(decisions, controller_span_ms=11_000)
+    by = {r["quota"]: r for r in rows}
+    p = by["producer_byte_rate"]
+    assert (p["decisions"], p["max"], p["throttled"], p["limit"]) == (100, 100.0, 50, 50.0)
+    assert p["p50"] == pytest.approx(50.5) and p["p99"] == pytest.approx(99.01)
+    m = by["controller_mutation_rate"]
+    assert m["max"] == pytest.approx(11 * 10 / 11.0)  # 11 mutations of 10 within 11 s
+    done = finish(rows, 1.2)
+    assert done[0]["quota"] == "producer_byte_rate"  # most throttled first
+    assert done[0]["suggested"] == 120 and done[0]["vs_limit"] == pytest.approx(2.4)
+    assert limit_text(2147483647.0) == "unlimited" and limit_text(5.0) == "5"

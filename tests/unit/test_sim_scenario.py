@@ -1,0 +1,111 @@
+"""Scenario files: every shipped scenario loads, and mistakes are one-line errors naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.sim.scenario import ScenarioError, load_scenario, parse_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def minimal(**over: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"brokers": 3, "clients": [
+        {"name": "p", "kind": "producer", "user": "alice", "rate": 1000}]}
+    d.update(over)
+    return d
+
+
+@pytest.mark.parametrize("name", ["demo", "cluster-produce", "broker-produce", "ip-storm", "topic-storm"])
+def test_shipped_scenarios_load(name: str) -> None:
+    sc = load_scenario(SCENARIOS / f"{name}.yaml")
+    assert sc.name == name
+    assert sc.clients and sc.quotas
+    sc.quota_configs()  # every quota is one the workers accept
+
+
+def test_twins_differ_only_in_scope() -> None:
+    cluster = yaml.safe_load((SCENARIOS / "cluster-produce.yaml").read_text())
+    broker = yaml.safe_load((SCENARIOS / "broker-produce.yaml").read_text())
+    assert (cluster.pop("scope"), broker.pop("scope")) == ("cluster", "broker")
+    for d in (cluster, broker):
+        d.pop("name"), d.pop("description")
+    assert cluster == broker
+
+
+def test_defaults() -> None:
+    sc = parse_scenario(minimal())
+    assert sc.brokers == (1, 2, 3)
+    assert sc.scope == "broker" and sc.flush_interval_ms == 100 and sc.aggregate
+    client = sc.clients[0]
+    assert client.brokers == (1, 2, 3) and client.listener == "PLAINTEXT"
+    assert client.honours_throttle
+    assert sc.worker_env() == {"QS_SCOPE": "broker"}
+
+
+def test_windows_become_worker_settings() -> None:
+    sc = parse_scenario(minimal(scope="cluster", windows={"num": 6, "size_ms": 500}))
+    assert sc.worker_env() == {"QS_SCOPE": "cluster", "QS_QUOTA_WINDOW_NUM": "6",
+                               "QS_QUOTA_WINDOW_SIZE_MS": "500"}
+
+
+def test_forever_and_overrides() -> None:
+    sc = parse_scenario(minimal(duration="forever", warmup=20))
+    assert sc.duration is None
+    assert sc.with_run(30).warmup == 15  # a short run keeps half of it to measure
+    assert sc.with_run(100).warmup == 20
+    assert sc.with_run(30, 5).warmup == 5
+    with pytest.raises(ScenarioError, match="warmup"):
+        sc.with_run(10, 10)
+
+
+def test_storm_addresses_and_strictness() -> None:
+    sc = parse_scenario(minimal(clients=[
+        {"kind": "connection-storm", "ip": "10.0.0.254", "ips": 3},
+        {"kind": "topic-storm", "user": "ops", "api_version": 5},
+        {"kind": "topic-storm", "user": "ops", "api": "DeleteTopics", "api_version": 5},
+    ]))
+    storm, legacy, delete = sc.clients
+    assert storm.addresses == ["10.0.0.254", "10.0.0.255", "10.0.1.0"]
+    assert not legacy.strict and delete.strict  # DeleteTopics is strict from v5
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "must be a mapping"),
+    (minimal(scope="global"), "scope"),
+    (minimal(colour="red"), "unknown field"),
+    (minimal(clients=[]), "at least one client"),
+    (minimal(clients=[{"kind": "hacker", "user": "x"}]), "kind"),
+    (minimal(clients=[{"kind": "producer", "user": "x"}]), "rate is required"),
+    (minimal(clients=[{"kind": "producer", "rate": 1}]), "user and/or a client_id"),
+    (minimal(clients=[{"kind": "producer", "user": "x", "rate": -1}]), "rate"),
+    (minimal(clients=[{"kind": "producer", "user": "x", "rate": 1, "brokers": [7]}]), "not among"),
+    (minimal(clients=[{"kind": "producer", "user": "x", "rate": 1, "listener": "SSL"}]), "listener"),
+    (minimal(clients=[{"kind": "producer", "user": "x", "rate": 1, "ip": "nope"}]), "not an IP"),
+    (minimal(clients=[{"name": "a", "kind": "producer", "user": "x", "rate": 1},
+                      {"name": "a", "kind": "consumer", "user": "x", "rate": 1}]), "two clients"),
+    (minimal(quotas=[{"entity": {"user": "x"}, "quotas": {"producer_byte_rate": 0}}]), "greater than 0"),
+    (minimal(quotas=[{"entity": {"ip": "1.2.3.4", "user": "x"},
+                      "quotas": {"connection_creation_rate": 1}}]), "cannot be combined"),
+    (minimal(duration=10, warmup=10), "warmup"),
+])
+def test_bad_scenarios(data: Any, message: str) -> None:
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(data)
+
+
+def test_file_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("clients: [\n")
+    with pytest.raises(ScenarioError, match="bad.yaml: not valid YAML"):
+        load_scenario(bad)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("brokers: 0\nclients: []\n")
+    with pytest.raises(ScenarioError, match=r"wrong.yaml: brokers must be >= 1"):
+        load_scenario(wrong)
