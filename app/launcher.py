@@ -7,6 +7,7 @@ their environment, each with its own state directory and HTTP port.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from app.broker import EmbeddedBroker, create_topics_sync
 from app.pipeline.topology import topic_specs
@@ -94,11 +95,27 @@ class LocalCluster:
         proc.wait(timeout=30)
 
     def ready(self, index: int) -> bool:
+        return self.status(index).get("ready") is True
+
+    def status(self, index: int) -> dict[str, Any]:
+        """The worker's /ready answer: readiness and the re-key partitions it owns."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[index]}/ready", timeout=1) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+                return dict(json.load(r))
+        except urllib.error.HTTPError as exc:
+            return dict(json.load(exc)) if exc.code == 503 else {}
+        except (urllib.error.URLError, OSError, ValueError):
+            return {}
+
+    def wait_owns(self, index: int, partitions: int, timeout: float = 90.0) -> None:
+        """Block until worker `index` owns all `partitions` re-key partitions and is ready."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status(index)
+            if status.get("ready") and len(status.get("partitions", ())) == partitions:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"worker {index} did not take over all {partitions} partitions in {timeout:.0f} s")
 
     def wait_ready(self, timeout: float = 90.0, indexes: list[int] | None = None) -> None:
         """Block until every (given) running worker reports recovery complete."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
-from typing import Any, Iterator, MutableMapping
+from typing import Any, Callable, Iterator, MutableMapping
 
 from app.engine.engine import State
 from app.engine.state_codec import StateDecodeError, decode, encode
@@ -134,8 +134,9 @@ class PartitionCache(MutableMapping[str, State]):
         self.dirty_keys |= keys
         self.dirty.update(bucket_of(k) for k in keys)
 
-    def flush(self) -> int:
-        """Write every dirty row once; return how many were written."""
+    def flush(self, write: Callable[[str, bytes], None] | None = None) -> int:
+        """Write every dirty row once (through `write(row_key, value)` if given, else by
+        setting the table key); return how many rows were written."""
         dirty, self.dirty = self.dirty, set()
         states, encoded = self.states, self.encoded
         for key in self.dirty_keys:
@@ -144,6 +145,9 @@ class PartitionCache(MutableMapping[str, State]):
         self.dirty_keys = set()
         for bucket in dirty:
             members = self.members.get(bucket, ())
-            self.table[f"b{bucket}"] = b"".join(
-                encoded.get(k) or encode_entry(k, states[k]) for k in sorted(members))
+            row = b"".join(encoded.get(k) or encode_entry(k, states[k]) for k in sorted(members))
+            if write is None:
+                self.table[f"b{bucket}"] = row
+            else:
+                write(f"b{bucket}", row)
         return len(dirty)

@@ -25,6 +25,7 @@ from typing import Any
 import faust
 import orjson
 from faust.streams import _current_event
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import TP
 
 from app import metrics
@@ -64,6 +65,21 @@ app = faust.App(
 )
 # Tansu under-reports end offsets; confirm them by fetching (no-op on a real Kafka cluster).
 install_highwater_fix(app, enabled=bool(settings.verify_end_offsets))
+
+FETCH_MAX_WAIT_MS = 100
+_create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
+
+
+def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """Faust hard-codes fetch_max_wait_ms=1500; a broker may hold a multi-partition fetch for a
+    good part of that even with records waiting (Tansu: ~0.5 s per hop, two hops per event).
+    Directives are sent when decided, so the wait is the latency: cap it at 100 ms."""
+    consumer = _create_worker_consumer(self, *args, **kwargs)
+    consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+    return consumer
+
+
+AIOKafkaConsumerThread._create_worker_consumer = _short_fetch_wait  # type: ignore[method-assign]
 
 engine_settings = EngineSettings(
     scope=str(settings.scope), window_num=int(settings.quota_window_num),
@@ -181,6 +197,15 @@ async def publish(directive: dict[str, Any], appended_ms: int) -> None:
     metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
 
 
+def row_writer(partition: int, delivered: list[Any]) -> Any:
+    """What `table[key] = value` does (RocksDB write + changelog record), keeping the send's
+    future so the flush can wait until the changelog record is acknowledged by the broker."""
+    def write(key: str, value: bytes) -> None:
+        state_table.data[key] = value
+        delivered.append(state_table.send_changelog(partition, key, value))
+    return write
+
+
 async def flush_all() -> None:
     """Write each partition's dirty windows once, then ack the records that changed them.
 
@@ -188,20 +213,26 @@ async def flush_all() -> None:
     write runs with the current event set to the partition's latest pending record.
     """
     async with state_lock:
-        for partition, events in list(pending.items()):
-            if not events:
-                continue
+        written = {p: list(events) for p, events in pending.items() if events}
+        delivered: list[Any] = []
+        for partition, events in written.items():
             cache = caches.get(partition)
             if cache is not None and cache.dirty:
                 token = _current_event.set(weakref.ref(events[-1]))
                 try:
-                    stats["rows_written"] += cache.flush()
+                    stats["rows_written"] += cache.flush(row_writer(partition, delivered))
                 finally:
                     _current_event.reset(token)
-            acked = sum(1 for ev in events if ev.ack())
-            log.debug("flushed partition %d: acked %d of %d records", partition, acked, len(events))
-            events.clear()
+            pending[partition].clear()
         metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in caches.values()))
+        if not written:
+            return
+        # The changelog records must be on the broker before their inputs may be committed,
+        # or a SIGKILL right after the commit would lose the last rows: wait for delivery.
+        await asyncio.gather(*delivered)
+        for events in written.values():
+            for ev in events:
+                ev.ack()
 
 
 @app.task
@@ -257,4 +288,6 @@ async def metrics_page(web: Any, request: Any) -> Any:
 async def ready_page(web: Any, request: Any) -> Any:
     ready = follower.ready.is_set() and app.tables.recovery.completed.is_set()
     metrics.RECOVERY_COMPLETE.set(1 if ready else 0)
-    return web.json({"ready": ready}, status=200 if ready else 503)
+    samples_name = samples.get_topic_name()
+    owned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == samples_name)
+    return web.json({"ready": ready, "partitions": owned}, status=200 if ready else 503)
