@@ -20,6 +20,9 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scope", choices=("broker", "cluster"), default="broker",
                    help="broker: per-broker windows exactly as Kafka; cluster: windows over the "
                    "sum of all brokers (default %(default)s)")
+    g.add_argument("--accounting", choices=("kafka", "served"), default="kafka",
+                   help="kafka: Kafka's take-backs, exact (default); served: count every "
+                   "reported event, for enforcement through delayed directives")
     g.add_argument("--window-num", type=_positive, default=11, help="quota.window.num (default %(default)s)")
     g.add_argument("--window-ms", type=_positive, default=1000,
                    help="quota.window.size.seconds in ms (default %(default)s)")
@@ -61,7 +64,7 @@ _positive = int_at_least(1)
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
     return EngineSettings(
-        scope=args.scope, window_num=args.window_num, window_ms=args.window_ms,
+        scope=args.scope, accounting=args.accounting, window_num=args.window_num, window_ms=args.window_ms,
         controller_window_num=args.controller_window_num,
         controller_window_ms=args.controller_window_ms, min_extension_ms=args.min_extension_ms,
     )

@@ -46,6 +46,12 @@ def _scope(raw: str) -> str:
     return raw
 
 
+def _accounting(raw: str) -> str:
+    if raw not in ("kafka", "served"):
+        raise ValueError("must be 'kafka' or 'served'")
+    return raw
+
+
 def _port(raw: str) -> int:
     value = int(raw)
     if not 0 < value < 65536:
@@ -72,6 +78,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_VERIFY_END_OFFSETS", "0", "confirm end offsets by fetching (on for the embedded Tansu broker, which under-reports them)", _flag),
     Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics"),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
+    Setting("QS_ACCOUNTING", "kafka", "`kafka`: take back what Kafka would have refused (exact); `served`: count every reported event, for closed-loop enforcement", _accounting),
     Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
     Setting("QS_QUOTA_WINDOW_SIZE_MS", "1000", "quota.window.size.seconds, in ms", _positive_int),
     Setting("QS_CONTROLLER_WINDOW_NUM", "11", "controller.quota.window.num", _positive_int),

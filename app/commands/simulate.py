@@ -112,7 +112,8 @@ def _offline(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -
 
     s = load({**os.environ, **cluster_env(scenario)})  # the windows the workers would use
     settings = EngineSettings(
-        scope=scenario.scope, window_num=cast(int, s.quota_window_num),
+        scope=scenario.scope, accounting=scenario.accounting,
+        window_num=cast(int, s.quota_window_num),
         window_ms=cast(int, s.quota_window_size_ms),
         controller_window_num=cast(int, s.controller_window_num),
         controller_window_ms=cast(int, s.controller_window_size_ms))

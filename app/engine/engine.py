@@ -24,6 +24,7 @@ from app.engine import configs as cfg
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
 from app.engine.kafka_math import (
+    INT_MAX,
     bounded_throttle_time_ms,
     saturate_int,
     throttle_time_ms,
@@ -43,6 +44,11 @@ class EngineSettings:
     """Window settings (Kafka's quota.window.* and controller.quota.window.*) and scope."""
 
     scope: str = "broker"
+    #: "kafka": Kafka's synchronous take-backs (a throttled fetch's bytes, an IP-throttled
+    #: connection, a strict mutation in debt are not counted; IP and connection delays capped at
+    #: one window). "served": events report usage brokers already served, so all of it counts
+    #: and connection throttles last until the rate is back under the limit.
+    accounting: str = "kafka"
     window_num: int = 11
     window_ms: int = 1000
     controller_window_num: int = 11
@@ -52,6 +58,8 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):
             raise ValueError("scope must be 'broker' or 'cluster'")
+        if self.accounting not in ("kafka", "served"):
+            raise ValueError("accounting must be 'kafka' or 'served'")
         for name in ("window_num", "window_ms", "controller_window_num", "controller_window_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -105,6 +113,7 @@ class QuotaEngine:
         self.store: MutableMapping[str, State] = {} if store is None else store
         self.touched: set[str] = set()
         self.cluster = self.settings.scope == "cluster"
+        self.take_back = self.settings.accounting == "kafka"
         self.exempt_requests = 0
         s = self.settings
         self._n, self._w = s.window_num, s.window_ms
@@ -263,7 +272,7 @@ class QuotaEngine:
                 bundle = self._bundle(cfg.FETCH, event)
                 if bundle is not None:
                     bw, rate, t = self._check(cfg.FETCH, bundle, event, event.bytes, decisions, None)
-                    if bw > 0 or rq > 0:
+                    if (bw > 0 or rq > 0) and self.take_back:
                         rate.record(-event.bytes, t, self._n, self._w)
         else:
             self._request_time(request_bundle, event, decisions)
@@ -311,6 +320,8 @@ class QuotaEngine:
         if event.strict:
             if tokens < 0:
                 throttle, action = token_throttle_time_ms(tokens, rate), "reject"
+                if not self.take_back:  # the broker admitted it before the directive arrived
+                    bucket.record(event.partitions, t, rate, full)
             else:
                 bucket.record(event.partitions, t, rate, full)
         else:
@@ -334,7 +345,8 @@ class QuotaEngine:
         observed, window = rate.record_measure(1, t, n, w)
         throttle = 0
         if observed > limit:
-            throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, w))
+            cap = w if self.take_back else INT_MAX
+            throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
         decisions.append(Decision(quota, entity, throttle, action if throttle > 0 else "none",
                                   observed, limit, window, level, key, t, broker))
         return throttle, rate
@@ -370,7 +382,7 @@ class QuotaEngine:
         throttle, ip_rate = self._conn_check(
             ip_key, t_ip, ip_limit[0], ip_limit[1], cfg.IP_RATE, {"ip": event.ip},
             "close_connection", None if self.cluster else broker, decisions)
-        if throttle > 0:
+        if throttle > 0 and self.take_back:
             n, w = self._n, self._w
             for rate in (ip_rate, listener_rate, broker_rate):
                 if rate is not None:

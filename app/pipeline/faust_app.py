@@ -82,7 +82,8 @@ def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
 AIOKafkaConsumerThread._create_worker_consumer = _short_fetch_wait  # type: ignore[method-assign]
 
 engine_settings = EngineSettings(
-    scope=str(settings.scope), window_num=int(settings.quota_window_num),
+    scope=str(settings.scope), accounting=str(settings.accounting),
+    window_num=int(settings.quota_window_num),
     window_ms=int(settings.quota_window_size_ms),
     controller_window_num=int(settings.controller_window_num),
     controller_window_ms=int(settings.controller_window_size_ms),

@@ -39,7 +39,8 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
         raise ValueError("an offline run needs a duration")
     sets = {b: ActiveSet(b) for b in scenario.brokers}
     world = World(scenario, sets, start_ms)
-    engine = QuotaEngine(settings or EngineSettings(scope=scenario.scope))
+    engine = QuotaEngine(settings or EngineSettings(scope=scenario.scope,
+                                                    accounting=scenario.accounting))
     for update in scenario.config_updates(start_ms):
         engine.process(update)
     in_flight: deque[tuple[float, dict[str, Any]]] = deque()

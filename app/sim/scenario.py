@@ -38,7 +38,7 @@ _DEFAULT_RATE = {  # the client's own capacity when a scenario gives none
 _CLIENT_KEYS = {"name", "kind", "user", "client_id", "ip", "ips", "rate", "request_bytes",
                 "brokers", "listener", "thread_ms", "network_ms", "api", "api_version",
                 "partitions", "topics_per_request", "start", "stop"}
-_TOP_KEYS = {"name", "description", "scope", "duration", "warmup", "flush_interval_ms",
+_TOP_KEYS = {"name", "description", "scope", "accounting", "duration", "warmup", "flush_interval_ms",
              "aggregate", "brokers", "listeners", "quotas", "clients", "windows"}
 _WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
                "controller_num": "QS_CONTROLLER_WINDOW_NUM",
@@ -96,6 +96,7 @@ class Scenario:
     clients: tuple[ClientSpec, ...]
     quotas: tuple[Mapping[str, Any], ...] = ()
     scope: str = "broker"
+    accounting: str = "kafka"  # the workers' QS_ACCOUNTING
     duration: float | None = 60.0  # None: until stopped
     warmup: float = 10.0
     flush_interval_ms: int = 100
@@ -118,7 +119,7 @@ class Scenario:
 
     def worker_env(self) -> dict[str, str]:
         """Settings the workers need for this scenario: scope and window settings."""
-        env = {"QS_SCOPE": self.scope}
+        env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting}
         env.update({_WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
         return env
 
@@ -170,6 +171,9 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
     scope = data.get("scope", "broker")
     if scope not in ("broker", "cluster"):
         raise ScenarioError(f"scope: {scope!r} must be 'broker' or 'cluster'")
+    accounting = data.get("accounting", "kafka")
+    if accounting not in ("kafka", "served"):
+        raise ScenarioError(f"accounting: {accounting!r} must be 'kafka' or 'served'")
     raw_duration = data.get("duration", 60)
     duration = None if raw_duration in (None, "forever") else _pos(raw_duration, "duration")
     warmup = _num(data.get("warmup", 10), "warmup", minimum=0.0)
@@ -200,7 +204,8 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
     description = data.get("description", "")
     return Scenario(
         name=str(data.get("name", default_name)), brokers=brokers, listeners=listeners,
-        clients=tuple(clients), quotas=quotas, scope=scope, duration=duration, warmup=warmup,
+        clients=tuple(clients), quotas=quotas, scope=scope, accounting=accounting,
+        duration=duration, warmup=warmup,
         flush_interval_ms=flush, aggregate=aggregate, windows=win,
         description=str(description).strip(), source=source,
     )

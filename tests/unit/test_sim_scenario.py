@@ -44,12 +44,12 @@ def test_defaults() -> None:
     client = sc.clients[0]
     assert client.brokers == (1, 2, 3) and client.listener == "PLAINTEXT"
     assert client.honours_throttle
-    assert sc.worker_env() == {"QS_SCOPE": "broker"}
+    assert sc.worker_env() == {"QS_SCOPE": "broker", "QS_ACCOUNTING": "kafka"}
 
 
 def test_windows_become_worker_settings() -> None:
     sc = parse_scenario(minimal(scope="cluster", windows={"num": 6, "size_ms": 500}))
-    assert sc.worker_env() == {"QS_SCOPE": "cluster", "QS_QUOTA_WINDOW_NUM": "6",
+    assert sc.worker_env() == {"QS_SCOPE": "cluster", "QS_ACCOUNTING": "kafka", "QS_QUOTA_WINDOW_NUM": "6",
                                "QS_QUOTA_WINDOW_SIZE_MS": "500"}
 
 
