@@ -8,6 +8,7 @@ removed, so a million client ids never become a million series.
 from __future__ import annotations
 
 import heapq
+import re
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -82,6 +83,13 @@ class TopEntities:
         THROTTLED_ENTITIES.set(sum(1 for d in self.latest.values() if d.observed > d.limit))
         self._exported = set(labelled)
         self.latest.clear()
+
+
+def reason_label(reason: str) -> str:
+    """A dead-letter reason as a bounded label: the values it quotes and numbers are dropped,
+    so `ts 17638... is more than ...` or `unknown type 'x'` do not mint a series per input."""
+    text = re.sub(r"'[^']*'|\"[^\"]*\"|-?\d+(\.\d+)?", "_", reason)
+    return re.split(r"[:(]", text, maxsplit=1)[0].strip()[:60]
 
 
 def entity_label(entity: dict[str, Any]) -> str:

@@ -108,7 +108,7 @@ processed: dict[TP, int] = {}  # next offset to process per source/samples parti
 
 
 async def send_deadletter(reason: str, raw: Any, source_name: str, key: bytes | None = None) -> None:
-    metrics.DEADLETTER.labels(reason.split(":")[0][:60]).inc()
+    metrics.DEADLETTER.labels(metrics.reason_label(reason)).inc()
     await deadletter_topic.send(key=key, value=orjson.dumps(deadletter_record(reason, raw, source_name)))
 
 
