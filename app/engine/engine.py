@@ -33,6 +33,8 @@ from app.engine.kafka_math import (
 from app.engine.stats import Rate, TokenBucket, burst
 
 State = Union[Rate, TokenBucket]
+#: (quota, state key, entity, limit, config level) of one window a principal uses
+Bundle = tuple[str, str, dict[str, str], float, "str | None"]
 SEP = "\x1f"
 # state-key prefixes, one per kind of window
 KEY_CODE = {cfg.PRODUCE: "P", cfg.FETCH: "F", cfg.REQUEST: "R", cfg.MUTATION: "M"}
@@ -119,8 +121,9 @@ class QuotaEngine:
         self._n, self._w = s.window_num, s.window_ms
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
-        self._bundles: dict[tuple[str, int, str, str], tuple[str, dict[str, str], float, str | None] | None] = {}
+        self._principals: dict[tuple[int, str, str], tuple[Bundle | None, ...]] = {}
         self._configs_version = -1
+        self._throttled = False  # set by any decision with a throttle, so most events skip _emit
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -128,8 +131,9 @@ class QuotaEngine:
         """Apply one event; return its decisions (in Kafka's order) and directives to publish."""
         decisions: list[Decision] = []
         if self.configs.version != self._configs_version:
-            self._bundles.clear()
+            self._principals.clear()
             self._configs_version = self.configs.version
+        self._throttled = False
         if type(event) is RequestEvent:
             self._request(event, decisions)
         elif isinstance(event, ConnectionEvent):
@@ -142,6 +146,8 @@ class QuotaEngine:
         return decisions, self._directives(decisions)
 
     def _directives(self, decisions: list[Decision]) -> list[dict[str, Any]]:
+        if not self._throttled:
+            return []
         return [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
 
     def drain_touched(self) -> set[str]:
@@ -201,32 +207,33 @@ class QuotaEngine:
         self.touched.add(key)
         return state  # type: ignore[return-value]
 
-    def _bundle(self, quota: str, event: Event) -> tuple[str, dict[str, str], float, str | None] | None:
-        """(state key, entity, limit, config level) of a request's window; None if quotas are off.
+    def _principal(self, event: Event) -> tuple[Bundle | None, ...]:
+        """The (produce, fetch, request, mutation) windows of an event's principal on its broker.
 
-        Cached per (quota, broker, user, client id) until the configs change: resolution and
-        key building are otherwise most of the per-sample cost. Entities are shared: read-only.
+        Each is (quota, state key, entity, limit, config level), or None where that quota type
+        is off. Cached until the configs change: resolution and key building are otherwise most
+        of the per-event cost. Entities are shared: read-only.
         """
-        ck = (quota, event.broker, event.user, event.client_id)
+        pk = (event.broker, event.user, event.client_id)
         try:
-            return self._bundles[ck]
+            return self._principals[pk]
         except KeyError:
             pass
-        res = self.configs.resolve(quota, event.user, event.client_id)
-        bundle = None
-        if res is not None:
-            bundle = (self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
-                      {"user": res.user, "client_id": res.client_id}, res.limit, res.level)
-        if len(self._bundles) > 1_000_000:
-            self._bundles.clear()
-        self._bundles[ck] = bundle
-        return bundle
+        bundles: list[Bundle | None] = []
+        for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION):
+            res = self.configs.resolve(quota, event.user, event.client_id)
+            bundles.append(None if res is None else (
+                quota, self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
+                {"user": res.user, "client_id": res.client_id}, res.limit, res.level))
+        if len(self._principals) > 1_000_000:
+            self._principals.clear()
+        cached = self._principals[pk] = tuple(bundles)
+        return cached
 
-    def _check(self, quota: str, bundle: tuple[str, dict[str, str], float, str | None],
-               event: Event, value: float, decisions: list[Decision],
+    def _check(self, bundle: Bundle, event: Event, value: float, decisions: list[Decision],
                cap: int | None) -> tuple[int, Rate, int]:
         """Sensor.record with the quota check: record, measure, throttle if over the bound."""
-        key, entity, limit, level = bundle
+        quota, key, entity, limit, level = bundle
         rate = self.store.get(key)
         if rate is None:
             rate = self.store[key] = Rate()
@@ -239,51 +246,50 @@ class QuotaEngine:
         observed, window = rate.record_measure(value, t, self._n, self._w)
         if observed <= limit:
             throttle = 0
-        elif cap is None:
-            throttle = saturate_int(throttle_time_ms(observed, limit, window))
+            action = "none"
         else:
-            throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
-        decisions.append(Decision(
-            quota, entity, throttle, "throttle" if throttle > 0 else "none", observed, limit,
-            window, level, key, t, None if self.cluster else event.broker,
-        ))
+            if cap is None:
+                throttle = saturate_int(throttle_time_ms(observed, limit, window))
+            else:
+                throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
+            action = "throttle" if throttle > 0 else "none"
+            self._throttled = True
+        decisions.append(Decision(quota, entity, throttle, action, observed, limit, window, level,
+                                  key, t, None if self.cluster else event.broker))
         return throttle, rate, t
 
     def _request(self, event: RequestEvent, decisions: list[Decision],
                  only: tuple[str, ...] | None = None) -> None:
+        produce, fetch, request, _ = self._principal(event)
+        if only is not None:
+            produce = produce if cfg.PRODUCE in only else None
+            fetch = fetch if cfg.FETCH in only else None
+            request = request if cfg.REQUEST in only else None
         api = event.api
-        request_bundle = None
         if event.exempt:
             self.exempt_requests += event.count
-        elif only is None or cfg.REQUEST in only:
-            request_bundle = self._bundle(cfg.REQUEST, event)
+            request = None
         if api == "Produce":
             # KafkaApis.handleProduceRequest: bandwidth first, then request time
-            if only is None or cfg.PRODUCE in only:
-                bundle = self._bundle(cfg.PRODUCE, event)
-                if bundle is not None:
-                    self._check(cfg.PRODUCE, bundle, event, event.bytes, decisions, None)
-            self._request_time(request_bundle, event, decisions)
+            if produce is not None:
+                self._check(produce, event, event.bytes, decisions, None)
+            if request is not None:
+                self._request_time(request, event, decisions)
         elif api == "Fetch" and not event.exempt:
             # handleFetchRequest: request time first, then bytes; a throttled fetch sends an
             # empty response, so its bytes are taken back out of the window (either cause)
-            rq = self._request_time(request_bundle, event, decisions)
-            if only is None or cfg.FETCH in only:
-                bundle = self._bundle(cfg.FETCH, event)
-                if bundle is not None:
-                    bw, rate, t = self._check(cfg.FETCH, bundle, event, event.bytes, decisions, None)
-                    if (bw > 0 or rq > 0) and self.take_back:
-                        rate.record(-event.bytes, t, self._n, self._w)
-        else:
-            self._request_time(request_bundle, event, decisions)
+            rq = 0 if request is None else self._request_time(request, event, decisions)
+            if fetch is not None:
+                bw, rate, t = self._check(fetch, event, event.bytes, decisions, None)
+                if (bw > 0 or rq > 0) and self.take_back:
+                    rate.record(-event.bytes, t, self._n, self._w)
+        elif request is not None:
+            self._request_time(request, event, decisions)
 
-    def _request_time(self, bundle: tuple[str, dict[str, str], float, str | None] | None,
-                      event: RequestEvent, decisions: list[Decision]) -> int:
+    def _request_time(self, bundle: Bundle, event: RequestEvent, decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
-        if bundle is None:
-            return 0
         percent = round(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
-        throttle, rate, t = self._check(cfg.REQUEST, bundle, event, percent, decisions, self._w)
+        throttle, rate, t = self._check(bundle, event, percent, decisions, self._w)
         if event.network_ms:
             rate.record(round(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
         return throttle
@@ -292,8 +298,9 @@ class QuotaEngine:
         """Process only some quota types of a request (the live pipeline's split case)."""
         decisions: list[Decision] = []
         if self.configs.version != self._configs_version:
-            self._bundles.clear()
+            self._principals.clear()
             self._configs_version = self.configs.version
+        self._throttled = False
         self._request(event, decisions, quotas)
         return decisions, self._directives(decisions)
 
@@ -301,13 +308,12 @@ class QuotaEngine:
 
     def _mutation(self, event: MutationEvent, decisions: list[Decision]) -> None:
         """Strict requests check then record (reject while in debt); older ones record then check."""
-        res = self.configs.resolve(cfg.MUTATION, event.user, event.client_id)
-        if res is None:
+        bundle = self._principal(event)[3]
+        if bundle is None:
             return
+        _, key, entity, rate, level = bundle
         n, w = self._cn, self._cw
-        rate = res.limit
         full = burst(rate, n, w)
-        key = self._key("M", event.broker, res.user, res.client_id)
         bucket = self.store.get(key)
         if bucket is None:
             bucket = TokenBucket(full, event.ts)
@@ -328,10 +334,10 @@ class QuotaEngine:
             bucket.record(event.partitions, t, rate, full)
             if bucket.tokens < 0:
                 throttle, action = token_throttle_time_ms(bucket.tokens, rate), "throttle"
+        self._throttled = self._throttled or throttle > 0
         decisions.append(Decision(
-            cfg.MUTATION, {"user": res.user, "client_id": res.client_id}, saturate_int(throttle),
-            action, bucket.tokens, rate, n * w, res.level, key, t,
-            None if self.cluster else event.broker,
+            cfg.MUTATION, entity, saturate_int(throttle), action, bucket.tokens, rate, n * w,
+            level, key, t, None if self.cluster else event.broker,
         ))
 
     # -- connections -----------------------------------------------------------------------------
@@ -347,6 +353,7 @@ class QuotaEngine:
         if observed > limit:
             cap = w if self.take_back else INT_MAX
             throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
+            self._throttled = self._throttled or throttle > 0
         decisions.append(Decision(quota, entity, throttle, action if throttle > 0 else "none",
                                   observed, limit, window, level, key, t, broker))
         return throttle, rate
