@@ -1,5 +1,8 @@
 """The live pipeline on the embedded broker: live equals replay, and a SIGKILLed worker loses nothing.
 
+Scenarios come from `app.audit.synth` (several brokers, principals over their quotas, strict and
+legacy mutations, connection bursts), the same input the audit's tests use.
+
 Each test runs real `quota-streams worker` processes (app/launcher.py) with their own app id
 and topics, feeds a generated scenario through the source topics (one partition each, so the
 order every window sees is defined), and compares the directives on the control topic with
@@ -9,7 +12,6 @@ what `replay` publishes for the same lines.
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 import time
 import urllib.request
@@ -21,6 +23,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.engine.engine import EngineSettings
 from app.launcher import LocalCluster
 from app.replay import replay
@@ -29,55 +32,6 @@ from tables.recovery import confirmed_end_offsets
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
-T0 = 1_763_800_000_000
-
-
-def scenario(seed: int, start_ms: int, seconds: int, brokers: int = 2) -> list[dict[str, Any]]:
-    """Request, mutation and connection events from a few users, some over their quota."""
-    rng = random.Random(seed)
-    users = [("alice", "app-1"), ("alice", "app-2"), ("bob", "etl"), ("carol", "ui"), ("dave", "batch")]
-    events: list[dict[str, Any]] = []
-    for step in range(seconds * 10):
-        ts = start_ms + step * 100
-        for broker in range(1, brokers + 1):
-            batch = []
-            for user, client in users:
-                greedy = user in ("alice", "dave")
-                api = "Produce" if rng.random() < 0.6 else "Fetch"
-                batch.append({"type": "request", "v": 1, "ts": ts + rng.randrange(100), "user": user,
-                              "client_id": client, "api": api,
-                              "bytes": rng.randrange(2000, 9000) if greedy else rng.randrange(100, 400),
-                              "thread_time_ms": round(rng.uniform(0.1, 4 if greedy else 0.5), 3),
-                              "network_time_ms": 0.05})
-            batch.sort(key=lambda e: e["ts"])
-            events.append({"type": "batch", "v": 1, "broker": broker, "events": batch})
-        if step % 5 == 0:
-            events.append({"type": "mutation", "v": 1, "ts": ts, "broker": 1, "user": "ops",
-                           "client_id": "terraform", "api": "CreateTopics",
-                           "api_version": 7 if step % 10 else 5, "partitions": 6})
-        for _ in range(rng.randrange(0, 4)):
-            events.append({"type": "connection", "v": 1, "ts": ts + 50, "broker": rng.randrange(1, brokers + 1),
-                           "listener": "EXTERNAL", "ip": "203.0.113.9", "inter_broker": False})
-    return events
-
-
-CONFIGS = [
-    {"type": "quota_config", "v": 1, "ts": 0, "entity": {"user": "<default>"},
-     "quotas": {"producer_byte_rate": 20000, "consumer_byte_rate": 30000, "request_percentage": 5}},
-    {"type": "quota_config", "v": 1, "ts": 0, "entity": {"user": "bob", "client_id": "etl"},
-     "quotas": {"producer_byte_rate": 100000}},
-    {"type": "quota_config", "v": 1, "ts": 0, "entity": {"user": "ops"},
-     "quotas": {"controller_mutation_rate": 2}},
-    {"type": "quota_config", "v": 1, "ts": 0, "entity": {"ip": "<default>"},
-     "quotas": {"connection_creation_rate": 5}},
-    {"type": "quota_config", "v": 1, "ts": 0, "entity": {"broker": "<default>"},
-     "quotas": {"max_connection_creation_rate": 8}},
-]
-
-
-def topic_of(record: dict[str, Any], topics: dict[str, str]) -> str:
-    kind = record["events"][0]["type"] if record["type"] == "batch" else record["type"]
-    return topics[kind]
 
 
 @pytest.fixture
@@ -114,7 +68,7 @@ async def produce(bootstrap: str, env: dict[str, str], records: list[dict[str, A
             if isinstance(record, bytes):  # raw, possibly broken, input for the request topic
                 await producer.send(topics["request"], record, partition=0)
             else:
-                await producer.send(topic_of(record, topics), orjson.dumps(record), partition=0)
+                await producer.send(topics[topic_of(record)], orjson.dumps(record), partition=0)
         await producer.flush()
     finally:
         await producer.stop()
