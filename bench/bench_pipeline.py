@@ -125,8 +125,9 @@ async def latency(bootstrap: str, env: dict[str, str], rate: int, seconds: int, 
     values = []
     for r in range(rate * seconds // batch):
         t = start_ms + int(r * batch / rate * 1000)
-        events = [{"type": "request", "v": 1, "ts": t, "user": f"lat{rng.randrange(200)}", "client_id": "c",
-                   "api": "Produce", "bytes": 5000} for _ in range(batch)]
+        # 20 users each well over the 2 MB/s default producer quota: directives every ~100 ms
+        events = [{"type": "request", "v": 1, "ts": t, "user": f"lat{rng.randrange(20)}", "client_id": "c",
+                   "api": "Produce", "bytes": 50_000} for _ in range(batch)]
         values.append(orjson.dumps({"type": "batch", "v": 1, "broker": 1, "events": events}))
     topic = env["QS_TOPIC_DIRECTIVES"]
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
