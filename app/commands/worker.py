@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -50,6 +51,12 @@ def ensure_topics(settings: object) -> None:
     from app.cli import UserError
     from app.pipeline.topology import topic_specs
 
+    # the client logs each failed connection itself; report it once, then restore its logging
+    # for the worker that runs next in this process
+    loggers = [logging.getLogger(name) for name in ("aiokafka", "kafka")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
     try:
         create_topics_sync(str(settings.kafka_bootstrap_servers), topic_specs(settings))  # type: ignore[attr-defined, arg-type]
     except BrokerError as exc:
@@ -62,3 +69,6 @@ def ensure_topics(settings: object) -> None:
             raise UserError(f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "  # type: ignore[attr-defined]
                             f"({type(exc).__name__}); check KAFKA_BOOTSTRAP_SERVERS") from None
         raise
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
