@@ -66,14 +66,14 @@ app = faust.App(
 # Tansu under-reports end offsets; confirm them by fetching (no-op on a real Kafka cluster).
 install_highwater_fix(app, enabled=bool(settings.verify_end_offsets))
 
-FETCH_MAX_WAIT_MS = 100
+FETCH_MAX_WAIT_MS = 50
 _create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
 
 
 def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     """Faust hard-codes fetch_max_wait_ms=1500; a broker may hold a multi-partition fetch for a
     good part of that even with records waiting (Tansu: ~0.5 s per hop, two hops per event).
-    Directives are sent when decided, so the wait is the latency: cap it at 100 ms."""
+    Directives are sent when decided, so the wait is the latency: cap it at 50 ms."""
     consumer = _create_worker_consumer(self, *args, **kwargs)
     consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
     return consumer

@@ -72,7 +72,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     all_runs = {r.name: r for r in [
         simulate("cluster-produce", "--duration", str(PRODUCE_S), "--warmup", str(PRODUCE_WARMUP_S)),
         simulate("broker-produce", "--duration", str(PRODUCE_S), "--warmup", str(PRODUCE_WARMUP_S)),
-        simulate("ip-storm", "--duration", "40", "--warmup", "10"),
+        simulate("ip-storm", "--duration", "110", "--warmup", "15"),  # a long steady state: the rate is a noisy loop
         simulate("topic-storm", "--duration", "30", "--warmup", "5"),
         Run("demo", [sys.executable, "-m", "app.cli", "demo", "--duration", "20"], tmp / "demo"),
     ]}
