@@ -160,7 +160,7 @@ class QuotaEngine:
         Windows keyed by a user live with the user, windows keyed by a client id alone with the
         client id (broker-prefixed in broker scope); connection windows live per broker, or
         together in cluster scope (connection rates are small). When one request's quota types
-        resolve to different keys, the first is returned and `split_quotas` tells the rest.
+        resolve to different keys, this is the first; `route_keys` gives them all.
         """
         return self.route_keys(event)[0][0]
 
@@ -234,15 +234,8 @@ class QuotaEngine:
                cap: int | None) -> tuple[int, Rate, int]:
         """Sensor.record with the quota check: record, measure, throttle if over the bound."""
         quota, key, entity, limit, level = bundle
-        rate = self.store.get(key)
-        if rate is None:
-            rate = self.store[key] = Rate()
-        self.touched.add(key)
-        t = event.ts
-        if t < rate.clock:
-            t = rate.clock
-        else:
-            rate.clock = t
+        rate = self._rate(key)
+        t = rate.advance(event.ts)
         observed, window = rate.record_measure(value, t, self._n, self._w)
         if observed <= limit:
             throttle = 0
