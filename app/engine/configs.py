@@ -98,6 +98,7 @@ def parse_config_record(record: Mapping[str, Any]) -> ConfigUpdate:
     if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
         raise ConfigError("ts must be a non-negative integer (epoch ms)")
     keys = set(entity)
+    ent: tuple[Any, ...]
     if "ip" in keys:
         if keys != {"ip"}:
             raise ConfigError("an ip entity cannot be combined with user, client_id or broker")
@@ -251,6 +252,7 @@ class QuotaConfigs:
     @staticmethod
     def _limit(table: Mapping[tuple[str | None, str | None], float], tags: tuple[str, str]) -> tuple[float, str | None]:
         user, client = tags
+        candidates: tuple[tuple[str | None, str | None], ...]
         if user and client:
             candidates = ((user, client), (user, DEFAULT), (DEFAULT, client), (DEFAULT, DEFAULT))
         elif user:

@@ -185,7 +185,7 @@ class QuotaEngine:
     # -- client quotas: produce, fetch, request ------------------------------------------------
 
     @staticmethod
-    def _client_quotas(event: Event) -> tuple[str, ...]:
+    def _client_quotas(event: RequestEvent | MutationEvent) -> tuple[str, ...]:
         if isinstance(event, MutationEvent):
             return (cfg.MUTATION,)
         if event.api == "Produce":
@@ -207,7 +207,7 @@ class QuotaEngine:
         self.touched.add(key)
         return state  # type: ignore[return-value]
 
-    def _principal(self, event: Event) -> tuple[Bundle | None, ...]:
+    def _principal(self, event: RequestEvent | MutationEvent) -> tuple[Bundle | None, ...]:
         """The (produce, fetch, request, mutation) windows of an event's principal on its broker.
 
         Each is (quota, state key, entity, limit, config level), or None where that quota type
@@ -308,7 +308,7 @@ class QuotaEngine:
         n, w = self._cn, self._cw
         full = burst(rate, n, w)
         bucket = self.store.get(key)
-        if bucket is None:
+        if not isinstance(bucket, TokenBucket):
             bucket = TokenBucket(full, event.ts)
             self.store[key] = bucket
         self.touched.add(key)

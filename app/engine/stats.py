@@ -15,7 +15,7 @@ import sys
 
 
 def _loop_sum(values: list[float]) -> float:
-    total = 0
+    total = 0.0
     for v in values:
         total += v
     return total
