@@ -1,5 +1,14 @@
 # quota-streams worker image: `docker build -t quota-streams:latest .`
 # Used by docker-compose.yml (workers, simulator) and deploy/k8s (StatefulSet).
+# The engine is compiled with mypyc (setup.py), which needs a C compiler: build the wheel in
+# the full image, install it in the slim one.
+FROM python:3.11 AS build
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY app ./app
+COPY tables ./tables
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -10,12 +19,9 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 
 # Every compiled dependency ships a manylinux wheel for CPython 3.11 (faust-streaming,
-# rocksdict, orjson, aiokafka), so the slim image needs no compiler. README.md is copied
-# because pyproject.toml names it as the package's readme.
-COPY pyproject.toml README.md ./
-COPY app ./app
-COPY tables ./tables
-RUN pip install . && rm -rf build ./*.egg-info
+# rocksdict, orjson, aiokafka), so the slim image needs no compiler.
+COPY --from=build /wheels /wheels
+RUN pip install /wheels/*.whl && rm -rf /wheels
 
 # Demo scenarios for `quota-streams simulate /app/scenarios/...`.
 COPY scenarios ./scenarios

@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 
 .PHONY: setup demo test test-fast bench clean
 
-$(VENV)/.installed: pyproject.toml
+# The engine is compiled in place by the install (setup.py), so an edited engine module
+# reinstalls: a stale extension would shadow the new source (the tests refuse to run on one).
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard app/engine/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,audit]'
@@ -28,4 +30,4 @@ bench: setup
 	$(BIN)/python bench/bench_pipeline.py
 
 clean:
-	rm -rf $(VENV) state out sim-results audit-out
+	rm -rf $(VENV) state out sim-results audit-out build *.so app/engine/*.so

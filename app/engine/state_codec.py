@@ -2,7 +2,6 @@
 
 Layout (little-endian), version 1:
   Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
-               (byte-count windows whose values are integral are stored as q with kind b"r")
   TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
 
 The leading version byte means a changed layout never misreads old bytes: an unknown version
@@ -18,9 +17,7 @@ from app.engine.stats import Rate, TokenBucket
 VERSION = 1
 _HEAD = struct.Struct("<2sqqBB")
 _BUCKET = struct.Struct("<2sqqdq")
-_SAMPLE_F = struct.Struct("<dqq")
-_SAMPLE_I = struct.Struct("<qqq")
-_Q_MIN, _Q_MAX = -(2**63), 2**63 - 1
+_SAMPLE = struct.Struct("<dqq")
 
 
 class StateDecodeError(ValueError):
@@ -30,12 +27,9 @@ class StateDecodeError(ValueError):
 def encode(state: Rate | TokenBucket) -> bytes:
     if isinstance(state, TokenBucket):
         return bytes([VERSION]) + _BUCKET.pack(b"T\x00", state.clock, state.until, state.tokens, state.last)
-    # q holds a signed 64-bit value; a larger integral sum is stored as a double instead
-    integral = all(type(v) is int and _Q_MIN <= v <= _Q_MAX for v in state.values)
-    kind, sample = (b"r", _SAMPLE_I) if integral else (b"R", _SAMPLE_F)
-    parts = [bytes([VERSION]), _HEAD.pack(kind + b"\x00", state.clock, state.until, state.current, len(state.values))]
+    parts = [bytes([VERSION]), _HEAD.pack(b"R\x00", state.clock, state.until, state.current, len(state.values))]
     for v, s, last in zip(state.values, state.starts, state.lasts):
-        parts.append(sample.pack(v, s, last))
+        parts.append(_SAMPLE.pack(v, s, last))
     return b"".join(parts)
 
 
@@ -50,18 +44,17 @@ def decode(data: bytes) -> Rate | TokenBucket:
             bucket = TokenBucket(tokens, last)
             bucket.clock, bucket.until = clock, until
             return bucket
-        if kind not in (b"R", b"r"):
+        if kind != b"R":
             raise StateDecodeError(f"unknown state kind {kind!r}")
         _, clock, until, current, count = _HEAD.unpack_from(body)
         if current >= max(count, 1):
             raise StateDecodeError(f"current sample {current} out of range ({count} samples)")
-        sample = _SAMPLE_I if kind == b"r" else _SAMPLE_F
         rate = Rate()
         rate.clock, rate.until, rate.current = clock, until, current
         offset = _HEAD.size
         for _ in range(count):
-            v, s, last = sample.unpack_from(body, offset)
-            offset += sample.size
+            v, s, last = _SAMPLE.unpack_from(body, offset)
+            offset += _SAMPLE.size
             rate.values.append(v)
             rate.starts.append(s)
             rate.lasts.append(last)

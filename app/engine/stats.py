@@ -34,8 +34,8 @@ class Rate:
     since the oldest sample started, but never less than (N - 1) full windows: a fresh stat
     with one 50-unit record measured 999 ms later with N=11, W=1 s reads 50 / 10.999 s.
 
-    Values are summed exactly as Kafka does (slot order, left to right). Byte counts are kept as
-    Python ints, which equals Kafka's double arithmetic while the window total is below 2**53.
+    Values are doubles summed exactly as Kafka does (slot order, left to right), byte counts
+    included: the same arithmetic as Kafka's, interpreted or compiled.
     """
 
     __slots__ = ("values", "starts", "lasts", "current", "clock", "until", "purge_at", "oldest")
@@ -66,7 +66,7 @@ class Rate:
         """SampledStat.record: add to the current sample, moving on one slot if it is complete."""
         values = self.values
         if not values:
-            values.append(0)
+            values.append(0.0)
             self.starts.append(now)
             self.lasts.append(now)
             self.current = 0
@@ -75,11 +75,11 @@ class Rate:
             c = (c + 1) % (n + 1)
             self.current = c
             if c >= len(values):
-                values.append(0)
+                values.append(0.0)
                 self.starts.append(now)
                 self.lasts.append(now)
             else:
-                values[c] = 0
+                values[c] = 0.0
                 self.starts[c] = now
                 self.lasts[c] = now
                 self.oldest = None
@@ -113,7 +113,7 @@ class Rate:
         lasts = self.lasts
         for i in range(len(lasts)):
             if now - lasts[i] >= expire:
-                self.values[i] = 0
+                self.values[i] = 0.0
                 self.starts[i] = now
                 lasts[i] = now
                 self.oldest = None
@@ -132,7 +132,7 @@ class Rate:
     def window_after_purge(self, now: int, n: int, w: int) -> int:
         starts = self.starts
         if not starts:
-            self.values.append(0)
+            self.values.append(0.0)
             starts.append(now)
             self.lasts.append(now)
             self.current = 0

@@ -36,14 +36,15 @@ def byte_rate() -> Rate:
     return rate
 
 
-def test_rate_with_int_values_round_trips_exactly_as_ints() -> None:
+def test_byte_rate_round_trips_exactly_as_doubles() -> None:
     rate = byte_rate()
+    assert all(type(v) is float for v in rate.values)  # Kafka's arithmetic: doubles, bytes too
     data = encode(rate)
-    assert data[0] == VERSION and data[1:2] == b"r"
+    assert data[0] == VERSION and data[1:2] == b"R"
     back = decode(data)
     assert isinstance(back, Rate)
     same_rate(rate, back)
-    assert all(type(v) is int for v in back.values)
+    assert back.values[-1] == float(1 << 40)
 
 
 def test_rate_with_float_values_round_trips_exactly() -> None:
@@ -154,8 +155,8 @@ def test_trailing_bytes_raise() -> None:
 
 
 def test_current_sample_out_of_range_raises() -> None:
-    head = struct.pack("<2sqqBB", b"r\x00", T0, 0, 3, 1)  # current 3 of 1 sample
-    data = bytes([VERSION]) + head + struct.pack("<qqq", 1, T0, T0)
+    head = struct.pack("<2sqqBB", b"R\x00", T0, 0, 3, 1)  # current 3 of 1 sample
+    data = bytes([VERSION]) + head + struct.pack("<dqq", 1.0, T0, T0)
     with pytest.raises(StateDecodeError, match="out of range"):
         decode(data)
 

@@ -1,0 +1,67 @@
+"""The compiled engine is the build under test, and it decides exactly as its source does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import orjson
+import pytest
+
+from app.audit.synth import CONFIGS, scenario
+from app.engine.engine import EngineSettings
+from app.engine_build import MODULES, compiled_modules
+from app.replay import replay
+
+#: Runs the replay with every app.engine module loaded from its .py source, never an extension.
+INTERPRETED = textwrap.dedent("""
+    import importlib.util, json, sys
+    from pathlib import Path
+
+    import app.engine
+
+    ENGINE = Path(app.engine.__file__).parent
+
+    class SourceFirst:
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith("app.engine."):
+                source = ENGINE / (name.rsplit(".", 1)[1] + ".py")
+                return importlib.util.spec_from_file_location(name, source)
+            return None
+
+    sys.meta_path.insert(0, SourceFirst())
+    from app.engine.engine import EngineSettings
+    from app.engine_build import compiled_modules
+    from app.replay import replay
+
+    assert compiled_modules() == [], compiled_modules()
+    scope = sys.argv[1]
+    lines = sys.stdin.buffer.read().splitlines()
+    for result in replay(lines, EngineSettings(scope=scope)):
+        print(json.dumps([result.output, result.directives]))
+""")
+
+
+def test_engine_is_compiled_unless_the_build_opted_out() -> None:
+    if os.environ.get("QS_COMPILE") == "0":
+        assert compiled_modules() == []
+    else:
+        assert compiled_modules() == list(MODULES), "reinstall with a C compiler: pip install -e ."
+
+
+@pytest.mark.parametrize("scope", ["broker", "cluster"])
+def test_compiled_and_interpreted_engines_give_identical_output(scope: str) -> None:
+    records = CONFIGS + scenario(seed=7, seconds=20)
+    lines = [orjson.dumps(r) for r in records]
+    here = [json.dumps([r.output, r.directives]) for r in replay(lines, EngineSettings(scope=scope))]
+    done = subprocess.run(
+        [sys.executable, "-c", INTERPRETED, scope], input=b"\n".join(lines),
+        capture_output=True, check=True,
+    )
+    there = done.stdout.decode().splitlines()
+    assert len(here) == len(records)
+    assert sum(1 for line in here if '"throttle"' in line) > 10  # the scenario does throttle
+    assert there == here
