@@ -18,7 +18,7 @@ one publish nothing: the broker already holds the entity until the later `until`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, MutableMapping, Union
+from typing import Any, Final, MutableMapping, Union
 
 from app.engine import configs as cfg
 from app.engine.configs import ConfigUpdate, QuotaConfigs
@@ -33,12 +33,10 @@ from app.engine.kafka_math import (
 from app.engine.stats import Rate, TokenBucket, burst
 
 State = Union[Rate, TokenBucket]
-#: (quota, state key, entity, limit, config level) of one window a principal uses
-Bundle = tuple[str, str, dict[str, str], float, "str | None"]
-SEP = "\x1f"
+SEP: Final = "\x1f"
 # state-key prefixes, one per kind of window
-KEY_CODE = {cfg.PRODUCE: "P", cfg.FETCH: "F", cfg.REQUEST: "R", cfg.MUTATION: "M"}
-NANOS_TO_PERCENT = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
+KEY_CODE: Final = {cfg.PRODUCE: "P", cfg.FETCH: "F", cfg.REQUEST: "R", cfg.MUTATION: "M"}
+NANOS_TO_PERCENT: Final = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
 
 
 @dataclass(frozen=True)
@@ -69,6 +67,23 @@ class EngineSettings:
     @property
     def extension_ms(self) -> int:
         return self.window_ms // 10 if self.min_extension_ms is None else self.min_extension_ms
+
+
+class Window:
+    """One window a principal uses: its quota, state key, the entity sharing it, limit, level.
+
+    Resolved once per principal and cached until the configs change; read-only after that.
+    """
+
+    __slots__ = ("quota", "key", "entity", "limit", "level")
+
+    def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
+                 level: str | None) -> None:
+        self.quota = quota
+        self.key = key
+        self.entity = entity
+        self.limit = limit
+        self.level = level
 
 
 class Decision:
@@ -121,7 +136,7 @@ class QuotaEngine:
         self._n, self._w = s.window_num, s.window_ms
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
-        self._principals: dict[tuple[int, str, str], tuple[Bundle | None, ...]] = {}
+        self._principals: dict[tuple[int, str, str], tuple[Window | None, ...]] = {}
         self._configs_version = -1
         self._throttled = False  # set by any decision with a throttle, so most events skip _emit
 
@@ -207,49 +222,46 @@ class QuotaEngine:
         self.touched.add(key)
         return state  # type: ignore[return-value]
 
-    def _principal(self, event: RequestEvent | MutationEvent) -> tuple[Bundle | None, ...]:
+    def _principal(self, event: RequestEvent | MutationEvent) -> tuple[Window | None, ...]:
         """The (produce, fetch, request, mutation) windows of an event's principal on its broker.
 
-        Each is (quota, state key, entity, limit, config level), or None where that quota type
-        is off. Cached until the configs change: resolution and key building are otherwise most
-        of the per-event cost. Entities are shared: read-only.
+        None where that quota type is off. Cached until the configs change: resolution and key
+        building are otherwise most of the per-event cost.
         """
         pk = (event.broker, event.user, event.client_id)
-        try:
-            return self._principals[pk]
-        except KeyError:
-            pass
-        bundles: list[Bundle | None] = []
+        cached = self._principals.get(pk)
+        if cached is not None:
+            return cached
+        windows: list[Window | None] = []
         for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION):
             res = self.configs.resolve(quota, event.user, event.client_id)
-            bundles.append(None if res is None else (
+            windows.append(None if res is None else Window(
                 quota, self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
                 {"user": res.user, "client_id": res.client_id}, res.limit, res.level))
         if len(self._principals) > 1_000_000:
             self._principals.clear()
-        cached = self._principals[pk] = tuple(bundles)
+        cached = self._principals[pk] = tuple(windows)
         return cached
 
-    def _check(self, bundle: Bundle, event: Event, value: float, decisions: list[Decision],
-               cap: int | None) -> tuple[int, Rate, int]:
+    def _check(self, window: Window, rate: Rate, t: int, value: float, cap: int | None,
+               broker: int, decisions: list[Decision]) -> int:
         """Sensor.record with the quota check: record, measure, throttle if over the bound."""
-        quota, key, entity, limit, level = bundle
-        rate = self._rate(key)
-        t = rate.advance(event.ts)
-        observed, window = rate.record_measure(value, t, self._n, self._w)
-        if observed <= limit:
-            throttle = 0
-            action = "none"
-        else:
+        observed = rate.record_measure(value, t, self._n, self._w)
+        limit = window.limit
+        throttle = 0
+        action = "none"
+        if observed > limit:
             if cap is None:
-                throttle = saturate_int(throttle_time_ms(observed, limit, window))
+                throttle = saturate_int(throttle_time_ms(observed, limit, rate.window))
             else:
-                throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
-            action = "throttle" if throttle > 0 else "none"
+                throttle = saturate_int(bounded_throttle_time_ms(observed, limit, rate.window, cap))
+            if throttle > 0:
+                action = "throttle"
             self._throttled = True
-        decisions.append(Decision(quota, entity, throttle, action, observed, limit, window, level,
-                                  key, t, None if self.cluster else event.broker))
-        return throttle, rate, t
+        decisions.append(Decision(window.quota, window.entity, throttle, action, observed, limit,
+                                  rate.window, window.level, window.key, t,
+                                  None if self.cluster else broker))
+        return throttle
 
     def _request(self, event: RequestEvent, decisions: list[Decision],
                  only: tuple[str, ...] | None = None) -> None:
@@ -265,7 +277,9 @@ class QuotaEngine:
         if api == "Produce":
             # KafkaApis.handleProduceRequest: bandwidth first, then request time
             if produce is not None:
-                self._check(produce, event, event.bytes, decisions, None)
+                rate = self._rate(produce.key)
+                t = rate.advance(event.ts)
+                self._check(produce, rate, t, event.bytes, None, event.broker, decisions)
             if request is not None:
                 self._request_time(request, event, decisions)
         elif api == "Fetch" and not event.exempt:
@@ -273,16 +287,20 @@ class QuotaEngine:
             # empty response, so its bytes are taken back out of the window (either cause)
             rq = 0 if request is None else self._request_time(request, event, decisions)
             if fetch is not None:
-                bw, rate, t = self._check(fetch, event, event.bytes, decisions, None)
+                rate = self._rate(fetch.key)
+                t = rate.advance(event.ts)
+                bw = self._check(fetch, rate, t, event.bytes, None, event.broker, decisions)
                 if (bw > 0 or rq > 0) and self.take_back:
                     rate.record(-event.bytes, t, self._n, self._w)
         elif request is not None:
             self._request_time(request, event, decisions)
 
-    def _request_time(self, bundle: Bundle, event: RequestEvent, decisions: list[Decision]) -> int:
+    def _request_time(self, window: Window, event: RequestEvent, decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
+        rate = self._rate(window.key)
+        t = rate.advance(event.ts)
         percent = round(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
-        throttle, rate, t = self._check(bundle, event, percent, decisions, self._w)
+        throttle = self._check(window, rate, t, percent, self._w, event.broker, decisions)
         if event.network_ms:
             rate.record(round(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
         return throttle
@@ -301,10 +319,10 @@ class QuotaEngine:
 
     def _mutation(self, event: MutationEvent, decisions: list[Decision]) -> None:
         """Strict requests check then record (reject while in debt); older ones record then check."""
-        bundle = self._principal(event)[3]
-        if bundle is None:
+        window = self._principal(event)[3]
+        if window is None:
             return
-        _, key, entity, rate, level = bundle
+        key, entity, rate, level = window.key, window.entity, window.limit, window.level
         n, w = self._cn, self._cw
         full = burst(rate, n, w)
         bucket = self.store.get(key)
@@ -341,14 +359,14 @@ class QuotaEngine:
         rate = self._rate(key)
         t = rate.advance(t)
         n, w = self._n, self._w
-        observed, window = rate.record_measure(1, t, n, w)
+        observed = rate.record_measure(1, t, n, w)
         throttle = 0
         if observed > limit:
             cap = w if self.take_back else INT_MAX
-            throttle = saturate_int(bounded_throttle_time_ms(observed, limit, window, cap))
+            throttle = saturate_int(bounded_throttle_time_ms(observed, limit, rate.window, cap))
             self._throttled = self._throttled or throttle > 0
         decisions.append(Decision(quota, entity, throttle, action if throttle > 0 else "none",
-                                  observed, limit, window, level, key, t, broker))
+                                  observed, limit, rate.window, level, key, t, broker))
         return throttle, rate
 
     def _connection(self, event: ConnectionEvent, decisions: list[Decision]) -> None:

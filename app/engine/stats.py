@@ -11,19 +11,19 @@ state never moves backwards (see `advance`).
 
 from __future__ import annotations
 
-import sys
+from typing import Final
+
+#: Where no sample was reset since `oldest` was cached.
+UNKNOWN: Final = -1
 
 
-def _loop_sum(values: list[float]) -> float:
+def ordered_sum(values: list[float]) -> float:
+    """Kafka sums a window's samples left to right in doubles; so does this loop (unlike
+    `sum` on Python 3.12+, which compensates rounding and can differ in the last bit)."""
     total = 0.0
     for v in values:
         total += v
     return total
-
-
-#: Kafka sums a window's samples left to right in doubles. Python 3.11's `sum` does exactly
-#: that (in C); 3.12+ compensates rounding, which would differ in the last bit, so it loops.
-ordered_sum = sum if sys.version_info < (3, 12) else _loop_sum
 
 
 class Rate:
@@ -38,7 +38,8 @@ class Rate:
     included: the same arithmetic as Kafka's, interpreted or compiled.
     """
 
-    __slots__ = ("values", "starts", "lasts", "current", "clock", "until", "purge_at", "oldest")
+    __slots__ = ("values", "starts", "lasts", "current", "clock", "until", "purge_at", "oldest",
+                 "window")
 
     def __init__(self) -> None:
         self.values: list[float] = []
@@ -50,10 +51,12 @@ class Rate:
         #: `until` of the last directive published for this state (0 = none)
         self.until = 0
         # Derived, not persisted: a lower bound of min(lasts) + N*W (sample times only grow,
-        # so before it no sample can be obsolete and the purge is skipped), and the cached
-        # min(starts) (None when a sample was reset).
+        # so before it no sample can be obsolete and the purge is skipped), the cached
+        # min(starts) (UNKNOWN when a sample was reset), and the window of the last
+        # `record_measure`.
         self.purge_at = 0
-        self.oldest: int | None = None
+        self.oldest = UNKNOWN
+        self.window = 0
 
     def advance(self, t: int) -> int:
         """Return the time to use for an event at `t`: never earlier than one already seen."""
@@ -82,12 +85,13 @@ class Rate:
                 values[c] = 0.0
                 self.starts[c] = now
                 self.lasts[c] = now
-                self.oldest = None
+                self.oldest = UNKNOWN
         values[c] += value
         self.lasts[c] = now
 
-    def record_measure(self, value: float, now: int, n: int, w: int) -> tuple[float, int]:
-        """`record` then `measure`, as Sensor.record with a quota check does, on the hot path."""
+    def record_measure(self, value: float, now: int, n: int, w: int) -> float:
+        """`record` then `measure`, as Sensor.record with a quota check does, on the hot path:
+        returns the rate and leaves the window it was measured over in `self.window`."""
         values = self.values
         c = self.current
         if values and now - self.starts[c] < w:
@@ -98,14 +102,15 @@ class Rate:
         if now >= self.purge_at:
             self.purge(now, n, w)
         oldest = self.oldest
-        if oldest is None:
+        if oldest == UNKNOWN:
             oldest = self.oldest = min(self.starts)
         elapsed = now - oldest
         full = elapsed // w
         if full < n - 1:
             elapsed += (n - 1 - full) * w
         window = elapsed if elapsed > 1 else 1
-        return ordered_sum(self.values) / (window / 1000.0), window
+        self.window = window
+        return ordered_sum(self.values) / (window / 1000.0)
 
     def purge(self, now: int, n: int, w: int) -> None:
         """purgeObsoleteSamples: reset samples whose last event left the N*W window."""
@@ -116,7 +121,7 @@ class Rate:
                 self.values[i] = 0.0
                 self.starts[i] = now
                 lasts[i] = now
-                self.oldest = None
+                self.oldest = UNKNOWN
         self.purge_at = min(lasts) + expire if lasts else 0
 
     def measure(self, now: int, n: int, w: int) -> tuple[float, int]:
@@ -136,7 +141,7 @@ class Rate:
             starts.append(now)
             self.lasts.append(now)
             self.current = 0
-            self.oldest = None
+            self.oldest = UNKNOWN
         elapsed = now - min(starts)
         full = elapsed // w
         if full < n - 1:
