@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from app.engine.kafka_math import INT_MAX, INT_MAX_F, LONG_MAX, UNLIMITED
+from app.engine.pickling import by_constructor
 
 DEFAULT = "<default>"
 
@@ -48,6 +49,9 @@ class ConfigUpdate:
     quotas: Mapping[str, float | None]
     ts: int = 0
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_constructor(self)
+
 
 @dataclass(frozen=True)
 class Resolution:
@@ -57,6 +61,9 @@ class Resolution:
     client_id: str
     limit: float
     level: str | None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_constructor(self)
 
 
 def _name(value: Any, what: str) -> str:

@@ -30,6 +30,7 @@ from app.engine.kafka_math import (
     throttle_time_ms,
     token_throttle_time_ms,
 )
+from app.engine.pickling import by_constructor
 from app.engine.stats import Rate, TokenBucket, burst
 
 State = Union[Rate, TokenBucket]
@@ -67,6 +68,9 @@ class EngineSettings:
     @property
     def extension_ms(self) -> int:
         return self.window_ms // 10 if self.min_extension_ms is None else self.min_extension_ms
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_constructor(self)
 
 
 class Window:

@@ -167,7 +167,7 @@ class TokenBucket:
 
     __slots__ = ("tokens", "last", "clock", "until")
 
-    def __init__(self, tokens: float, now: int) -> None:
+    def __init__(self, tokens: float = 0.0, now: int = 0) -> None:  # defaults: pickle (compiled)
         self.tokens = tokens
         self.last = now
         self.clock = now

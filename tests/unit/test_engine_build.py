@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import os
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import orjson
 import pytest
 
 from app.audit.synth import CONFIGS, scenario
+from app.engine.configs import PRODUCE, QuotaConfigs, parse_config_record
 from app.engine.engine import EngineSettings
+from app.engine.stats import Rate, TokenBucket
 from app.engine_build import MODULES, compiled_modules
 from app.replay import replay
 
@@ -65,3 +68,30 @@ def test_compiled_and_interpreted_engines_give_identical_output(scope: str) -> N
     assert len(here) == len(records)
     assert sum(1 for line in here if '"throttle"' in line) > 10  # the scenario does throttle
     assert there == here
+
+
+def test_settings_and_configs_survive_pickling() -> None:
+    """Spark ships these to its Python workers; compiled frozen dataclasses must round-trip."""
+    settings = EngineSettings(scope="cluster", accounting="served", window_num=5, min_extension_ms=7)
+    assert pickle.loads(pickle.dumps(settings)) == settings
+    update = parse_config_record({"type": "quota_config", "v": 1, "ts": 3, "entity": {"user": "a"},
+                                  "quotas": {"producer_byte_rate": 5, "request_percentage": None}})
+    assert pickle.loads(pickle.dumps(update)) == update
+    configs = QuotaConfigs()
+    configs.apply(update)
+    back = pickle.loads(pickle.dumps(configs))
+    assert back.resolve(PRODUCE, "a", "c") == configs.resolve(PRODUCE, "a", "c")
+    assert back.resolve(PRODUCE, "a", "c").limit == 5.0
+
+
+def test_states_survive_pickling() -> None:
+    rate = Rate()
+    rate.record(5.0, 1000, 11, 1000)
+    rate.record(2.5, 2500, 11, 1000)
+    back = pickle.loads(pickle.dumps(rate))
+    assert (back.values, back.starts, back.lasts, back.current) == ([5.0, 2.5], [1000, 2500],
+                                                                     [1000, 2500], 1)
+    bucket = TokenBucket(3.5, 70)
+    bucket.record(1.0, 90, 1.0, 10.0)
+    again = pickle.loads(pickle.dumps(bucket))
+    assert (again.tokens, again.last, again.clock) == (bucket.tokens, 90, 70)
