@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from app.errors import UserError
+from app.gc_tuning import tune_gc
 from app.settings import SettingsError
 
 __all__ = ["UserError", "build_parser", "main"]
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_gc()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

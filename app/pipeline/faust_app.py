@@ -32,6 +32,7 @@ from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, StreamClock, parse_record
 from app.engine.configs import ConfigUpdate
+from app.gc_tuning import tune_gc
 from app.pipeline.codec import decode_rows, encode_rows, event_row, row_event
 from app.pipeline.config_follower import ConfigFollower
 from app.pipeline.topology import partition_for, samples_topic
@@ -42,6 +43,7 @@ from tables.recovery import install_highwater_fix
 
 log = logging.getLogger("quota_streams")
 
+tune_gc()  # also under `faust -A app.pipeline.faust_app worker`, which skips app.cli
 settings: Settings = load()
 bootstrap = str(settings.kafka_bootstrap_servers or "127.0.0.1:9092")
 
