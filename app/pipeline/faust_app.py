@@ -34,7 +34,8 @@ from app.engine.events import BadEvent, StreamClock, parse_record
 from app.engine.configs import ConfigUpdate
 from app.pipeline.codec import decode_rows, encode_rows, event_row, row_event
 from app.pipeline.config_follower import ConfigFollower
-from app.pipeline.topology import partition_for, samples_topic
+from app.pipeline.routing import Router
+from app.pipeline.topology import samples_topic
 from app.replay import deadletter_record
 from app.settings import Settings, load
 from tables.entity_state import TABLE_NAME, PartitionCache
@@ -90,6 +91,7 @@ engine_settings = EngineSettings(
 )
 engine = QuotaEngine(engine_settings)
 partitions = int(settings.partitions)
+router = Router(engine, partitions)
 
 source = app.topic(settings.topic_request, settings.topic_connection, settings.topic_mutation)
 samples = app.topic(samples_topic(settings), partitions=partitions, internal=True)
@@ -149,8 +151,8 @@ async def ingest(stream: faust.StreamT) -> None:
                 await send_deadletter(reason, raw, where, event.key)
                 continue
             counts[item.type] += 1
-            for route_key, only in engine.route_keys(item):
-                rows[partition_for(route_key, partitions)].append(event_row(item, only, appended_ms))
+            for partition, only in router.routes(item):
+                rows[partition].append(event_row(item, only, appended_ms))
         metrics.EVENTS.labels(message.topic).inc()
         for t, n in counts.items():
             metrics.SAMPLES.labels(t).inc(n)
