@@ -20,7 +20,7 @@ import logging
 import time
 import weakref
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, cast
 
 import faust
 import orjson
@@ -30,10 +30,10 @@ from faust.types import TP
 
 from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import BadEvent, StreamClock, parse_record
-from app.engine.configs import ConfigUpdate
-from app.pipeline.codec import decode_rows, encode_rows, event_row, row_event
+from app.engine.events import StreamClock
+from app.pipeline.codec import decode_rows, encode_rows, row_event
 from app.pipeline.config_follower import ConfigFollower
+from app.pipeline.ingest import MAX_ROWS, Outbox, route_record
 from app.pipeline.routing import Router
 from app.pipeline.topology import samples_topic
 from app.replay import deadletter_record
@@ -95,6 +95,7 @@ router = Router(engine, partitions)
 
 source = app.topic(settings.topic_request, settings.topic_connection, settings.topic_mutation)
 samples = app.topic(samples_topic(settings), partitions=partitions, internal=True)
+samples_name = samples.get_topic_name()
 directives_topic = app.topic(settings.topic_directives)
 deadletter_topic = app.topic(settings.topic_deadletter)
 state_table = app.Table(TABLE_NAME, partitions=partitions, key_type=str, value_type=bytes)
@@ -103,6 +104,7 @@ follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.configs
 top_entities = metrics.TopEntities(int(settings.metrics_top_n))
 caches: dict[int, PartitionCache] = {}
 pending: dict[int, list[Any]] = defaultdict(list)
+outbox = Outbox()  # the ingest's rows not yet sent to the samples topic
 state_lock = asyncio.Lock()
 clocks: dict[tuple[str, int], StreamClock] = {}
 stats: Counter[str] = Counter()  # for the periodic progress line in the log
@@ -121,43 +123,39 @@ async def start_config_follower() -> None:
 
 @app.agent(source)
 async def ingest(stream: faust.StreamT) -> None:
-    """Validate contract records and re-key their events by resolved quota entity."""
+    """Validate contract records and re-key their events by resolved quota entity.
+
+    Rows wait in an outbox while more source records are already buffered (up to MAX_ROWS),
+    then go out as one internal record per samples partition; a lone record is not held.
+    """
     await follower.ready.wait()
-    async for event in stream.events():
+    buffered = cast(faust.ChannelT, stream.channel)
+    async for event in stream.noack().events():
         message = event.message
         processed[message.tp] = message.offset + 1
-        where = f"{message.topic}/{message.partition}@{message.offset}"
-        appended_ms = int(message.timestamp * 1000)
-        try:
-            record = orjson.loads(event.value)
-        except orjson.JSONDecodeError as exc:
-            await send_deadletter(f"not JSON: {exc}", event.value, where, event.key)
-            continue
-        clock = clocks.setdefault((message.topic, message.partition), StreamClock())
-        inner = record.get("events") if isinstance(record, dict) and record.get("type") == "batch" else None
-        items = parse_record(record)
-        raws = inner if isinstance(inner, list) and len(inner) == len(items) else [record] * len(items)
-        rows: dict[int, list[list[Any]]] = defaultdict(list)
-        counts: Counter[str] = Counter()
-        for item, raw in zip(items, raws):
-            if isinstance(item, BadEvent):
-                await send_deadletter(item.reason, raw, where, event.key)
-                continue
-            if isinstance(item, ConfigUpdate):
-                await send_deadletter("quota_config records belong on the config topic", raw, where, event.key)
-                continue
-            reason = clock.check(item.ts)
-            if reason is not None:
-                await send_deadletter(reason, raw, where, event.key)
-                continue
-            counts[item.type] += 1
-            for partition, only in router.routes(item):
-                rows[partition].append(event_row(item, only, appended_ms))
+        clock = clocks.get((message.topic, message.partition))
+        if clock is None:
+            clock = clocks[(message.topic, message.partition)] = StreamClock()
+        dead = route_record(event.value, clock, router, int(message.timestamp * 1000), outbox)
+        outbox.held.append(event)
         metrics.EVENTS.labels(message.topic).inc()
-        for t, n in counts.items():
-            metrics.SAMPLES.labels(t).inc(n)
-        for partition, part_rows in rows.items():
-            await samples.send(value=encode_rows(part_rows), partition=partition)
+        if dead:
+            where = f"{message.topic}/{message.partition}@{message.offset}"
+            for reason, raw in dead:
+                await send_deadletter(reason, raw, where, event.key)
+        if outbox.size >= MAX_ROWS or buffered.empty():
+            await send_outbox()
+
+
+async def send_outbox() -> None:
+    """One internal record per samples partition; then ack the source records they came from."""
+    rows, held, counts = outbox.take()
+    for partition, part_rows in rows.items():
+        await samples.send(value=encode_rows(part_rows), partition=partition)
+    for t, n in counts.items():
+        metrics.SAMPLES.labels(t).inc(n)
+    for event in held:
+        event.ack()
 
 
 @app.agent(samples)
@@ -246,6 +244,8 @@ async def flush_loop() -> None:
     last: Counter[str] = Counter()
     while True:
         await asyncio.sleep(interval)
+        if outbox.held:  # left when a rebalance dropped the records buffered behind them
+            await send_outbox()
         await flush_all()
         elapsed = time.monotonic() - exported
         if elapsed >= 10.0:
@@ -274,7 +274,6 @@ def export_lag() -> None:
 @app.on_partitions_revoked.connect
 async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
     """Forget windows of partitions this worker lost; their new owner restores the table."""
-    samples_name = samples.get_topic_name()
     async with state_lock:
         for tp in revoked:
             if tp.topic == samples_name:
@@ -291,6 +290,5 @@ async def metrics_page(web: Any, request: Any) -> Any:
 async def ready_page(web: Any, request: Any) -> Any:
     ready = follower.ready.is_set() and app.tables.recovery.completed.is_set()
     metrics.RECOVERY_COMPLETE.set(1 if ready else 0)
-    samples_name = samples.get_topic_name()
     owned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == samples_name)
     return web.json({"ready": ready, "partitions": owned}, status=200 if ready else 503)

@@ -39,6 +39,7 @@ def test_routes_equal_route_keys(scope: str) -> None:
     for record in CONFIGS:
         configure(engine, record)
     router = Router(engine, PARTITIONS)
+    router.refresh()
     for event in events():
         assert router.routes(event) == expected(engine, event)
 
@@ -48,9 +49,11 @@ def test_a_config_change_reroutes() -> None:
     configure(engine, {"entity": {"client_id": "<default>"}, "quotas": {PRODUCE: 10**6, REQUEST: 50}})
     router = Router(engine, PARTITIONS)
     sample = events()
+    router.refresh()
     before = [router.routes(e) for e in sample]
     # a user-level quota takes precedence: produce windows move from client ids to users
     configure(engine, {"entity": {"user": "<default>"}, "quotas": {PRODUCE: 10**6}})
+    router.refresh()
     after = [router.routes(e) for e in sample]
     assert after == [expected(engine, e) for e in sample]
     assert after != before
