@@ -225,13 +225,20 @@ def row_writer(partition: int, delivered: list[Any]) -> Any:
 async def flush_all() -> None:
     """Write each partition's dirty windows once, then ack the records that changed them.
 
+    One partition at a time under the state lock, yielding between them, and the wait for
+    the changelog's delivery outside it: the agents keep running meanwhile instead of stalling
+    for the whole flush (a latency spike once per flush interval).
+
     Faust's RocksDB store and changelog pick the partition from the current event, so the
     write runs with the current event set to the partition's latest pending record.
     """
-    async with state_lock:
-        written = {p: list(events) for p, events in pending.items() if events}
-        delivered: list[Any] = []
-        for partition, events in written.items():
+    written: list[Any] = []
+    delivered: list[Any] = []
+    for partition in list(pending):
+        async with state_lock:
+            events = pending.get(partition)
+            if not events:
+                continue
             cache = caches.get(partition)
             if cache is not None and cache.dirty:
                 token = _current_event.set(weakref.ref(events[-1]))
@@ -239,16 +246,15 @@ async def flush_all() -> None:
                     stats["rows_written"] += cache.flush(row_writer(partition, delivered))
                 finally:
                     _current_event.reset(token)
-            pending[partition].clear()
-        metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in caches.values()))
-        if not written:
-            return
-        # The changelog records must be on the broker before their inputs may be committed,
-        # or a SIGKILL right after the commit would lose the last rows: wait for delivery.
-        await asyncio.gather(*delivered)
-        for events in written.values():
-            for ev in events:
-                ev.ack()
+            written.extend(events)
+            events.clear()
+        await asyncio.sleep(0)
+    metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in caches.values()))
+    # The changelog records must be on the broker before their inputs may be committed,
+    # or a SIGKILL right after the commit would lose the last rows: wait for delivery.
+    await asyncio.gather(*delivered)
+    for event in written:
+        event.ack()
 
 
 @app.task
