@@ -34,6 +34,7 @@ from app.engine.events import StreamClock
 from app.pipeline.codec import decode_rows, encode_rows, row_event
 from app.pipeline.config_follower import ConfigFollower
 from app.pipeline.ingest import MAX_ROWS, Outbox, route_record
+from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.routing import Router
 from app.pipeline.topology import samples_topic
 from app.replay import deadletter_record
@@ -63,6 +64,7 @@ app = faust.App(
     web_port=settings.web_port,
     key_serializer="raw",
     value_serializer="raw",
+    producer_partitioner=MemoPartitioner(),
 )
 # Tansu under-reports end offsets; confirm them by fetching (no-op on a real Kafka cluster).
 install_highwater_fix(app, enabled=bool(settings.verify_end_offsets))
@@ -206,8 +208,8 @@ async def aggregate(stream: faust.StreamT) -> None:
 
 async def publish(directive: dict[str, Any], appended_ms: int) -> None:
     stats["directives"] += 1
-    key = f"{directive['quota']}|{orjson.dumps(directive['entity']).decode()}"
-    await produce(directives_name, orjson.dumps(directive), key=key.encode())
+    key = directive["quota"].encode() + b"|" + orjson.dumps(directive["entity"])
+    await produce(directives_name, orjson.dumps(directive), key=key)
     metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
     metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
     metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
