@@ -20,7 +20,7 @@ import logging
 import time
 import weakref
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, cast
 
 import faust
 import orjson
@@ -30,12 +30,14 @@ from faust.types import TP
 
 from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import BadEvent, StreamClock, parse_record
-from app.engine.configs import ConfigUpdate
+from app.engine.events import StreamClock
 from app.gc_tuning import tune_gc
-from app.pipeline.codec import decode_rows, encode_rows, event_row, row_event
+from app.pipeline.codec import decode_rows, encode_rows, row_event
 from app.pipeline.config_follower import ConfigFollower
-from app.pipeline.topology import partition_for, samples_topic
+from app.pipeline.ingest import MAX_ROWS, Outbox, route_record
+from app.pipeline.partitioner import MemoPartitioner
+from app.pipeline.routing import Router
+from app.pipeline.topology import samples_topic
 from app.replay import deadletter_record
 from app.settings import Settings, load
 from tables.entity_state import TABLE_NAME, PartitionCache
@@ -64,18 +66,20 @@ app = faust.App(
     web_port=settings.web_port,
     key_serializer="raw",
     value_serializer="raw",
+    producer_partitioner=MemoPartitioner(),
 )
 # Tansu under-reports end offsets; confirm them by fetching (no-op on a real Kafka cluster).
 install_highwater_fix(app, enabled=bool(settings.verify_end_offsets))
 
-FETCH_MAX_WAIT_MS = 50
+FETCH_MAX_WAIT_MS = 10
 _create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
 
 
 def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     """Faust hard-codes fetch_max_wait_ms=1500; a broker may hold a multi-partition fetch for a
     good part of that even with records waiting (Tansu: ~0.5 s per hop, two hops per event).
-    Directives are sent when decided, so the wait is the latency: cap it at 50 ms."""
+    Directives are sent when decided, so the wait is the latency, paid once per hop: cap it at
+    10 ms (an idle worker then polls 100 times a second, a small cost)."""
     consumer = _create_worker_consumer(self, *args, **kwargs)
     consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
     return consumer
@@ -92,10 +96,12 @@ engine_settings = EngineSettings(
 )
 engine = QuotaEngine(engine_settings)
 partitions = int(settings.partitions)
+router = Router(engine, partitions)
 
 source = app.topic(settings.topic_request, settings.topic_connection, settings.topic_mutation)
 samples = app.topic(samples_topic(settings), partitions=partitions, internal=True)
-directives_topic = app.topic(settings.topic_directives)
+samples_name = samples.get_topic_name()
+directives_name = str(settings.topic_directives)
 deadletter_topic = app.topic(settings.topic_deadletter)
 state_table = app.Table(TABLE_NAME, partitions=partitions, key_type=str, value_type=bytes)
 
@@ -103,10 +109,26 @@ follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.configs
 top_entities = metrics.TopEntities(int(settings.metrics_top_n))
 caches: dict[int, PartitionCache] = {}
 pending: dict[int, list[Any]] = defaultdict(list)
+outbox = Outbox()  # the ingest's rows not yet sent to the samples topic
 state_lock = asyncio.Lock()
 clocks: dict[tuple[str, int], StreamClock] = {}
 stats: Counter[str] = Counter()  # for the periodic progress line in the log
 processed: dict[TP, int] = {}  # next offset to process per source/samples partition (lag gauge)
+
+
+async def produce(topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
+    """Hand a record to the Kafka client, skipping Faust's per-message topic machinery
+    (futures, callbacks, sensors), which cost several times the client's own send. Faust still
+    flushes this producer before every offset commit, so at-least-once holds as with `send`."""
+    delivery = await app.producer.send(topic, key, value, partition, None, None)
+    cast(asyncio.Future, delivery).add_done_callback(_delivered)
+
+
+def _delivered(delivery: asyncio.Future) -> None:
+    """A record the client gave up on stops the worker before its input can be committed."""
+    if not delivery.cancelled() and delivery.exception() is not None:
+        log.error("send failed, stopping: %r", delivery.exception())
+        asyncio.ensure_future(app.crash(cast(BaseException, delivery.exception())))
 
 
 async def send_deadletter(reason: str, raw: Any, source_name: str, key: bytes | None = None) -> None:
@@ -121,43 +143,39 @@ async def start_config_follower() -> None:
 
 @app.agent(source)
 async def ingest(stream: faust.StreamT) -> None:
-    """Validate contract records and re-key their events by resolved quota entity."""
+    """Validate contract records and re-key their events by resolved quota entity.
+
+    Rows wait in an outbox while more source records are already buffered (up to MAX_ROWS),
+    then go out as one internal record per samples partition; a lone record is not held.
+    """
     await follower.ready.wait()
-    async for event in stream.events():
+    buffered = cast(faust.ChannelT, stream.channel)
+    async for event in stream.noack().events():
         message = event.message
         processed[message.tp] = message.offset + 1
-        where = f"{message.topic}/{message.partition}@{message.offset}"
-        appended_ms = int(message.timestamp * 1000)
-        try:
-            record = orjson.loads(event.value)
-        except orjson.JSONDecodeError as exc:
-            await send_deadletter(f"not JSON: {exc}", event.value, where, event.key)
-            continue
-        clock = clocks.setdefault((message.topic, message.partition), StreamClock())
-        inner = record.get("events") if isinstance(record, dict) and record.get("type") == "batch" else None
-        items = parse_record(record)
-        raws = inner if isinstance(inner, list) and len(inner) == len(items) else [record] * len(items)
-        rows: dict[int, list[list[Any]]] = defaultdict(list)
-        counts: Counter[str] = Counter()
-        for item, raw in zip(items, raws):
-            if isinstance(item, BadEvent):
-                await send_deadletter(item.reason, raw, where, event.key)
-                continue
-            if isinstance(item, ConfigUpdate):
-                await send_deadletter("quota_config records belong on the config topic", raw, where, event.key)
-                continue
-            reason = clock.check(item.ts)
-            if reason is not None:
-                await send_deadletter(reason, raw, where, event.key)
-                continue
-            counts[item.type] += 1
-            for route_key, only in engine.route_keys(item):
-                rows[partition_for(route_key, partitions)].append(event_row(item, only, appended_ms))
+        clock = clocks.get((message.topic, message.partition))
+        if clock is None:
+            clock = clocks[(message.topic, message.partition)] = StreamClock()
+        dead = route_record(event.value, clock, router, int(message.timestamp * 1000), outbox)
+        outbox.held.append(event)
         metrics.EVENTS.labels(message.topic).inc()
-        for t, n in counts.items():
-            metrics.SAMPLES.labels(t).inc(n)
-        for partition, part_rows in rows.items():
-            await samples.send(value=encode_rows(part_rows), partition=partition)
+        if dead:
+            where = f"{message.topic}/{message.partition}@{message.offset}"
+            for reason, raw in dead:
+                await send_deadletter(reason, raw, where, event.key)
+        if outbox.size >= MAX_ROWS or buffered.empty():
+            await send_outbox()
+
+
+async def send_outbox() -> None:
+    """One internal record per samples partition; then ack the source records they came from."""
+    rows, held, counts = outbox.take()
+    for partition, part_rows in rows.items():
+        await produce(samples_name, encode_rows(part_rows), partition=partition)
+    for t, n in counts.items():
+        metrics.SAMPLES.labels(t).inc(n)
+    for event in held:
+        event.ack()
 
 
 @app.agent(samples)
@@ -176,15 +194,14 @@ async def aggregate(stream: faust.StreamT) -> None:
             rows = decode_rows(event.value)
             latest = top_entities.latest
             stats["samples"] += len(rows)
+            process, process_only = engine.process, engine.process_only
             for row in rows:
                 item, only, appended_ms = row_event(row)
-                if only is None:
-                    decisions, directives = engine.process(item)
-                else:
-                    decisions, directives = engine.process_only(item, only)
+                decisions, directives = process(item) if only is None else process_only(item, only)  # type: ignore[arg-type]
                 for d in decisions:
                     latest[d.key] = d
-                out.extend((directive, appended_ms) for directive in directives)
+                if directives:
+                    out.extend([(directive, appended_ms) for directive in directives])
             cache.mark(engine.drain_touched())
             pending[partition].append(event)
         for directive, appended_ms in out:
@@ -193,8 +210,8 @@ async def aggregate(stream: faust.StreamT) -> None:
 
 async def publish(directive: dict[str, Any], appended_ms: int) -> None:
     stats["directives"] += 1
-    key = f"{directive['quota']}|{orjson.dumps(directive['entity']).decode()}"
-    await directives_topic.send(key=key.encode(), value=orjson.dumps(directive))
+    key = directive["quota"].encode() + b"|" + orjson.dumps(directive["entity"])
+    await produce(directives_name, orjson.dumps(directive), key=key)
     metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
     metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
     metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
@@ -212,13 +229,20 @@ def row_writer(partition: int, delivered: list[Any]) -> Any:
 async def flush_all() -> None:
     """Write each partition's dirty windows once, then ack the records that changed them.
 
+    One partition at a time under the state lock, yielding between them, and the wait for
+    the changelog's delivery outside it: the agents keep running meanwhile instead of stalling
+    for the whole flush (a latency spike once per flush interval).
+
     Faust's RocksDB store and changelog pick the partition from the current event, so the
     write runs with the current event set to the partition's latest pending record.
     """
-    async with state_lock:
-        written = {p: list(events) for p, events in pending.items() if events}
-        delivered: list[Any] = []
-        for partition, events in written.items():
+    written: list[Any] = []
+    delivered: list[Any] = []
+    for partition in list(pending):
+        async with state_lock:
+            events = pending.get(partition)
+            if not events:
+                continue
             cache = caches.get(partition)
             if cache is not None and cache.dirty:
                 token = _current_event.set(weakref.ref(events[-1]))
@@ -226,16 +250,15 @@ async def flush_all() -> None:
                     stats["rows_written"] += cache.flush(row_writer(partition, delivered))
                 finally:
                     _current_event.reset(token)
-            pending[partition].clear()
-        metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in caches.values()))
-        if not written:
-            return
-        # The changelog records must be on the broker before their inputs may be committed,
-        # or a SIGKILL right after the commit would lose the last rows: wait for delivery.
-        await asyncio.gather(*delivered)
-        for events in written.values():
-            for ev in events:
-                ev.ack()
+            written.extend(events)
+            events.clear()
+        await asyncio.sleep(0)
+    metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in caches.values()))
+    # The changelog records must be on the broker before their inputs may be committed,
+    # or a SIGKILL right after the commit would lose the last rows: wait for delivery.
+    await asyncio.gather(*delivered)
+    for event in written:
+        event.ack()
 
 
 @app.task
@@ -246,6 +269,8 @@ async def flush_loop() -> None:
     last: Counter[str] = Counter()
     while True:
         await asyncio.sleep(interval)
+        if outbox.held:  # left when a rebalance dropped the records buffered behind them
+            await send_outbox()
         await flush_all()
         elapsed = time.monotonic() - exported
         if elapsed >= 10.0:
@@ -274,7 +299,6 @@ def export_lag() -> None:
 @app.on_partitions_revoked.connect
 async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
     """Forget windows of partitions this worker lost; their new owner restores the table."""
-    samples_name = samples.get_topic_name()
     async with state_lock:
         for tp in revoked:
             if tp.topic == samples_name:
@@ -291,6 +315,5 @@ async def metrics_page(web: Any, request: Any) -> Any:
 async def ready_page(web: Any, request: Any) -> Any:
     ready = follower.ready.is_set() and app.tables.recovery.completed.is_set()
     metrics.RECOVERY_COMPLETE.set(1 if ready else 0)
-    samples_name = samples.get_topic_name()
     owned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == samples_name)
     return web.json({"ready": ready, "partitions": owned}, status=200 if ready else 503)

@@ -1,0 +1,57 @@
+"""Where the ingest sends an event: `QuotaEngine.route_keys` as partitions, cached per principal.
+
+Resolving every quota type of every event against the configs was the ingest's largest
+per-event cost, yet the answer depends only on the event's kind, broker, principal and API and
+on the configs: it is computed once per principal and kept until the configs change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.engine.engine import QuotaEngine
+from app.engine.events import ConnectionEvent, Event, RequestEvent
+from app.pipeline.topology import partition_for
+
+Route = list[tuple[int, tuple[str, ...] | None]]
+
+#: Bound on cached principals; beyond it the cache starts afresh (as the engine's does).
+MAX_CACHED = 1_000_000
+
+
+class Router:
+    """[(samples partition, quotas to process there or None for all)] for an event.
+
+    Call `refresh()` before each record's events, so a config change reroutes from then on.
+    """
+
+    def __init__(self, engine: QuotaEngine, partitions: int) -> None:
+        self.engine = engine
+        self.partitions = partitions
+        #: request routes by (broker, user, client id, api), the hot path; others by kind too
+        self.requests: dict[tuple[int, str, str, str], Route] = {}
+        self._others: dict[tuple[Any, ...], Route] = {}
+        self._version = -1
+
+    def refresh(self) -> None:
+        version = self.engine.configs.version
+        if version != self._version or len(self.requests) + len(self._others) > MAX_CACHED:
+            self.requests.clear()
+            self._others.clear()
+            self._version = version
+
+    def routes(self, event: Event) -> Route:
+        if type(event) is RequestEvent:
+            key: tuple[Any, ...] = (event.broker, event.user, event.client_id, event.api)
+            cache: dict[Any, Route] = self.requests
+        elif isinstance(event, ConnectionEvent):
+            key, cache = (ConnectionEvent, event.broker), self._others
+        else:
+            key, cache = (type(event), event.broker, event.user, event.client_id, event.api), self._others
+        route = cache.get(key)
+        if route is None:
+            route = cache[key] = self.compute(event)
+        return route
+
+    def compute(self, event: Event) -> Route:
+        return [(partition_for(k, self.partitions), only) for k, only in self.engine.route_keys(event)]
