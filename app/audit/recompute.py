@@ -63,10 +63,10 @@ from app.engine.events import (
     parse_event,
     parse_record,
 )
-from app.pipeline.codec import event_row, row_event
 from app.replay import MAX_LINE_BYTES, deadletter_record
 
 from app.audit.common import entity_string
+from app.audit.event_codec import EVENT_KINDS, decode_event, encode_event
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -79,11 +79,11 @@ DEFAULT_MAX_SKEW_MS = 86_400_000
 
 Key = tuple[int, int, int, int]
 
-#: Step 1 output, `k` = ROW_EVENT (`ev` = the event as a codec row), ROW_CONFIG (an archive's
-#: inline config, `ev` = its JSON, one copy per step-2 partition) or ROW_BAD (`ev` = the
-#: dead-letter record's JSON, `reason` set).
+#: Step 1 output, `k` = an event kind of `app.audit.event_codec` (`ev` = the event, encoded
+#: there), ROW_CONFIG (an archive's inline config, `ev` = its JSON, one copy per step-2
+#: partition) or ROW_BAD (`ev` = the dead-letter record's JSON, `reason` set).
 EXPLODED_DDL = "rk string, t long, s int, pos long, i int, k int, ev binary, reason string"
-ROW_EVENT, ROW_CONFIG, ROW_BAD = 0, 1, 2
+ROW_CONFIG, ROW_BAD = 1, 2
 #: Step 1 in discovery mode: the route keys of requests that resolve to several keys.
 SPLITS_DDL = "keys string"
 #: Step 2 output: decisions (`kind` = decision) and dead letters (`kind` = deadletter).
@@ -527,8 +527,9 @@ class StreamExploder:
             out.s.append(s)
             out.pos.append(pos)
             out.i.append(index)
-            out.k.append(ROW_EVENT)
-            out.ev.append(orjson.dumps(event_row(item, None, 0)))
+            kind, ev = encode_event(item)
+            out.k.append(kind)
+            out.ev.append(ev)
             out.reason.append(None)
 
 
@@ -742,13 +743,13 @@ class Runner:
         k = batch.column(names.index("k")).to_pylist()
         ev = batch.column(names.index("ev")).to_pylist()
         reason = batch.column(names.index("reason")).to_pylist()
-        loads = orjson.loads
         process = self.process
+        events = EVENT_KINDS
         for j in range(len(ev)):
             kind = k[j]
-            if kind == ROW_EVENT:
-                event = row_event(loads(ev[j]))[0]
-                process((t[j], s[j], pos[j], i[j]), event, s[j], pos[j], i[j], out)
+            if kind in events:
+                process((t[j], s[j], pos[j], i[j]), decode_event(kind, ev[j]), s[j], pos[j],
+                        i[j], out)
             elif kind == ROW_CONFIG:
                 self.config((t[j], s[j], pos[j], i[j]), ev[j])
             else:
