@@ -246,6 +246,10 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark's Python workers import `app` from PYTHONPATH, not from this script's sys.path:
+    # without this they could run another checkout (e.g. an editable install) than the driver.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     from app.audit.job import AuditOptions, Progress, build_session, run_audit
     from app.broker import EmbeddedBroker
     from app.engine.engine import EngineSettings
