@@ -142,11 +142,11 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
         MODE_KAFKA,
         ExplodeContext,
         ExplodedRows,
-        ResultRows,
         RunContext,
         Runner,
         StreamExploder,
     )
+    from app.audit.results import ResultRows
     from app.engine.engine import EngineSettings
 
     ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(points), streams)
@@ -209,12 +209,12 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
     from app.audit.job import Progress, plan_kafka
     from app.audit.recompute import (
         EXPLODED_DDL,
-        RESULT_DDL,
         ExplodeContext,
         RunContext,
         explode_function,
         run_function,
     )
+    from app.audit.results import RESULT_DDL
 
     plan = plan_kafka(spark, opts, Progress(quiet=True))
     n = 2 * spark.sparkContext.defaultParallelism

@@ -32,7 +32,6 @@ from app.audit.recompute import (
     EXPLODED_DDL,
     MODE_FILE,
     MODE_KAFKA,
-    RESULT_DDL,
     SPLITS_DDL,
     ConfigPoint,
     ExplodeContext,
@@ -45,6 +44,7 @@ from app.audit.recompute import (
     topic_config_points,
     KEY_SEP,
 )
+from app.audit.results import RESULT_DDL
 from app.engine.engine import EngineSettings
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -24,7 +24,6 @@ from app.audit.recompute import (
     ROW_CONFIG,
     ExplodeContext,
     ExplodedRows,
-    ResultRows,
     RunContext,
     Runner,
     StreamExploder,
@@ -38,6 +37,7 @@ from app.audit.recompute import (
     strip_broker,
     topic_config_points,
 )
+from app.audit.results import ResultRows
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.replay import replay
