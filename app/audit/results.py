@@ -21,7 +21,9 @@ from app.engine.events import Event, MutationEvent, RequestEvent
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-#: Step 2 output: decisions (`kind` = decision) and dead letters (`kind` = deadletter).
+#: Step 2 output: decisions (`kind` = decision), again each decision that published a directive
+#: (`kind` = directive: the directives dataset is then made from these few rows instead of
+#: re-reading every decision), and dead letters (`kind` = deadletter).
 RESULT_DDL = (
     "kind string, s int, pos long, i int, di int, ts long, broker int, quota string, "
     "entity string, action string, throttle_time_ms long, observed double, `limit` double, "
@@ -136,7 +138,7 @@ class ResultRows:
         return name
 
     def to_batches(self) -> list[pa.RecordBatch]:
-        """The buffered rows as batches (decisions, then dead letters); empties the buffers."""
+        """The buffered rows as batches (decisions, directives, dead letters); empties them."""
         import pyarrow as pa
 
         schema = result_schema()
@@ -145,10 +147,16 @@ class ResultRows:
             width = len(self.FIELDS)
             n = len(self.flat) // width
             cols = {name: self.flat[k::width] for k, name in enumerate(self.FIELDS)}
-            out.append(pa.RecordBatch.from_arrays(
+            decisions = pa.RecordBatch.from_arrays(
                 [pa.array(cols[f.name], f.type) if f.name in cols
                  else pa.repeat(pa.scalar("decision", f.type), n) if f.name == "kind"
-                 else pa.nulls(n, f.type) for f in schema], schema=schema))
+                 else pa.nulls(n, f.type) for f in schema], schema=schema)
+            out.append(decisions)
+            if decisions.column("directive").null_count < n:
+                published = decisions.filter(decisions.column("directive").is_valid())
+                out.append(published.set_column(
+                    0, schema.field("kind"),
+                    pa.repeat(pa.scalar("directive", pa.string()), published.num_rows)))
         if self.bad:
             n = len(self.bad)
             s, pos, i, reason, record = zip(*self.bad)
@@ -160,14 +168,3 @@ class ResultRows:
         self.flat = []
         self.bad = []
         return out
-
-    def to_batch(self) -> pa.RecordBatch:
-        """Everything buffered as one batch (decisions first)."""
-        import pyarrow as pa
-
-        batches = self.to_batches()
-        if not batches:
-            return pa.RecordBatch.from_pylist([], schema=result_schema())
-        if len(batches) == 1:
-            return batches[0]
-        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
