@@ -5,6 +5,8 @@ What is timed: `run_audit` on N events already in Kafka, i.e. reading the event 
 step 2 (the QuotaEngine), writing the decisions, then the directives and the diff against the
 control topic. Session start is excluded; usage/recommendations are timed separately; the HTML
 report is off. The first run also starts Spark's Python workers, so it is reported apart.
+Next to the wall times it prints the CPU seconds of the Spark JVM and of its Python workers over
+the same steps, which the neighbours on a shared box disturb much less.
 
 Setup (not timed): N events from `app.audit.synth.bench_records` (request batches of
 --per-record events from --brokers brokers over 2,000 Zipf-skewed principals, ~1% mutations and
@@ -142,11 +144,11 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
         MODE_KAFKA,
         ExplodeContext,
         ExplodedRows,
-        ResultRows,
         RunContext,
         Runner,
         StreamExploder,
     )
+    from app.audit.results import ResultRows
     from app.engine.engine import EngineSettings
 
     ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(points), streams)
@@ -209,12 +211,12 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
     from app.audit.job import Progress, plan_kafka
     from app.audit.recompute import (
         EXPLODED_DDL,
-        RESULT_DDL,
         ExplodeContext,
         RunContext,
         explode_function,
         run_function,
     )
+    from app.audit.results import RESULT_DDL
 
     plan = plan_kafka(spark, opts, Progress(quiet=True))
     n = 2 * spark.sparkContext.defaultParallelism
@@ -243,10 +245,66 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
     print(f"  {'+ Parquet write':28} {took:6.1f}s  (+{took - previous:.1f}s)")
 
 
+def spark_cpu() -> tuple[float, float]:
+    """CPU seconds used so far by this process's descendants: (the JVM, Spark's Python workers).
+
+    On a shared box wall time depends on the neighbours; CPU seconds much less. Linux /proc
+    only (zeros elsewhere). Exited workers count once their parent has reaped them.
+    """
+    proc = Path("/proc")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for entry in proc.glob("[0-9]*"):
+        try:
+            name, rest = entry.joinpath("stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = rest.split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        stats[int(entry.name)] = (name.split("(", 1)[1], sum(map(int, fields[11:15])) / tick)
+    jvm = python = 0.0
+    todo = list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        comm, cpu = stats[pid]
+        if comm == "java":
+            jvm += cpu
+        elif comm.startswith("python"):  # not the embedded broker
+            python += cpu
+        todo.extend(children.get(pid, []))
+    return jvm, python
+
+
+def cpu_progress():  # type: ignore[no-untyped-def]
+    """A quiet `Progress` that also records (JVM, Python) CPU seconds per step."""
+    from app.audit.job import Progress
+
+    class CpuProgress(Progress):
+        def __init__(self) -> None:
+            super().__init__(quiet=True)
+            self.cpu: dict[str, tuple[float, float]] = {}
+            self._at: tuple[str, tuple[float, float]] | None = None
+
+        def step(self, name: str) -> None:
+            now = spark_cpu()
+            if self._at is not None:
+                step, before = self._at
+                self.cpu[step] = (now[0] - before[0], now[1] - before[1])
+            self._at = (name, now)
+            super().step(name)
+
+    return CpuProgress()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from app.audit.job import AuditOptions, Progress, build_session, run_audit
+    # Spark's Python workers import `app` from PYTHONPATH, not from this script's sys.path:
+    # without this they could run another checkout (e.g. an editable install) than the driver.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    from app.audit.job import AuditOptions, build_session, run_audit
     from app.broker import EmbeddedBroker
     from app.engine.engine import EngineSettings
 
@@ -276,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
             opts = AuditOptions(out=f"{args.out}/run{run}", inputs=["kafka"],
                                 settings=EngineSettings(), topics=topics, bootstrap=bootstrap,
                                 partitions=args.route_partitions, report=False)
-            progress = Progress(quiet=True)
+            progress = cpu_progress()
             summary = run_audit(spark, opts, progress)
+            jvm, python = (sum(c[k] for name, c in progress.cpu.items()
+                               if not name.startswith("usage")) for k in (0, 1))
             steps = summary["seconds"]["steps"]
             recompute = sum(v for k, v in steps.items() if k.startswith(("planning", "recomputing")))
             directives = steps.get("directives", 0.0)
@@ -288,17 +348,21 @@ def main(argv: list[str] | None = None) -> int:
             ok = (d["missing"], d["different"], d["unexpected"], d["invalid"]) == (5, 5, 0, 0) \
                 and summary["counts"]["directives_recomputed"] == n_expected
             rows.append((run, recompute, directives, diff, core, args.events / core, analytics,
-                         summary["seconds"]["total"], ok, summary["partitions"]))
+                         summary["seconds"]["total"], ok, summary["partitions"], jvm, python))
         print(f"{'run':>3}  {'read+recompute':>14}  {'directives':>10}  {'diff':>6}  "
-              f"{'subtotal':>8}  {'events/s':>9}  {'usage+recs':>10}  {'total':>6}  diff ok")
-        for run, rec, dirs, diff, core, rate, ana, total, ok, n in rows:
+              f"{'subtotal':>8}  {'events/s':>9}  {'CPU: JVM':>8}  {'Python':>6}  "
+              f"{'usage+recs':>10}  {'total':>6}  diff ok")
+        for run, rec, dirs, diff, core, rate, ana, total, ok, n, jvm, python in rows:
             label = f"{run}{'*' if run == 0 and args.runs > 1 else ''}"
             print(f"{label:>3}  {rec:13.1f}s  {dirs:9.1f}s  {diff:5.1f}s  {core:7.1f}s  "
-                  f"{rate:9,.0f}  {ana:9.1f}s  {total:5.1f}s  {'yes' if ok else 'NO'}")
+                  f"{rate:9,.0f}  {jvm:7.1f}s  {python:5.1f}s  {ana:9.1f}s  {total:5.1f}s  "
+                  f"{'yes' if ok else 'NO'}")
         best = max(r[5] for r in rows[1:] or rows)
         print(f"\n{args.events:,} events ({records:,} records, {args.partitions} request "
               f"partitions, {rows[0][9]} route partitions) on {args.master}: "
               f"{best:,.0f} events/s for read + recompute + diff (target 200,000)")
+        print("CPU: seconds of the Spark JVM and of its Python workers during read + recompute "
+              "+ diff (the driver's own Python is not counted)")
         if args.runs > 1:
             print("* first run includes Python worker start-up")
         if args.diagnose:

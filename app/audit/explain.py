@@ -24,11 +24,11 @@ from typing import Any
 import orjson
 
 from app.audit.common import entity_candidates, entity_string, format_ms
+from app.audit.event_codec import EVENT_KINDS, decode_event
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
     ROW_CONFIG,
-    ROW_EVENT,
     ConfigPoint,
     ExplodeContext,
     ExplodedRows,
@@ -41,7 +41,6 @@ from app.engine.engine import NANOS_TO_PERCENT, Decision, EngineSettings, QuotaE
 from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent, parse_event
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
 from app.engine.stats import Rate, TokenBucket, ordered_sum
-from app.pipeline.codec import row_event
 
 
 class ExplainError(ValueError):
@@ -207,7 +206,7 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
 
     def drain() -> None:
         for t, s, pos, i, k, ev in zip(out.t, out.s, out.pos, out.i, out.k, out.ev):
-            if k in (ROW_CONFIG, ROW_EVENT):
+            if k == ROW_CONFIG or k in EVENT_KINDS:
                 rows.append(((t, s, pos, i), k, ev))
         out.__init__()  # type: ignore[misc]
 
@@ -239,7 +238,7 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
             engine.configs.apply(update)
             result.configs += 1
             continue
-        event = row_event(orjson.loads(ev))[0]
+        event = decode_event(kind, ev)
         decisions, directives = engine.process(event)
         result.events_used += 1
         mine = principal_matches(spec, event)

@@ -54,7 +54,7 @@ import orjson
 
 from app.engine import configs as cfg
 from app.engine.configs import ConfigUpdate, QuotaConfigs
-from app.engine.engine import NANOS_TO_PERCENT, EngineSettings, QuotaEngine
+from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import (
     BadEvent,
     MutationEvent,
@@ -63,10 +63,10 @@ from app.engine.events import (
     parse_event,
     parse_record,
 )
-from app.pipeline.codec import event_row, row_event
 from app.replay import MAX_LINE_BYTES, deadletter_record
 
-from app.audit.common import entity_string
+from app.audit.event_codec import EVENT_KINDS, decode_event, encode_event
+from app.audit.results import ResultRows, result_schema
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -79,20 +79,13 @@ DEFAULT_MAX_SKEW_MS = 86_400_000
 
 Key = tuple[int, int, int, int]
 
-#: Step 1 output, `k` = ROW_EVENT (`ev` = the event as a codec row), ROW_CONFIG (an archive's
-#: inline config, `ev` = its JSON, one copy per step-2 partition) or ROW_BAD (`ev` = the
-#: dead-letter record's JSON, `reason` set).
+#: Step 1 output, `k` = an event kind of `app.audit.event_codec` (`ev` = the event, encoded
+#: there), ROW_CONFIG (an archive's inline config, `ev` = its JSON, one copy per step-2
+#: partition) or ROW_BAD (`ev` = the dead-letter record's JSON, `reason` set).
 EXPLODED_DDL = "rk string, t long, s int, pos long, i int, k int, ev binary, reason string"
-ROW_EVENT, ROW_CONFIG, ROW_BAD = 0, 1, 2
+ROW_CONFIG, ROW_BAD = 1, 2
 #: Step 1 in discovery mode: the route keys of requests that resolve to several keys.
 SPLITS_DDL = "keys string"
-#: Step 2 output: decisions (`kind` = decision) and dead letters (`kind` = deadletter).
-RESULT_DDL = (
-    "kind string, s int, pos long, i int, di int, ts long, broker int, quota string, "
-    "entity string, action string, throttle_time_ms long, observed double, `limit` double, "
-    "window_ms long, config_level string, amount double, directive string, reason string, "
-    "deadletter string"
-)
 KEY_SEP = "\x1e"
 
 
@@ -102,19 +95,6 @@ def exploded_schema() -> pa.Schema:
     return pa.schema([
         ("rk", pa.string()), ("t", pa.int64()), ("s", pa.int32()), ("pos", pa.int64()),
         ("i", pa.int32()), ("k", pa.int32()), ("ev", pa.binary()), ("reason", pa.string()),
-    ])
-
-
-def result_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema([
-        ("kind", pa.string()), ("s", pa.int32()), ("pos", pa.int64()), ("i", pa.int32()),
-        ("di", pa.int32()), ("ts", pa.int64()), ("broker", pa.int32()), ("quota", pa.string()),
-        ("entity", pa.string()), ("action", pa.string()), ("throttle_time_ms", pa.int64()),
-        ("observed", pa.float64()), ("limit", pa.float64()), ("window_ms", pa.int64()),
-        ("config_level", pa.string()), ("amount", pa.float64()), ("directive", pa.string()),
-        ("reason", pa.string()), ("deadletter", pa.string()),
     ])
 
 
@@ -527,8 +507,9 @@ class StreamExploder:
             out.s.append(s)
             out.pos.append(pos)
             out.i.append(index)
-            out.k.append(ROW_EVENT)
-            out.ev.append(orjson.dumps(event_row(item, None, 0)))
+            kind, ev = encode_event(item)
+            out.k.append(kind)
+            out.ev.append(ev)
             out.reason.append(None)
 
 
@@ -597,66 +578,6 @@ class RunContext:
     report_to: int | None = None
 
 
-class ResultRows:
-    """Step 2 output buffers: one tuple per decision (transposed to columns per batch, which
-    is much cheaper than a column append per field), dead letters apart."""
-
-    #: decision tuple layout (the other RESULT_DDL columns are constant for decisions)
-    FIELDS = ("s", "pos", "i", "di", "ts", "broker", "quota", "entity", "action",
-              "throttle_time_ms", "observed", "limit", "window_ms", "config_level", "amount",
-              "directive")
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[Any, ...]] = []
-        self.bad: list[tuple[int, int, int, str, str]] = []
-
-    def __len__(self) -> int:
-        return len(self.rows) + len(self.bad)
-
-    def deadletter(self, s: int, pos: int, i: int, reason: str, record: bytes) -> None:
-        self.bad.append((s, pos, i, reason, record.decode()))
-
-    def to_batches(self) -> list[pa.RecordBatch]:
-        import pyarrow as pa
-
-        schema = result_schema()
-        out = []
-        if self.rows:
-            n = len(self.rows)
-            cols = dict(zip(self.FIELDS, zip(*self.rows)))
-            arrays = []
-            for f in schema:
-                if f.name == "kind":
-                    arrays.append(pa.array(["decision"] * n, f.type))
-                elif f.name in cols:
-                    arrays.append(pa.array(cols[f.name], f.type))
-                else:
-                    arrays.append(pa.nulls(n, f.type))
-            out.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
-        if self.bad:
-            n = len(self.bad)
-            s, pos, i, reason, record = (list(c) for c in zip(*self.bad))
-            given = {"kind": ["deadletter"] * n, "s": s, "pos": pos, "i": i, "reason": reason,
-                     "deadletter": record}
-            out.append(pa.RecordBatch.from_arrays(
-                [pa.array(given[f.name], f.type) if f.name in given else pa.nulls(n, f.type)
-                 for f in schema], schema=schema))
-        self.rows = []
-        self.bad = []
-        return out
-
-    def to_batch(self) -> pa.RecordBatch:
-        """Everything buffered as one batch (decisions first)."""
-        import pyarrow as pa
-
-        batches = self.to_batches()
-        if not batches:
-            return pa.RecordBatch.from_pylist([], schema=result_schema())
-        if len(batches) == 1:
-            return batches[0]
-        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-
-
 class Runner:
     """One engine over one route partition's sorted events, configs merged in on the key line."""
 
@@ -667,7 +588,6 @@ class Runner:
         self._next = 0
         self._next_key: Key | None = self.points[0].key if self.points else None
         self._last: Key = (-(2**63), -(2**31), -1, -1)
-        self._entities: dict[int, tuple[dict[str, Any], str]] = {}
         self.events = 0
 
     def apply_until(self, key: Key) -> None:
@@ -676,19 +596,6 @@ class Runner:
             self.engine.configs.apply(points[self._next].update)
             self._next += 1
             self._next_key = points[self._next].key if self._next < len(points) else None
-
-    def _entity(self, entity: dict[str, Any]) -> str:
-        """Entity name, cached by dict identity: client-quota entity dicts are shared by the
-        engine's bundles (the cache keeps a reference, so an id cannot be reused)."""
-        hit = self._entities.get(id(entity))
-        if hit is not None and hit[0] is entity:
-            return hit[1]
-        name = entity_string(entity)
-        if "user" in entity:
-            if len(self._entities) > 100_000:
-                self._entities.clear()
-            self._entities[id(entity)] = (entity, name)
-        return name
 
     def process(self, key: Key, event: Any, s: int, pos: int, i: int, out: ResultRows) -> None:
         """Apply configs due before `key`, run the engine, buffer its decisions."""
@@ -699,39 +606,9 @@ class Runner:
             self.apply_until(key)
         decisions, directives = self.engine.process(event)
         self.events += 1
-        if not decisions:
-            return
-        lo, hi = self.ctx.report_from, self.ctx.report_to
-        append = out.rows.append
-        j = 0
-        nd = len(directives)
-        pct = None
-        for di, d in enumerate(decisions):
-            text = None
-            if j < nd and d.throttle_time_ms > 0:
-                candidate = directives[j]
-                if candidate["entity"] is d.entity and candidate["quota"] == d.quota:
-                    text = orjson.dumps(candidate).decode()
-                    j += 1
-            ts = d.ts
-            if (lo is not None and ts < lo) or (hi is not None and ts >= hi):
-                continue
-            quota = d.quota
-            if quota == PRODUCE_OR_FETCH[0] or quota == PRODUCE_OR_FETCH[1]:
-                amount = float(event.bytes)
-            elif quota == cfg.REQUEST:
-                if pct is None:
-                    pct = round(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
-                amount = pct
-            elif quota == cfg.MUTATION:
-                amount = float(event.partitions)
-            else:
-                amount = 1.0
-            append((s, pos, i, di, ts, d.broker, quota, self._entity(d.entity), d.action,
-                    d.throttle_time_ms, d.observed, d.limit, d.window_ms, d.config_level, amount,
-                    text))
-        if j != nd:  # pragma: no cover - a broken invariant, not bad input
-            raise RuntimeError("directives did not line up with their decisions")
+        if decisions:
+            out.add(s, pos, i, event, decisions, directives, self.ctx.report_from,
+                    self.ctx.report_to)
 
     def run_batch(self, batch: pa.RecordBatch, out: ResultRows) -> None:
         names = batch.schema.names
@@ -742,13 +619,13 @@ class Runner:
         k = batch.column(names.index("k")).to_pylist()
         ev = batch.column(names.index("ev")).to_pylist()
         reason = batch.column(names.index("reason")).to_pylist()
-        loads = orjson.loads
         process = self.process
+        events = EVENT_KINDS
         for j in range(len(ev)):
             kind = k[j]
-            if kind == ROW_EVENT:
-                event = row_event(loads(ev[j]))[0]
-                process((t[j], s[j], pos[j], i[j]), event, s[j], pos[j], i[j], out)
+            if kind in events:
+                process((t[j], s[j], pos[j], i[j]), decode_event(kind, ev[j]), s[j], pos[j],
+                        i[j], out)
             elif kind == ROW_CONFIG:
                 self.config((t[j], s[j], pos[j], i[j]), ev[j])
             else:
@@ -764,8 +641,6 @@ class Runner:
             raise RuntimeError("config row does not hold a quota config")
         self.engine.configs.apply(update)
 
-
-PRODUCE_OR_FETCH = (cfg.PRODUCE, cfg.FETCH)
 
 
 @contextlib.contextmanager

@@ -24,7 +24,6 @@ from app.audit.recompute import (
     ROW_CONFIG,
     ExplodeContext,
     ExplodedRows,
-    ResultRows,
     RunContext,
     Runner,
     StreamExploder,
@@ -38,6 +37,7 @@ from app.audit.recompute import (
     strip_broker,
     topic_config_points,
 )
+from app.audit.results import ResultRows
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.replay import replay
@@ -138,7 +138,7 @@ def partitioned_run(lines: list[bytes], route_map: dict[str, str] | None, partit
             for r in out.to_pylist():
                 if r["kind"] == "decision":
                     decisions.append(r)
-                else:
+                elif r["kind"] == "deadletter":
                     bad += 1
     decisions.sort(key=lambda r: (r["s"], r["pos"], r["i"], r["di"]))
     return {"directives": [r["directive"].encode() for r in decisions if r["directive"]],
@@ -267,6 +267,15 @@ def test_time_bounds_select_events_and_report_decisions() -> None:
     # with a warm-up covering everything before --from the window contents are complete
     want = [d for d in full.directives() if t_from <= orjson.loads(d)["ts"] < t_to]
     assert bounded.directives() == want
+
+
+def test_directive_rows_copy_the_decisions_that_published_one() -> None:
+    """The directives dataset is made from these copies, not from every decision."""
+    rows = file_run(lines_of(synth.CONFIGS + synth.scenario(seed=3, seconds=6))).table.to_pylist()
+    copies = [{**r, "kind": None} for r in rows if r["kind"] == "directive"]
+    published = [{**r, "kind": None} for r in rows
+                 if r["kind"] == "decision" and r["directive"] is not None]
+    assert copies and copies == published
 
 
 def test_stop_after_keeps_each_streams_prefix() -> None:
