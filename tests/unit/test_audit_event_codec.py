@@ -24,8 +24,18 @@ EVENTS = [
 ]
 
 
+#: Every attribute of each event type, named here: a compiled (mypyc) class has no `__slots__`.
+NAMES = {
+    "RequestEvent": ("ts", "broker", "listener", "user", "client_id", "ip", "api", "bytes",
+                     "thread_ms", "network_ms", "exempt", "count"),
+    "ConnectionEvent": ("ts", "broker", "listener", "ip", "inter_broker"),
+    "MutationEvent": ("ts", "broker", "user", "client_id", "api", "api_version", "partitions",
+                      "validate_only", "strict"),
+}
+
+
 def fields(event: Any) -> list[tuple[str, Any, type]]:
-    names = [n for cls in type(event).__mro__ for n in getattr(cls, "__slots__", ())]
+    names = NAMES[type(event).__name__]
     return [(n, getattr(event, n), type(getattr(event, n))) for n in names]
 
 
