@@ -76,10 +76,12 @@ class EngineSettings:
 class Window:
     """One window a principal uses: its quota, state key, the entity sharing it, limit, level.
 
-    Resolved once per principal and cached until the configs change; read-only after that.
+    Resolved once per principal and cached until the configs change. It also remembers its
+    state object and the store that holds it, which saves a store lookup per event while the
+    engine works on that same store (see `QuotaEngine`).
     """
 
-    __slots__ = ("quota", "key", "entity", "limit", "level")
+    __slots__ = ("quota", "key", "entity", "limit", "level", "rate", "store")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
                  level: str | None) -> None:
@@ -88,6 +90,8 @@ class Window:
         self.entity = entity
         self.limit = limit
         self.level = level
+        self.rate: Rate | None = None
+        self.store: object = None
 
 
 class Decision:
@@ -123,8 +127,11 @@ class QuotaEngine:
     """Kafka's quota managers as a pure function of (configs, state, event) -> decisions.
 
     `store` maps state keys to `Rate`/`TokenBucket` objects; the replay uses a dict, the Faust
-    worker a write-back cache over a RocksDB table. States are changed in place; the keys
-    touched since the last `drain_touched()` tell a driver what to persist.
+    worker a write-back cache over a RocksDB table per partition. States are changed in place,
+    never replaced, so the engine keeps each window's state object for as long as `store` is
+    the same object: a driver that restores or drops states assigns a new store (or calls
+    `forget_states`). The keys touched since the last `drain_touched()` tell a driver what to
+    persist.
     """
 
     def __init__(self, settings: EngineSettings | None = None, configs: QuotaConfigs | None = None,
@@ -168,6 +175,10 @@ class QuotaEngine:
         if not self._throttled:
             return []
         return [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
+
+    def forget_states(self) -> None:
+        """Drop every reference the engine keeps to state objects (and so to their stores)."""
+        self._principals.clear()
 
     def drain_touched(self) -> set[str]:
         touched, self.touched = self.touched, set()
@@ -217,6 +228,16 @@ class QuotaEngine:
         if self.cluster:
             return f"{code}{SEP}*{SEP}{a}{SEP}{b}"
         return f"{code}{SEP}{broker}{SEP}{a}{SEP}{b}"
+
+    def _window_rate(self, window: Window) -> Rate:
+        """The window's state: remembered while the store is the same object, else looked up."""
+        rate = window.rate
+        if rate is None or window.store is not self.store:
+            rate = window.rate = self._rate(window.key)
+            window.store = self.store
+        else:
+            self.touched.add(window.key)
+        return rate
 
     def _rate(self, key: str) -> Rate:
         state = self.store.get(key)
@@ -281,7 +302,7 @@ class QuotaEngine:
         if api == "Produce":
             # KafkaApis.handleProduceRequest: bandwidth first, then request time
             if produce is not None:
-                rate = self._rate(produce.key)
+                rate = self._window_rate(produce)
                 t = rate.advance(event.ts)
                 self._check(produce, rate, t, event.bytes, None, event.broker, decisions)
             if request is not None:
@@ -291,7 +312,7 @@ class QuotaEngine:
             # empty response, so its bytes are taken back out of the window (either cause)
             rq = 0 if request is None else self._request_time(request, event, decisions)
             if fetch is not None:
-                rate = self._rate(fetch.key)
+                rate = self._window_rate(fetch)
                 t = rate.advance(event.ts)
                 bw = self._check(fetch, rate, t, event.bytes, None, event.broker, decisions)
                 if (bw > 0 or rq > 0) and self.take_back:
@@ -301,7 +322,7 @@ class QuotaEngine:
 
     def _request_time(self, window: Window, event: RequestEvent, decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
-        rate = self._rate(window.key)
+        rate = self._window_rate(window)
         t = rate.advance(event.ts)
         percent = round(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
         throttle = self._check(window, rate, t, percent, self._w, event.broker, decisions)

@@ -304,6 +304,7 @@ async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
             if tp.topic == samples_name:
                 caches.pop(tp.partition, None)
                 pending.pop(tp.partition, None)
+        engine.forget_states()  # the engine's references to the dropped caches' states
 
 
 @app.page("/metrics")

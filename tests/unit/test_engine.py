@@ -208,6 +208,23 @@ def test_config_change_in_place_keeps_samples() -> None:
     assert second.throttle_time_ms == 2500
 
 
+def test_a_new_store_is_used_at_once_and_the_old_one_left_alone() -> None:
+    """The engine remembers windows' states only while the store is the same object: a driver
+    that moves it to another store (a partition's cache, a restored copy) is never undercut."""
+    e = Engine()
+    e.config({"user": "alice"}, {PRODUCE: 1000})
+    first = by_quota(e.request(0, api="Produce", bytes=5000), PRODUCE)
+    old = e.engine.store
+    kept = old[first.key].values.copy()  # type: ignore[union-attr]
+    e.engine.store = {}
+    second = by_quota(e.request(10, api="Produce", bytes=300), PRODUCE)
+    assert second.key == first.key and second.observed == 30  # a fresh window: 300 B / 10 s
+    assert old[first.key].values == kept  # type: ignore[union-attr]
+    e.engine.store = old
+    third = by_quota(e.request(20, api="Produce", bytes=100), PRODUCE)
+    assert third.observed == 5100 / 10.02  # back on the first window: 5100 B over 10.02 s
+
+
 def test_removing_a_quota_leaves_the_window_unlimited() -> None:
     e = Engine()
     e.config({"user": "alice"}, {PRODUCE: 100})

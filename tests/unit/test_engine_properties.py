@@ -198,9 +198,9 @@ def run(
     for i, event in enumerate(events):
         decisions, directives = engine.process(event)
         out.append(([view(d) for d in decisions], directives))
-        if roundtrip_every and i % roundtrip_every == 0:
-            for key, state in list(engine.store.items()):
-                engine.store[key] = state_codec.decode(state_codec.encode(state))
+        if roundtrip_every and i % roundtrip_every == 0:  # a restore: states in a new store
+            engine.store = {key: state_codec.decode(state_codec.encode(state))
+                            for key, state in engine.store.items()}
     return out
 
 
