@@ -260,6 +260,25 @@ def route_map_from_splits(key_sets: Iterable[Sequence[str]]) -> dict[str, str]:
 # -- step 1: explode -------------------------------------------------------------------------
 
 
+class ConfigTimeline:
+    """Config points applied to an engine's configs in key order, as events' keys pass them."""
+
+    def __init__(self, points: tuple[ConfigPoint, ...], configs: QuotaConfigs) -> None:
+        self.points = points
+        self.configs = configs
+        self._next = 0
+        #: key of the next point to apply (None when all are applied): the hot path checks it
+        self.next_key: Key | None = points[0].key if points else None
+
+    def apply_until(self, key: Key) -> None:
+        """Apply every config point whose key is before `key`."""
+        points = self.points
+        while self.next_key is not None and self.next_key < key:
+            self.configs.apply(points[self._next].update)
+            self._next += 1
+            self.next_key = points[self._next].key if self._next < len(points) else None
+
+
 @dataclass(frozen=True)
 class ExplodeContext:
     """Everything step 1 needs, shipped to every task (configs are small)."""
@@ -344,9 +363,7 @@ class StreamExploder:
         self.ctx = ctx
         self.engine = QuotaEngine(ctx.settings)
         self.clock = StreamClock(ctx.max_skew_ms)
-        self.points = ctx.configs
-        self._next = 0
-        self._next_key: Key | None = self.points[0].key if self.points else None
+        self.timeline = ConfigTimeline(ctx.configs, self.engine.configs)
         self._routes: dict[tuple[Any, ...], str | tuple[str, ...]] = {}
         self._routes_version = -1
         self.last: tuple[int, int] = (-1, -1)
@@ -357,16 +374,6 @@ class StreamExploder:
         self.skipped = 0
         self.kafka = ctx.mode == MODE_KAFKA
         self.route_map = ctx.route_map or {}
-
-    # configs ------------------------------------------------------------------------------
-
-    def apply_until(self, key: Key) -> None:
-        """Apply every config point whose key is before `key`."""
-        points = self.points
-        while self._next_key is not None and self._next_key < key:
-            self.engine.configs.apply(points[self._next].update)
-            self._next += 1
-            self._next_key = points[self._next].key if self._next < len(points) else None
 
     # routing ------------------------------------------------------------------------------
 
@@ -449,7 +456,7 @@ class StreamExploder:
     def _items(self, s: int, pos: int, items: list[Any], raws: list[Any], out: ExplodedRows,
                where: Callable[[], str]) -> None:
         kafka = self.kafka
-        clock = self.clock
+        clock, timeline = self.clock, self.timeline
         ctx = self.ctx
         for index, item in enumerate(items):
             if isinstance(item, BadEvent):
@@ -484,8 +491,8 @@ class StreamExploder:
                     ctx.event_to is not None and ts >= ctx.event_to):
                 continue
             key = (clock.time if kafka else 0, s, pos, index)
-            if self._next_key is not None and self._next_key < key:
-                self.apply_until(key)
+            if timeline.next_key is not None and timeline.next_key < key:
+                timeline.apply_until(key)
             found = self.route(item)
             if ctx.keep is not None and not any(
                     strip_broker(k) in ctx.keep
@@ -584,26 +591,18 @@ class Runner:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.engine = QuotaEngine(ctx.settings)
-        self.points = ctx.configs
-        self._next = 0
-        self._next_key: Key | None = self.points[0].key if self.points else None
+        self.timeline = ConfigTimeline(ctx.configs, self.engine.configs)
         self._last: Key = (-(2**63), -(2**31), -1, -1)
         self.events = 0
-
-    def apply_until(self, key: Key) -> None:
-        points = self.points
-        while self._next_key is not None and self._next_key < key:
-            self.engine.configs.apply(points[self._next].update)
-            self._next += 1
-            self._next_key = points[self._next].key if self._next < len(points) else None
 
     def process(self, key: Key, event: Any, s: int, pos: int, i: int, out: ResultRows) -> None:
         """Apply configs due before `key`, run the engine, buffer its decisions."""
         if key < self._last:
             raise RuntimeError(f"step 2 input not sorted: {key} after {self._last}")
         self._last = key
-        if self._next_key is not None and self._next_key < key:
-            self.apply_until(key)
+        timeline = self.timeline
+        if timeline.next_key is not None and timeline.next_key < key:
+            timeline.apply_until(key)
         decisions, directives = self.engine.process(event)
         self.events += 1
         if decisions:
