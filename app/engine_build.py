@@ -25,7 +25,8 @@ def _extension(name: str) -> Path | None:
 
 def compiled_modules() -> list[str]:
     """Engine modules that import from a compiled extension."""
-    return [n for n in MODULES if importlib.import_module(f"app.engine.{n}").__file__ != str(ENGINE_DIR / f"{n}.py")]
+    return [name for name in MODULES
+            if importlib.import_module(f"app.engine.{name}").__file__ != str(ENGINE_DIR / f"{name}.py")]
 
 
 def stale_modules() -> list[str]:
