@@ -40,7 +40,7 @@ from app.engine.configs import DEFAULT, ConfigUpdate, client_level_path
 from app.engine.engine import NANOS_TO_PERCENT, Decision, EngineSettings, QuotaEngine
 from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent, parse_event
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
-from app.engine.stats import Rate, TokenBucket, ordered_sum
+from app.engine.stats import Rate, TokenBucket
 
 
 class ExplainError(ValueError):
@@ -345,10 +345,9 @@ def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSet
     if isinstance(state, Rate):
         n, w = (settings.window_num, settings.window_ms)
         out.append(f"  samples    N={n} x W={w} ms after this event (oldest first):")
-        order = sorted(range(len(state.values)), key=lambda i: state.starts[i])
-        for i in order:
-            out.append(f"               start {format_ms(state.starts[i])}  value {_num(state.values[i])}")
-        total_after = ordered_sum(state.values)
+        for value, start, _ in sorted(state.samples(), key=lambda sample: sample[1]):
+            out.append(f"               start {format_ms(start)}  value {_num(value)}")
+        total_after = state.total()
         adjust = _after_adjustment(snap, quota)
         total = d.observed * d.window_ms / 1000.0
         out.append(f"  observed   O = sum / window = {_num(total)} / {d.window_ms / 1000:.3f} s = "

@@ -81,7 +81,7 @@ class Window:
     engine works on that same store (see `QuotaEngine`).
     """
 
-    __slots__ = ("quota", "key", "entity", "limit", "level", "rate", "store")
+    __slots__ = ("quota", "key", "entity", "limit", "level", "rate", "store", "drain")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
                  level: str | None) -> None:
@@ -92,6 +92,8 @@ class Window:
         self.level = level
         self.rate: Rate | None = None
         self.store: object = None
+        #: the engine's drain count when this window's key was last added to `touched`
+        self.drain = -1
 
 
 class Decision:
@@ -131,7 +133,7 @@ class QuotaEngine:
     never replaced, so the engine keeps each window's state object for as long as `store` is
     the same object: a driver that restores or drops states assigns a new store (or calls
     `forget_states`). The keys touched since the last `drain_touched()` tell a driver what to
-    persist.
+    persist; only `drain_touched()` empties that set, so a window adds its key once per drain.
     """
 
     def __init__(self, settings: EngineSettings | None = None, configs: QuotaConfigs | None = None,
@@ -140,6 +142,7 @@ class QuotaEngine:
         self.configs = configs or QuotaConfigs()
         self.store: MutableMapping[str, State] = {} if store is None else store
         self.touched: set[str] = set()
+        self._drains = 0
         self.cluster = self.settings.scope == "cluster"
         self.take_back = self.settings.accounting == "kafka"
         self.exempt_requests = 0
@@ -182,6 +185,7 @@ class QuotaEngine:
 
     def drain_touched(self) -> set[str]:
         touched, self.touched = self.touched, set()
+        self._drains += 1
         return touched
 
     def route_key(self, event: Event) -> str:
@@ -235,8 +239,10 @@ class QuotaEngine:
         if rate is None or window.store is not self.store:
             rate = window.rate = self._rate(window.key)
             window.store = self.store
-        else:
+            window.drain = self._drains
+        elif window.drain != self._drains:
             self.touched.add(window.key)
+            window.drain = self._drains
         return rate
 
     def _rate(self, key: str) -> Rate:

@@ -27,8 +27,9 @@ class StateDecodeError(ValueError):
 def encode(state: Rate | TokenBucket) -> bytes:
     if isinstance(state, TokenBucket):
         return bytes([VERSION]) + _BUCKET.pack(b"T\x00", state.clock, state.until, state.tokens, state.last)
-    parts = [bytes([VERSION]), _HEAD.pack(b"R\x00", state.clock, state.until, state.current, len(state.values))]
-    for v, s, last in zip(state.values, state.starts, state.lasts):
+    samples = state.samples()
+    parts = [bytes([VERSION]), _HEAD.pack(b"R\x00", state.clock, state.until, state.current, len(samples))]
+    for v, s, last in samples:
         parts.append(_SAMPLE.pack(v, s, last))
     return b"".join(parts)
 
@@ -50,16 +51,15 @@ def decode(data: bytes) -> Rate | TokenBucket:
         if current >= max(count, 1):
             raise StateDecodeError(f"current sample {current} out of range ({count} samples)")
         rate = Rate()
-        rate.clock, rate.until, rate.current = clock, until, current
+        rate.clock, rate.until = clock, until
         offset = _HEAD.size
+        samples = []
         for _ in range(count):
-            v, s, last = _SAMPLE.unpack_from(body, offset)
+            samples.append(_SAMPLE.unpack_from(body, offset))
             offset += _SAMPLE.size
-            rate.values.append(v)
-            rate.starts.append(s)
-            rate.lasts.append(last)
         if offset != len(body):
             raise StateDecodeError("trailing bytes after the state")
+        rate.restore(current, samples)
         return rate
     except struct.error as exc:
         raise StateDecodeError(f"truncated state: {exc}") from None

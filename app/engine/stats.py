@@ -17,15 +17,6 @@ from typing import Final
 UNKNOWN: Final = -1
 
 
-def ordered_sum(values: list[float]) -> float:
-    """Kafka sums a window's samples left to right in doubles; so does this loop (unlike
-    `sum` on Python 3.12+, which compensates rounding and can differ in the last bit)."""
-    total = 0.0
-    for v in values:
-        total += v
-    return total
-
-
 class Rate:
     """SampledStat over WindowedSum, measured as Kafka's `Rate` (per second).
 
@@ -36,16 +27,22 @@ class Rate:
 
     Values are doubles summed exactly as Kafka does (slot order, left to right), byte counts
     included: the same arithmetic as Kafka's, interpreted or compiled.
+
+    The current sample's value and last time live in `cur_value` and `cur_last`, not in the
+    lists (their slots there are stale): compiled, they are unboxed, so recording into the
+    current sample allocates nothing. Read the samples through `samples()`.
     """
 
-    __slots__ = ("values", "starts", "lasts", "current", "clock", "until", "purge_at", "oldest",
-                 "window")
+    __slots__ = ("values", "starts", "lasts", "current", "cur_value", "cur_last", "clock",
+                 "until", "purge_at", "oldest", "window")
 
     def __init__(self) -> None:
         self.values: list[float] = []
         self.starts: list[int] = []
         self.lasts: list[int] = []
         self.current = 0
+        self.cur_value = 0.0
+        self.cur_last = 0
         #: latest event time seen by this state (monotonic clamp)
         self.clock = 0
         #: `until` of the last directive published for this state (0 = none)
@@ -58,6 +55,24 @@ class Rate:
         self.oldest = UNKNOWN
         self.window = 0
 
+    def samples(self) -> list[tuple[float, int, int]]:
+        """(value, start, last) of every sample, in slot order."""
+        out = list(zip(self.values, self.starts, self.lasts))
+        if out:
+            c = self.current
+            out[c] = (self.cur_value, self.starts[c], self.cur_last)
+        return out
+
+    def restore(self, current: int, samples: list[tuple[float, int, int]]) -> None:
+        """Set the samples (as `samples()` gives them) and which one is current."""
+        self.values = [v for v, _, _ in samples]
+        self.starts = [s for _, s, _ in samples]
+        self.lasts = [last for _, _, last in samples]
+        self.current = current
+        self.cur_value, _, self.cur_last = samples[current] if samples else (0.0, 0, 0)
+        self.purge_at = 0
+        self.oldest = UNKNOWN
+
     def advance(self, t: int) -> int:
         """Return the time to use for an event at `t`: never earlier than one already seen."""
         if t < self.clock:
@@ -65,40 +80,37 @@ class Rate:
         self.clock = t
         return t
 
-    def record(self, value: float, now: int, n: int, w: int) -> None:
-        """SampledStat.record: add to the current sample, moving on one slot if it is complete."""
+    def _new_sample(self, now: int, n: int) -> None:
+        """Move on to the next slot (a new sample starting at `now`), or create the first."""
         values = self.values
-        if not values:
+        if values:
+            c = self.current
+            values[c] = self.cur_value
+            self.lasts[c] = self.cur_last
+            c = (c + 1) % (n + 1)
+        else:
+            c = 0
+        self.current = c
+        if c >= len(values):
             values.append(0.0)
             self.starts.append(now)
             self.lasts.append(now)
-            self.current = 0
-        c = self.current
-        if now - self.starts[c] >= w:
-            c = (c + 1) % (n + 1)
-            self.current = c
-            if c >= len(values):
-                values.append(0.0)
-                self.starts.append(now)
-                self.lasts.append(now)
-            else:
-                values[c] = 0.0
-                self.starts[c] = now
-                self.lasts[c] = now
-                self.oldest = UNKNOWN
-        values[c] += value
-        self.lasts[c] = now
+        else:
+            self.starts[c] = now
+            self.oldest = UNKNOWN
+        self.cur_value = 0.0
+
+    def record(self, value: float, now: int, n: int, w: int) -> None:
+        """SampledStat.record: add to the current sample, moving on one slot if it is complete."""
+        if not self.values or now - self.starts[self.current] >= w:
+            self._new_sample(now, n)
+        self.cur_value += value
+        self.cur_last = now
 
     def record_measure(self, value: float, now: int, n: int, w: int) -> float:
         """`record` then `measure`, as Sensor.record with a quota check does, on the hot path:
         returns the rate and leaves the window it was measured over in `self.window`."""
-        values = self.values
-        c = self.current
-        if values and now - self.starts[c] < w:
-            values[c] += value  # the common case: the current sample is not complete yet
-            self.lasts[c] = now
-        else:
-            self.record(value, now, n, w)
+        self.record(value, now, n, w)
         if now >= self.purge_at:
             self.purge(now, n, w)
         oldest = self.oldest
@@ -110,19 +122,29 @@ class Rate:
             elapsed += (n - 1 - full) * w
         window = elapsed if elapsed > 1 else 1
         self.window = window
-        return ordered_sum(self.values) / (window / 1000.0)
+        return self.total() / (window / 1000.0)
 
     def purge(self, now: int, n: int, w: int) -> None:
         """purgeObsoleteSamples: reset samples whose last event left the N*W window."""
         expire = n * w
         lasts = self.lasts
+        c = self.current
+        earliest = 0
         for i in range(len(lasts)):
-            if now - lasts[i] >= expire:
-                self.values[i] = 0.0
+            last = self.cur_last if i == c else lasts[i]
+            if now - last >= expire:
                 self.starts[i] = now
-                lasts[i] = now
                 self.oldest = UNKNOWN
-        self.purge_at = min(lasts) + expire if lasts else 0
+                last = now
+                if i == c:
+                    self.cur_value = 0.0
+                    self.cur_last = now
+                else:
+                    self.values[i] = 0.0
+                    lasts[i] = now
+            if i == 0 or last < earliest:
+                earliest = last
+        self.purge_at = earliest + expire if lasts else 0
 
     def measure(self, now: int, n: int, w: int) -> tuple[float, int]:
         """Rate.measure and Rate.windowSize at `now`: (rate per second, window in ms).
@@ -130,18 +152,15 @@ class Rate:
         Like Kafka, measuring purges, and an empty stat gains a sample starting at `now`.
         """
         self.purge(now, n, w)
-        total = ordered_sum(self.values)
+        total = self.total()
         window = self.window_after_purge(now, n, w)
         return total / (window / 1000.0), window
 
     def window_after_purge(self, now: int, n: int, w: int) -> int:
         starts = self.starts
         if not starts:
-            self.values.append(0.0)
-            starts.append(now)
-            self.lasts.append(now)
-            self.current = 0
-            self.oldest = UNKNOWN
+            self._new_sample(now, n)
+            self.cur_last = now
         elapsed = now - min(starts)
         full = elapsed // w
         if full < n - 1:
@@ -154,7 +173,19 @@ class Rate:
         return self.window_after_purge(now, n, w)
 
     def total(self) -> float:
-        return ordered_sum(self.values)
+        """The samples' sum, left to right in slot order as Kafka adds them (unlike `sum` on
+        Python 3.12+, which compensates rounding and can differ in the last bit)."""
+        values = self.values
+        if not values:
+            return 0.0
+        c = self.current
+        total = 0.0
+        for i in range(c):
+            total += values[i]
+        total += self.cur_value
+        for i in range(c + 1, len(values)):
+            total += values[i]
+        return total
 
 
 class TokenBucket:

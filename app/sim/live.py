@@ -5,6 +5,13 @@ Thin Kafka I/O around the pure model: the brokers' batch records go to the event
 own `DirectiveSubscriber` (broker_id = its id) reading the control topic, exactly as a real
 broker embedding the subscriber would. The world's clock is the wall clock (epoch ms), the time
 base of events and directives.
+
+The world runs in ticks, so an action is decided up to a tick after its time, later still when
+the process is short of CPU. A directive applied in between would reach back to actions that
+happened before it arrived: a close_connection, say, would close connections accepted before
+it. So the subscribers' clock first runs the world up to the moment their fetched directives
+are applied (`LiveRun.clock`), and every action is decided with the directives it would have
+seen.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class LiveRun:
     events_sent: int = 0
     subscribers: dict[int, DirectiveSubscriber] = field(default_factory=dict)
     _partition: dict[tuple[str, bytes], int] = field(default_factory=dict)  # the producer's choice
+    _end: float | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stop(self) -> None:
@@ -78,16 +86,28 @@ class LiveRun:
     async def _start_subscribers(self) -> None:
         for b in self.scenario.brokers:
             sub = DirectiveSubscriber(self.bootstrap, b, topic=str(self.settings.topic_directives),
-                                      poll_timeout_ms=100, consumer_options={"fetch_max_wait_ms": 50})
+                                      clock=self.clock, poll_timeout_ms=100,
+                                      consumer_options={"fetch_max_wait_ms": 50})
             self.subscribers[b] = sub
             await sub.start()
         await asyncio.gather(*(s.wait_ready(timeout=60) for s in self.subscribers.values()))
+
+    def clock(self) -> int:
+        """The subscribers' clock: the wall clock, once the world has run every action due by
+        then (they read it right before applying what they fetched)."""
+        now = wall_clock_ms()
+        world = self.world
+        if world is not None:
+            until = float(now) if self._end is None else min(float(now), self._end)
+            if until > world.now:
+                world.advance(until)
+        return now
 
     async def _loop(self, p: AIOKafkaProducer) -> None:
         sc = self.scenario
         self.start_ms = start = float(wall_clock_ms())
         world = self.world = World(sc, self.subscribers, start)
-        end = None if sc.duration is None else start + sc.duration * 1000.0
+        end = self._end = None if sc.duration is None else start + sc.duration * 1000.0
         flush_ms = sc.flush_interval_ms
         next_flush, next_second = start + flush_ms, start + 1000.0
         while True:

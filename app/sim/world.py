@@ -41,7 +41,8 @@ class World:
         heapq.heappush(self._heap, (t, next(self._seq), actor))
 
     def advance(self, now: float) -> int:
-        """Run every action due at or before `now`; return how many ran."""
+        """Run every action due at or before `now`; return how many ran. The clock never goes
+        back: a `now` before the world's is a no-op."""
         heap, ran = self._heap, 0
         while heap and heap[0][0] <= now:
             t, _, actor = heapq.heappop(heap)
@@ -49,7 +50,8 @@ class World:
             ran += 1
             if nxt is not None:
                 heapq.heappush(heap, (nxt, next(self._seq), actor))
-        self.now = now
+        if now > self.now:
+            self.now = now
         return ran
 
     def flush(self) -> list[tuple[str, bytes, dict[str, Any]]]:

@@ -3,13 +3,14 @@
 Every run is a real `quota-streams simulate` / `quota-streams demo` process: it starts its own
 embedded broker and worker, writes the scenario's quotas, runs the scenario and stops
 everything. The runs are started together (each has its own broker) so the file stays within
-about three minutes on two cores; each test then reads its run's summary.json.
+about four minutes on two cores; each test then reads its run's summary.json.
 
 Window settings are Kafka's defaults (quota.window.num 11 x 1 s): a greedy client under a byte
 quota cycles (burst, throttle until its burst leaves the ~11 s window) with a period of about
-15 s, and the loop latency (~1 s on the embedded broker with stock Faust; see docs/simulator.md)
-adds to the throttles it misses. Shorter windows converge faster but make the latency a larger
-share of the window, so the produce runs measure 125 s of steady state instead.
+15 s, and the loop latency (~0.1-0.2 s median on the embedded broker, more while five runs share
+two cores; see docs/simulator.md) adds to the throttles it misses. An average over a stretch
+that is not many periods long is off by the phase at which it starts and ends, so the produce
+runs measure 125 s of steady state and the one-IP storm, whose bursts are larger, 200 s.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCE_S, PRODUCE_WARMUP_S = 140, 15
+#: The one-IP storm's admissions come in bursts of up to a full window's worth (N·W·limit, ~220
+#: connections here) every 12-20 s, so an average over D seconds is off by up to N·W/D from the
+#: phase at which the stretch starts and ends alone: ±12% over 95 s, ±5.5% over 200 s.
+IP_STORM_S, IP_STORM_WARMUP_S = 215, 15
 
 
 @dataclass
@@ -72,7 +77,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     all_runs = {r.name: r for r in [
         simulate("cluster-produce", "--duration", str(PRODUCE_S), "--warmup", str(PRODUCE_WARMUP_S)),
         simulate("broker-produce", "--duration", str(PRODUCE_S), "--warmup", str(PRODUCE_WARMUP_S)),
-        simulate("ip-storm", "--duration", "110", "--warmup", "15"),  # a long steady state: the rate is a noisy loop
+        simulate("ip-storm", "--duration", str(IP_STORM_S), "--warmup", str(IP_STORM_WARMUP_S)),
         simulate("topic-storm", "--duration", "30", "--warmup", "5"),
         Run("demo", [sys.executable, "-m", "app.cli", "demo", "--duration", "20"], tmp / "demo"),
     ]}
@@ -81,7 +86,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
             with open(run.log, "wb") as log:
                 run.proc = subprocess.Popen(run.argv, cwd=ROOT, env=_env(), stdout=log,
                                             stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + PRODUCE_S + 120
+        deadline = time.monotonic() + max(PRODUCE_S, IP_STORM_S) + 120
         for run in all_runs.values():
             assert run.proc is not None
             run.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -138,7 +143,8 @@ def test_connection_storm_from_one_ip_is_held_to_its_rate(runs: dict[str, Run]) 
     s = runs["ip-storm"].summary()
     storm = entity(s, "connection_creation_rate", "ip=203.0.113.9")
     assert storm["outcomes"]["closed"] > 0
-    assert 0.9 <= storm["ratio"] <= 1.1, storm
+    assert storm["seconds"] >= IP_STORM_S - IP_STORM_WARMUP_S - 1
+    assert 0.9 <= storm["ratio"] <= 1.1, (storm, s["loop_latency_ms"])
 
 
 def test_connection_storms_are_detected(runs: dict[str, Run]) -> None:

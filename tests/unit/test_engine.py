@@ -215,11 +215,11 @@ def test_a_new_store_is_used_at_once_and_the_old_one_left_alone() -> None:
     e.config({"user": "alice"}, {PRODUCE: 1000})
     first = by_quota(e.request(0, api="Produce", bytes=5000), PRODUCE)
     old = e.engine.store
-    kept = old[first.key].values.copy()  # type: ignore[union-attr]
+    kept = old[first.key].samples()  # type: ignore[union-attr]
     e.engine.store = {}
     second = by_quota(e.request(10, api="Produce", bytes=300), PRODUCE)
     assert second.key == first.key and second.observed == 30  # a fresh window: 300 B / 10 s
-    assert old[first.key].values == kept  # type: ignore[union-attr]
+    assert old[first.key].samples() == kept  # type: ignore[union-attr]
     e.engine.store = old
     third = by_quota(e.request(20, api="Produce", bytes=100), PRODUCE)
     assert third.observed == 5100 / 10.02  # back on the first window: 5100 B over 10.02 s
@@ -468,6 +468,8 @@ def test_drain_touched_reports_changed_state_keys() -> None:
     ds = e.request(0, api="Produce", bytes=1, thread_time_ms=1)
     assert e.engine.drain_touched() == {d.key for d in ds}
     assert e.engine.drain_touched() == set()
+    again = e.request(10, api="Produce", bytes=1, thread_time_ms=1)  # windows the engine keeps
+    assert e.engine.drain_touched() == {d.key for d in again} == {d.key for d in ds}
 
 
 def _touched_by_route(engine: QuotaEngine, event: Any) -> dict[str, set[str]]:

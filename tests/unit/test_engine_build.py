@@ -89,8 +89,7 @@ def test_states_survive_pickling() -> None:
     rate.record(5.0, 1000, 11, 1000)
     rate.record(2.5, 2500, 11, 1000)
     back = pickle.loads(pickle.dumps(rate))
-    assert (back.values, back.starts, back.lasts, back.current) == ([5.0, 2.5], [1000, 2500],
-                                                                     [1000, 2500], 1)
+    assert (back.samples(), back.current) == ([(5.0, 1000, 1000), (2.5, 2500, 2500)], 1)
     bucket = TokenBucket(3.5, 70)
     bucket.record(1.0, 90, 1.0, 10.0)
     again = pickle.loads(pickle.dumps(bucket))

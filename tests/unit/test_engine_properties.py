@@ -316,7 +316,7 @@ def test_shuffled_timestamps_never_move_a_state_clock_backwards(
             assert state.clock >= clocks.get(key, state.clock), key
             clocks[key] = state.clock
             if isinstance(state, Rate):
-                assert all(s <= state.clock for s in state.starts)
-                assert all(last <= state.clock for last in state.lasts)
+                assert all(s <= state.clock and last <= state.clock
+                           for _, s, last in state.samples())
             else:
                 assert isinstance(state, TokenBucket) and state.last <= state.clock

@@ -201,8 +201,9 @@ def v_sampledstat(v: dict[str, Any]) -> None:
             rate.record(e["value"], e["t_ms"], n, w)
         else:
             rate.purge(e["t_ms"], n, w)
-    assert len(rate.values) <= n + 1
-    assert sum(1 for x in rate.values if x != 0) == v["expected"]["retained_samples"]
+    samples = rate.samples()
+    assert len(samples) <= n + 1
+    assert sum(1 for value, _, _ in samples if value != 0) == v["expected"]["retained_samples"]
 
 
 def v_rate_windowing(v: dict[str, Any]) -> None:

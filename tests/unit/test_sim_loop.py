@@ -12,12 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from app import settings
 from app.cli import main
 from app.engine.engine import EngineSettings
 from app.sim import report
 from app.sim.meter import Summary
 from app.sim.offline import OfflineRun, run_offline
+from app.sim.live import LiveRun
 from app.sim.scenario import load_scenario
+from app.sim.world import World
+from app.subscriber.active_set import ActiveSet
+from app.subscriber.consumer import wall_clock_ms
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -119,3 +124,19 @@ def test_demo_finds_its_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.chdir(tmp_path)  # not the project directory: found next to the package
     assert find_scenario(None) == SCENARIOS / "demo.yaml"
     assert find_scenario("x.yaml") == Path("x.yaml")
+
+
+def test_live_subscribers_clock_runs_the_world_first() -> None:
+    """The live run's subscribers read `LiveRun.clock` right before applying directives: the
+    world must first have run every action due by then (and none past the run's end), so no
+    action is decided with a directive that arrived after it happened."""
+    sc = load_scenario(SCENARIOS / "ip-storm.yaml")
+    run = LiveRun(sc, "127.0.0.1:9", settings.load({}))
+    assert run.clock() > 0  # before the world exists: just the wall clock
+    start = float(wall_clock_ms() - 2000)
+    run.world = World(sc, {b: ActiveSet(b) for b in sc.brokers}, start)
+    run._end = start + 1500
+    now = run.clock()
+    assert now >= start + 2000 and run.world.now == start + 1500
+    storm = run.world.client("storm-one-ip").stats
+    assert storm.attempts == 151  # one every 10 ms from 0 to the end at 1500 ms, none after
