@@ -29,12 +29,13 @@ class Rate:
     included: the same arithmetic as Kafka's, interpreted or compiled.
 
     The current sample's value and last time live in `cur_value` and `cur_last`, not in the
-    lists (their slots there are stale): compiled, they are unboxed, so recording into the
-    current sample allocates nothing. Read the samples through `samples()`.
+    lists (their slots there are stale), and its start is mirrored in `cur_start`: compiled,
+    they are unboxed, so recording into the current sample reads no list and allocates
+    nothing. Read the samples through `samples()`.
     """
 
-    __slots__ = ("values", "starts", "lasts", "current", "cur_value", "cur_last", "clock",
-                 "until", "purge_at", "oldest", "window")
+    __slots__ = ("values", "starts", "lasts", "current", "cur_value", "cur_last", "cur_start",
+                 "clock", "until", "purge_at", "oldest", "window")
 
     def __init__(self) -> None:
         self.values: list[float] = []
@@ -43,6 +44,7 @@ class Rate:
         self.current = 0
         self.cur_value = 0.0
         self.cur_last = 0
+        self.cur_start = 0
         #: latest event time seen by this state (monotonic clamp)
         self.clock = 0
         #: `until` of the last directive published for this state (0 = none)
@@ -69,7 +71,7 @@ class Rate:
         self.starts = [s for _, s, _ in samples]
         self.lasts = [last for _, _, last in samples]
         self.current = current
-        self.cur_value, _, self.cur_last = samples[current] if samples else (0.0, 0, 0)
+        self.cur_value, self.cur_start, self.cur_last = samples[current] if samples else (0.0, 0, 0)
         self.purge_at = 0
         self.oldest = UNKNOWN
 
@@ -99,10 +101,11 @@ class Rate:
             self.starts[c] = now
             self.oldest = UNKNOWN
         self.cur_value = 0.0
+        self.cur_start = now
 
     def record(self, value: float, now: int, n: int, w: int) -> None:
         """SampledStat.record: add to the current sample, moving on one slot if it is complete."""
-        if not self.values or now - self.starts[self.current] >= w:
+        if now - self.cur_start >= w or not self.values:
             self._new_sample(now, n)
         self.cur_value += value
         self.cur_last = now
@@ -139,6 +142,7 @@ class Rate:
                 if i == c:
                     self.cur_value = 0.0
                     self.cur_last = now
+                    self.cur_start = now
                 else:
                     self.values[i] = 0.0
                     lasts[i] = now
