@@ -222,10 +222,8 @@ class QuotaConfigs:
         users/<default>, clients/<c>, clients/<default>; nothing matching means unlimited.
         """
         ck = (quota, user, client)
-        try:
+        if ck in self._cache:  # not try/except: a compiled raise builds a traceback per miss
             return self._cache[ck]
-        except KeyError:
-            pass
         bits = self._enabled[quota]
         if bits == 0:
             res = None

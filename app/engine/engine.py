@@ -26,6 +26,7 @@ from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEven
 from app.engine.kafka_math import (
     INT_MAX,
     bounded_throttle_time_ms,
+    round_half_even,
     saturate_int,
     throttle_time_ms,
     token_throttle_time_ms,
@@ -330,10 +331,10 @@ class QuotaEngine:
         """Thread time with the quota check (capped at one window), network time without."""
         rate = self._window_rate(window)
         t = rate.advance(event.ts)
-        percent = round(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
+        percent = round_half_even(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
         throttle = self._check(window, rate, t, percent, self._w, event.broker, decisions)
         if event.network_ms:
-            rate.record(round(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
+            rate.record(round_half_even(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
         return throttle
 
     def process_only(self, event: RequestEvent, quotas: tuple[str, ...]) -> tuple[list[Decision], list[dict[str, Any]]]:

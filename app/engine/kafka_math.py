@@ -33,6 +33,17 @@ def java_round(x: float) -> int:
     return int(f) + 1 if x - f >= 0.5 else int(f)
 
 
+def round_half_even(x: float) -> int:
+    """Python's `round(x)` for a finite float (ties to even), as the contract converts request
+    times to whole nanoseconds. Compiled, this is a few native float operations where
+    `round` is a generic call; `x - floor(x)` is exact, so so is the tie test."""
+    f = math.floor(x)
+    diff = x - f
+    if diff > 0.5 or (diff == 0.5 and f % 2 == 1):
+        return f + 1
+    return f
+
+
 def saturate_int(x: int) -> int:
     """Clamp a long to the int range, as newer Kafka does for byte-rate throttle times."""
     if x > INT_MAX:

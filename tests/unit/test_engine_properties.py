@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from app.engine import state_codec
 from app.engine.configs import BROKER_RATE, FETCH, IP_RATE, MUTATION, PRODUCE, REQUEST, ConfigUpdate
 from app.engine.engine import Decision, EngineSettings, QuotaEngine
-from app.engine.events import BadEvent, Parsed, parse_event
+from app.engine.events import MAX_AMOUNT, BadEvent, Parsed, parse_event
+from app.engine.kafka_math import round_half_even
 from app.engine.stats import Rate, TokenBucket
 
 T0 = 1_763_800_000_000
@@ -320,3 +321,14 @@ def test_shuffled_timestamps_never_move_a_state_clock_backwards(
                            for _, s, last in state.samples())
             else:
                 assert isinstance(state, TokenBucket) and state.last <= state.clock
+
+
+@PROPS
+@given(st.one_of(
+    st.floats(min_value=0, max_value=MAX_AMOUNT * 1e6, allow_nan=False, allow_infinity=False),
+    st.integers(min_value=0, max_value=2**52).map(lambda n: n / 2),  # exact ties, odd and even
+))
+def test_round_half_even_is_pythons_round(x: float) -> None:
+    """The engine's nanosecond conversion keeps `round`'s ties-to-even on the contract's range."""
+    assert round_half_even(x) == round(x)
+    assert round_half_even(-x) == round(-x)
