@@ -5,9 +5,10 @@ BIN := $(VENV)/bin
 
 .PHONY: setup demo test test-fast bench clean
 
-# The engine is compiled in place by the install (setup.py), so an edited engine module
-# reinstalls: a stale extension would shadow the new source (the tests refuse to run on one).
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard app/engine/*.py)
+# The engine and the pipeline's per-sample modules are compiled in place by the install
+# (setup.py, app/engine_build.py), so editing one reinstalls: a stale extension would shadow
+# the new source (the tests refuse to run on one).
+$(VENV)/.installed: pyproject.toml setup.py app/engine_build.py $(wildcard app/engine/*.py app/pipeline/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,audit]'
@@ -30,4 +31,4 @@ bench: setup
 	$(BIN)/python bench/bench_pipeline.py
 
 clean:
-	rm -rf $(VENV) state out sim-results audit-out build *.so app/engine/*.so
+	rm -rf $(VENV) state out sim-results audit-out build *.so app/engine/*.so app/pipeline/*.so

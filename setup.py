@@ -1,13 +1,14 @@
-"""Compile the quota engine with mypyc.
+"""Compile the quota engine and the pipeline's per-sample code with mypyc.
 
-`app/engine` is plain, fully typed Python; mypyc turns the same source into C extension modules
-that run the hot path several times faster (bench/bench_engine.py prints which build it timed).
-QS_COMPILE=0 installs it interpreted: same behaviour, slower. Everything else is in pyproject.toml.
+The modules listed in `app/engine_build.py` are plain, fully typed Python; mypyc turns the same
+source into C extension modules that run the hot path several times faster
+(bench/bench_engine.py prints which build it timed). QS_COMPILE=0 installs it interpreted: same behaviour, slower. Everything else is in pyproject.toml.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -18,8 +19,10 @@ def engine_extensions() -> list[object]:
         return []
     from mypyc.build import mypycify  # a build requirement (pyproject.toml)
 
-    sources = sorted(str(p) for p in Path("app/engine").glob("*.py") if p.name != "__init__.py")
-    return mypycify(sources, opt_level="3", group_name="quota_streams_engine")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from app.engine_build import sources  # the one list of compiled modules (stdlib only)
+
+    return mypycify(sources(), opt_level="3", group_name="quota_streams_engine")
 
 
 setup(ext_modules=engine_extensions())

@@ -1,8 +1,10 @@
-"""Which build of the engine is loaded: mypyc-compiled extension modules or interpreted source.
+"""Which build of the compiled modules is loaded: mypyc extensions or interpreted source.
 
+setup.py compiles the modules listed here: the engine, and the pipeline's per-sample code
+(codec, routing, ingest and aggregate loops), which interpreted cost as much as the engine.
 Kept outside `app.engine` so the engine stays free of import machinery. An editable install
-compiles the engine in place (setup.py); editing a module afterwards leaves the old extension
-shadowing the new source, which `stale_modules` detects (tests refuse to run on a stale build).
+compiles them in place; editing a module afterwards leaves the old extension shadowing the new
+source, which `stale_modules` detects (tests refuse to run on a stale build).
 """
 
 from __future__ import annotations
@@ -11,31 +13,47 @@ import importlib
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
-ENGINE_DIR = Path(__file__).resolve().parent / "engine"
-MODULES = tuple(sorted(p.stem for p in ENGINE_DIR.glob("*.py") if p.name != "__init__.py"))
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE_DIR = ROOT / "app" / "engine"
+#: pure pipeline modules compiled with the engine (no Faust or Kafka import in them)
+PIPELINE_MODULES = ("app.pipeline.aggregate", "app.pipeline.codec", "app.pipeline.ingest",
+                    "app.pipeline.routing")
+MODULES = tuple(sorted(
+    [f"app.engine.{p.stem}" for p in ENGINE_DIR.glob("*.py") if p.name != "__init__.py"]
+    + list(PIPELINE_MODULES)
+))
 
 
-def _extension(name: str) -> Path | None:
+def source(module: str) -> Path:
+    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def sources() -> list[str]:
+    """The files setup.py compiles, relative to the project root."""
+    return [str(source(m).relative_to(ROOT)) for m in MODULES]
+
+
+def _extension(module: str) -> Path | None:
+    base = source(module).with_suffix("")
     for suffix in EXTENSION_SUFFIXES:
-        path = ENGINE_DIR / f"{name}{suffix}"
+        path = base.with_name(base.name + suffix)
         if path.exists():
             return path
     return None
 
 
 def compiled_modules() -> list[str]:
-    """Engine modules that import from a compiled extension."""
-    return [name for name in MODULES
-            if importlib.import_module(f"app.engine.{name}").__file__ != str(ENGINE_DIR / f"{name}.py")]
+    """Listed modules that import from a compiled extension."""
+    return [m for m in MODULES if importlib.import_module(m).__file__ != str(source(m))]
 
 
 def stale_modules() -> list[str]:
-    """Engine modules whose compiled extension in the source tree is older than their source."""
+    """Listed modules whose compiled extension in the source tree is older than their source."""
     stale = []
-    for name in MODULES:
-        ext = _extension(name)
-        if ext is not None and ext.stat().st_mtime < (ENGINE_DIR / f"{name}.py").stat().st_mtime:
-            stale.append(name)
+    for module in MODULES:
+        ext = _extension(module)
+        if ext is not None and ext.stat().st_mtime < source(module).stat().st_mtime:
+            stale.append(module)
     return stale
 
 

@@ -11,7 +11,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     stale = stale_modules()
     if stale:
         raise pytest.UsageError(
-            f"the compiled engine is older than app/engine/{{{','.join(stale)}}}.py: "
+            f"the compiled build is older than the source of {', '.join(stale)}: "
             "rebuild it with `make setup` (or `pip install -e .`), or run interpreted after "
-            "`rm app/engine/*.so`"
+            "`rm app/engine/*.so app/pipeline/*.so`"
         )

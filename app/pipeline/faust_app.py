@@ -32,7 +32,8 @@ from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import StreamClock
 from app.gc_tuning import tune_gc
-from app.pipeline.codec import decode_rows, encode_rows, row_event
+from app.pipeline.aggregate import apply_record
+from app.pipeline.codec import encode_rows
 from app.pipeline.config_follower import ConfigFollower
 from app.pipeline.ingest import MAX_ROWS, Outbox, route_record
 from app.pipeline.partitioner import MemoPartitioner
@@ -190,18 +191,9 @@ async def aggregate(stream: faust.StreamT) -> None:
             if cache is None:
                 cache = caches[partition] = PartitionCache(state_table)
             engine.store = cache
-            out: list[tuple[dict[str, Any], int]] = []
-            rows = decode_rows(event.value)
-            latest = top_entities.latest
-            stats["samples"] += len(rows)
-            process, process_only = engine.process, engine.process_only
-            for row in rows:
-                item, only, appended_ms = row_event(row)
-                decisions, directives = process(item) if only is None else process_only(item, only)  # type: ignore[arg-type]
-                for d in decisions:
-                    latest[d.key] = d
-                if directives:
-                    out.extend([(directive, appended_ms) for directive in directives])
+            count, out = apply_record(engine, event.value, top_entities.latest)
+            stats["samples"] += count
+            stats["records"] += 1
             cache.mark(engine.drain_touched())
             pending[partition].append(event)
         for directive, appended_ms in out:
@@ -279,9 +271,9 @@ async def flush_loop() -> None:
             exported = time.monotonic()
             delta = stats - last
             last = stats.copy()
-            log.info("last %.0f s: %d samples (%.0f/s), %d directives, %d table rows written",
-                     elapsed, delta["samples"], delta["samples"] / elapsed, delta["directives"],
-                     delta["rows_written"])
+            log.info("last %.0f s: %d samples (%.0f/s) in %d internal records, %d directives, "
+                     "%d table rows written", elapsed, delta["samples"], delta["samples"] / elapsed,
+                     delta["records"], delta["directives"], delta["rows_written"])
 
 
 def export_lag() -> None:

@@ -7,7 +7,6 @@ together (see `Outbox`).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import orjson
@@ -34,7 +33,7 @@ class Outbox:
         self.held: list[Any] = []
         self.size = 0
         #: samples per event type since the last take, for the metrics
-        self.counts: Counter[str] = Counter()
+        self.counts: dict[str, int] = {}
 
     def add(self, partition: int, row: list[Any]) -> None:
         rows = self.rows.get(partition)
@@ -43,10 +42,10 @@ class Outbox:
         rows.append(row)
         self.size += 1
 
-    def take(self) -> tuple[dict[int, list[list[Any]]], list[Any], Counter[str]]:
+    def take(self) -> tuple[dict[int, list[list[Any]]], list[Any], dict[str, int]]:
         """Everything waiting (rows, held records, counts); the outbox starts empty again."""
         taken = self.rows, self.held, self.counts
-        self.rows, self.held, self.counts, self.size = {}, [], Counter(), 0
+        self.rows, self.held, self.counts, self.size = {}, [], {}, 0
         return taken
 
 
@@ -65,19 +64,21 @@ def route_record(value: bytes | None, clock: StreamClock, router: Router, append
     raws = inner if isinstance(inner, list) and len(inner) == len(items) else [record] * len(items)
     dead: list[tuple[str, Any]] = []
     router.refresh()
-    check, routes, add, counts = clock.check, router.routes, outbox.add, outbox.counts
-    for item, raw in zip(items, raws):
+    counts = outbox.counts
+    # direct calls, no bound-method locals: compiled, those would be generic Python calls
+    for i in range(len(items)):
+        item = items[i]
         if isinstance(item, BadEvent):
-            dead.append((item.reason, raw))
+            dead.append((item.reason, raws[i]))
             continue
         if isinstance(item, ConfigUpdate):
-            dead.append(("quota_config records belong on the config topic", raw))
+            dead.append(("quota_config records belong on the config topic", raws[i]))
             continue
-        reason = check(item.ts)
+        reason = clock.check(item.ts)
         if reason is not None:
-            dead.append((reason, raw))
+            dead.append((reason, raws[i]))
             continue
-        counts[item.type] += 1
-        for partition, only in routes(item):
-            add(partition, event_row(item, only, appended_ms))
+        counts[item.type] = counts.get(item.type, 0) + 1
+        for partition, only in router.routes(item):
+            outbox.add(partition, event_row(item, only, appended_ms))
     return dead

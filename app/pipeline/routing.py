@@ -7,16 +7,21 @@ on the configs: it is computed once per principal and kept until the configs cha
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from app.engine.engine import QuotaEngine
 from app.engine.events import ConnectionEvent, Event, RequestEvent
-from app.pipeline.topology import partition_for
 
 Route = list[tuple[int, tuple[str, ...] | None]]
 
 #: Bound on cached principals; beyond it the cache starts afresh (as the engine's does).
 MAX_CACHED = 1_000_000
+
+
+def partition_for(route_key: str, partitions: int) -> int:
+    """crc32 of the route key: stable across processes and Python versions (unlike hash())."""
+    return zlib.crc32(route_key.encode()) % partitions
 
 
 class Router:

@@ -1,8 +1,7 @@
-"""Topic names, partition counts and configs, and the deterministic re-key partitioner."""
+"""Topic names, partition counts and configs (the re-key partitioner is `routing.partition_for`)."""
 
 from __future__ import annotations
 
-import zlib
 from typing import Mapping
 
 from app.settings import Settings
@@ -32,8 +31,3 @@ def topic_specs(settings: Settings) -> list[tuple[str, int, Mapping[str, str] | 
         (samples_topic(settings), p, None),
         (f"{settings.app_id}-entity-state-changelog", p, COMPACT),
     ]
-
-
-def partition_for(route_key: str, partitions: int) -> int:
-    """crc32 of the route key: stable across processes and Python versions (unlike hash())."""
-    return zlib.crc32(route_key.encode()) % partitions

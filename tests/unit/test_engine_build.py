@@ -8,8 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import orjson
+import pipeline_path
 import pytest
 
 from app.audit.synth import CONFIGS, scenario
@@ -19,20 +21,16 @@ from app.engine.stats import Rate, TokenBucket
 from app.engine_build import MODULES, compiled_modules
 from app.replay import replay
 
-#: Runs the replay with every app.engine module loaded from its .py source, never an extension.
+#: Runs the replay with every compiled module loaded from its .py source, never an extension.
 INTERPRETED = textwrap.dedent("""
     import importlib.util, json, sys
-    from pathlib import Path
 
-    import app.engine
-
-    ENGINE = Path(app.engine.__file__).parent
+    from app.engine_build import MODULES, source
 
     class SourceFirst:
         def find_spec(self, name, path=None, target=None):
-            if name.startswith("app.engine."):
-                source = ENGINE / (name.rsplit(".", 1)[1] + ".py")
-                return importlib.util.spec_from_file_location(name, source)
+            if name in MODULES:
+                return importlib.util.spec_from_file_location(name, source(name))
             return None
 
     sys.meta_path.insert(0, SourceFirst())
@@ -41,11 +39,24 @@ INTERPRETED = textwrap.dedent("""
     from app.replay import replay
 
     assert compiled_modules() == [], compiled_modules()
-    scope = sys.argv[1]
+    mode, scope = sys.argv[1:3]
     lines = sys.stdin.buffer.read().splitlines()
-    for result in replay(lines, EngineSettings(scope=scope)):
+    if mode == "pipeline":
+        sys.path.insert(0, sys.argv[3])
+        import pipeline_path
+        print(json.dumps(pipeline_path.run(lines, scope)))
+    for result in replay(lines, EngineSettings(scope=scope)) if mode == "replay" else ():
         print(json.dumps([result.output, result.directives]))
 """)
+
+
+def interpreted(mode: str, scope: str, lines: list[bytes]) -> list[str]:
+    """The INTERPRETED run's output lines."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERPRETED, mode, scope, str(Path(__file__).parent)],
+        input=b"\n".join(lines), capture_output=True, check=True,
+    )
+    return done.stdout.decode().splitlines()
 
 
 def test_engine_is_compiled_unless_the_build_opted_out() -> None:
@@ -60,14 +71,20 @@ def test_compiled_and_interpreted_engines_give_identical_output(scope: str) -> N
     records = CONFIGS + scenario(seed=7, seconds=20)
     lines = [orjson.dumps(r) for r in records]
     here = [json.dumps([r.output, r.directives]) for r in replay(lines, EngineSettings(scope=scope))]
-    done = subprocess.run(
-        [sys.executable, "-c", INTERPRETED, scope], input=b"\n".join(lines),
-        capture_output=True, check=True,
-    )
-    there = done.stdout.decode().splitlines()
+    there = interpreted("replay", scope, lines)
     assert len(here) == len(records)
     assert sum(1 for line in here if '"throttle"' in line) > 10  # the scenario does throttle
     assert there == here
+
+
+@pytest.mark.parametrize("scope", ["broker", "cluster"])
+def test_compiled_and_interpreted_pipeline_loops_give_identical_output(scope: str) -> None:
+    """The ingest, internal codec and aggregate loops are compiled too (app/engine_build.py)."""
+    records = CONFIGS + scenario(seed=11, seconds=20)
+    lines = [orjson.dumps(r) for r in records]
+    here = pipeline_path.run(lines, scope)
+    assert sum(len(entry[2]) for entry in here if len(entry) == 3) > 10  # directives were sent
+    assert interpreted("pipeline", scope, lines) == [json.dumps(here)]
 
 
 def test_settings_and_configs_survive_pickling() -> None:

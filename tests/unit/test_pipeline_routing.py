@@ -11,7 +11,7 @@ from app.engine.configs import PRODUCE, REQUEST, ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, Event, parse_event, parse_record
 from app.pipeline.routing import Router
-from app.pipeline.topology import partition_for
+from app.pipeline.routing import partition_for
 
 PARTITIONS = 8
 
