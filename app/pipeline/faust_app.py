@@ -73,6 +73,8 @@ app = faust.App(
 install_highwater_fix(app, enabled=bool(settings.verify_end_offsets))
 
 FETCH_MAX_WAIT_MS = 10
+#: source records the ingest takes at once at most (each holds up to a few hundred samples)
+TAKE_MAX_RECORDS = 64
 _create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
 
 
@@ -146,26 +148,37 @@ async def start_config_follower() -> None:
 async def ingest(stream: faust.StreamT) -> None:
     """Validate contract records and re-key their events by resolved quota entity.
 
-    Rows wait in an outbox while more source records are already buffered (up to MAX_ROWS),
-    then go out as one internal record per samples partition; a lone record is not held.
+    The records that arrive within QS_INGEST_LINGER_MS (at most TAKE_MAX_RECORDS) are taken
+    together, and their rows go out as one internal record per samples partition (sooner if
+    MAX_ROWS wait). Faust hands records over one at a time, a few event-loop turns apart, so
+    "send when nothing more is buffered" sent every 300-sample record as ~40-row records at
+    saturation; the linger cut internal records ~4x and Faust's per-record work with them.
+    take_events acks a record after this body, once its rows are with the producer.
     """
     await follower.ready.wait()
-    buffered = cast(faust.ChannelT, stream.channel)
-    async for event in stream.noack().events():
-        message = event.message
-        processed[message.tp] = message.offset + 1
-        clock = clocks.get((message.topic, message.partition))
-        if clock is None:
-            clock = clocks[(message.topic, message.partition)] = StreamClock()
-        dead = route_record(event.value, clock, router, int(message.timestamp * 1000), outbox)
-        outbox.held.append(event)
-        metrics.EVENTS.labels(message.topic).inc()
-        if dead:
-            where = f"{message.topic}/{message.partition}@{message.offset}"
-            for reason, raw in dead:
-                await send_deadletter(reason, raw, where, event.key)
-        if outbox.size >= MAX_ROWS or buffered.empty():
-            await send_outbox()
+    linger = int(settings.ingest_linger_ms) / 1000.0
+    async for events in stream.take_events(TAKE_MAX_RECORDS, within=linger):
+        for event in events:
+            await route(event)
+        await send_outbox()
+
+
+async def route(event: faust.EventT) -> None:
+    """One source record's rows into the outbox, its bad events to the dead-letter topic."""
+    message = event.message
+    processed[message.tp] = message.offset + 1
+    clock = clocks.get((message.topic, message.partition))
+    if clock is None:
+        clock = clocks[(message.topic, message.partition)] = StreamClock()
+    dead = route_record(event.value, clock, router, int(message.timestamp * 1000), outbox)
+    outbox.held.append(event)
+    metrics.EVENTS.labels(message.topic).inc()
+    if dead:
+        where = f"{message.topic}/{message.partition}@{message.offset}"
+        for reason, raw in dead:
+            await send_deadletter(reason, raw, where, event.key)
+    if outbox.size >= MAX_ROWS:
+        await send_outbox()
 
 
 async def send_outbox() -> None:
@@ -261,7 +274,7 @@ async def flush_loop() -> None:
     last: Counter[str] = Counter()
     while True:
         await asyncio.sleep(interval)
-        if outbox.held:  # left when a rebalance dropped the records buffered behind them
+        if outbox.held:  # left by a take cut short (a rebalance or an error mid-take)
             await send_outbox()
         await flush_all()
         elapsed = time.monotonic() - exported
