@@ -153,11 +153,12 @@ async def ingest(stream: faust.StreamT) -> None:
     MAX_ROWS wait). Faust hands records over one at a time, a few event-loop turns apart, so
     "send when nothing more is buffered" sent every 300-sample record as ~40-row records at
     saturation; the linger cut internal records ~4x and Faust's per-record work with them.
-    take_events acks a record after this body, once its rows are with the producer.
+    `noack_take`, not `take_events`: the latter acks its records when the body exits, even by
+    an exception, before their rows were sent. Here `send_outbox` acks them once they were.
     """
     await follower.ready.wait()
     linger = int(settings.ingest_linger_ms) / 1000.0
-    async for events in stream.take_events(TAKE_MAX_RECORDS, within=linger):
+    async for events in stream.noack_take(TAKE_MAX_RECORDS, within=linger):
         for event in events:
             await route(event)
         await send_outbox()
