@@ -1,7 +1,7 @@
 """Which build of the compiled modules is loaded: mypyc extensions or interpreted source.
 
 setup.py compiles the modules listed here: the engine, and the pipeline's per-sample code
-(codec, routing, ingest and aggregate loops), which interpreted cost as much as the engine.
+(codec, routing, ingest and aggregate loops), which runs once per sample like the engine.
 Kept outside `app.engine` so the engine stays free of import machinery. An editable install
 compiles them in place; editing a module afterwards leaves the old extension shadowing the new
 source, which `stale_modules` detects (tests refuse to run on a stale build).

@@ -1,7 +1,7 @@
 """The aggregate's work on one internal record: its rows through the engine.
 
-Kept apart from the Faust wiring so it is compiled with the engine (setup.py): this loop runs
-once per sample, and interpreted it cost as much as the engine's own decisions.
+Kept apart from the Faust wiring so it is compiled with the engine (setup.py, listed in
+`app/engine_build.py`): like the engine, this loop runs once per sample.
 """
 
 from __future__ import annotations
