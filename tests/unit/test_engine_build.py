@@ -1,10 +1,11 @@
-"""The compiled engine is the build under test, and it decides exactly as its source does."""
+"""The compiled modules (engine and pipeline loops) are the build under test, and decide
+exactly as their source does."""
 
 from __future__ import annotations
 
 import json
-import pickle
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
