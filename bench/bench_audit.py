@@ -231,18 +231,20 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
         ("+ shuffle and sort", shuffled.agg(F.sum(F.length("ev")))),
         ("+ step 2 (engine)", results.agg(F.count("*"), F.sum("observed"))),
     ]
-    print("\ncumulative prefixes of the recompute (each a separate Spark job):")
-    previous = 0.0
-    for name, df in stages:
+    print("\ncumulative prefixes of the recompute (each a separate Spark job), wall and CPU "
+          "seconds (JVM + Python workers):")
+    previous = (0.0, 0.0, 0.0)
+    for name, run in [*((name, df.collect) for name, df in stages),
+                      ("+ Parquet write", results.write.mode("overwrite").format("parquet")
+                       .option("path", f"{opts.out}-diagnose").save)]:
+        cpu = spark_cpu()
         started = time.perf_counter()
-        df.collect()
+        run()
         took = time.perf_counter() - started
-        print(f"  {name:28} {took:6.1f}s  (+{took - previous:.1f}s)")
-        previous = took
-    started = time.perf_counter()
-    results.write.mode("overwrite").parquet(f"{opts.out}-diagnose")
-    took = time.perf_counter() - started
-    print(f"  {'+ Parquet write':28} {took:6.1f}s  (+{took - previous:.1f}s)")
+        jvm, python = (after - before for after, before in zip(spark_cpu(), cpu))
+        print(f"  {name:28} {took:6.1f}s (+{took - previous[0]:4.1f})  JVM {jvm:5.1f}s "
+              f"(+{jvm - previous[1]:4.1f})  Python {python:5.1f}s (+{python - previous[2]:4.1f})")
+        previous = (took, jvm, python)
 
 
 def spark_cpu() -> tuple[float, float]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -96,7 +97,6 @@ class AuditOptions:
     headroom: float = recommend.DEFAULT_HEADROOM
     top: int = 15
     report: bool = True
-    write_decisions: bool = True
 
     @property
     def kafka(self) -> bool:
@@ -480,8 +480,13 @@ def _empty_parquet(spark: SparkSession, ddl: str, path: str) -> None:
 
 
 def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
-              progress: Progress, info: dict[str, Any] | None = None) -> DataFrame:
-    """Steps 1 and 2 as one DataFrame (lazy) in `RESULT_DDL` shape; `info` gets routing facts."""
+              progress: Progress, info: dict[str, Any] | None = None,
+              decisions_dir: str | None = None) -> DataFrame:
+    """Steps 1 and 2 as one DataFrame (lazy) in `RESULT_DDL` shape; `info` gets routing facts.
+
+    With `decisions_dir` (see `task_writable_dir`) step 2 writes the decisions there itself
+    and the DataFrame holds only directive copies and dead letters.
+    """
     info = {} if info is None else info
     info.update(split_check=False, split_key_sets=0, merged_groups=0)
     route_map = None
@@ -501,10 +506,22 @@ def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
         progress.step(f"{len(keys)} split key sets, {len(set(route_map.values()))} merged groups")
     pinned = pinned_keys(spark, n) if plan.mode == MODE_FILE else ("",)
     ctx = ExplodeContext(**{**_fields(base), "route_map": route_map, "pinned": pinned})
-    run_ctx = RunContext(opts.settings, tuple(plan.configs), opts.time_from, opts.time_to)
+    run_ctx = RunContext(opts.settings, tuple(plan.configs), opts.time_from, opts.time_to,
+                         decisions_dir)
     exploded = plan.records.mapInArrow(explode_function(ctx), EXPLODED_DDL)
     return (exploded.repartition(n, "rk").sortWithinPartitions("t", "s", "pos", "i")
             .mapInArrow(run_function(run_ctx), RESULT_DDL))
+
+
+def task_writable_dir(spark: SparkSession, out: str) -> Path | None:
+    """`out` as a local directory when Spark's tasks run on this machine (a `local` master)
+    and can write there themselves; None on a cluster or for a remote `out` (s3a://, hdfs://),
+    where Spark's writer is the one that reaches it."""
+    if not spark.sparkContext.master.startswith("local"):
+        return None
+    if "://" in out and not out.startswith("file:"):
+        return None
+    return _local_dir(out).resolve()
 
 
 def _fields(ctx: ExplodeContext) -> dict[str, Any]:
@@ -601,13 +618,25 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
         progress.step(f"recomputing {plan.description} ({len(plan.streams)} streams, "
                       f"{len(plan.config_updates)} configs) into {n} partitions")
         routing: dict[str, Any] = {}
-        results = recompute(spark, plan, opts, n, progress, routing)
+        local = task_writable_dir(spark, out)
+        decisions_dir = None
+        if local is not None:
+            decisions_dir = local / "decisions"
+            shutil.rmtree(decisions_dir, ignore_errors=True)
+            decisions_dir.mkdir(parents=True)
+        results = recompute(spark, plan, opts, n, progress, routing,
+                            None if decisions_dir is None else str(decisions_dir))
         work = f"{out}/_recompute"
         with _conf(spark, UNSORTED_PARTITIONED_WRITE):
             (results.write.mode("overwrite").partitionBy("kind")
              .options(**PARQUET_WRITE_OPTIONS).parquet(work))
         for kind, name in (("decision", "decisions"), ("deadletter", "deadletter")):
-            if not _hadoop_move(spark, f"{work}/kind={kind}", f"{out}/{name}"):
+            if kind == "decision" and decisions_dir is not None:
+                for temp in decisions_dir.glob(".part-*"):  # left by failed task attempts
+                    temp.unlink()
+                if not any(decisions_dir.glob("part-*.parquet")):
+                    _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/{name}")
+            elif not _hadoop_move(spark, f"{work}/kind={kind}", f"{out}/{name}"):
                 _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/{name}")
         recompute_s = time.monotonic() - started
 

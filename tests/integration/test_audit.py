@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ try:  # imported as a module of tests.integration or from its own directory (roo
 except ImportError:  # pragma: no cover
     from spark_fixtures import spark  # type: ignore[no-redef]  # noqa: F401
 
-from app.audit import synth
+from app.audit import job, synth
 from app.audit.common import entity_string
 from app.audit.job import AuditOptions, Topics, run_audit
 from app.broker import create_topics
@@ -142,8 +143,15 @@ def test_kafka_audit_equals_replay_and_finds_the_injected_faults(spark, kafka_ca
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["diff"]["missing"] == 1
 
 
-def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """JSON lines with a mid-stream config change and split-inducing configs: exact order."""
+@pytest.mark.parametrize("writer", ["tasks", "spark"])
+def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path, writer: str,  # type: ignore[no-untyped-def]
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """JSON lines with a mid-stream config change and split-inducing configs: exact order.
+
+    Both ways of writing the decisions: by step 2's tasks (local Spark) and by Spark's writer
+    (what a cluster or a remote output uses)."""
+    if writer == "spark":
+        monkeypatch.setattr(job, "task_writable_dir", lambda spark, out: None)
     records = synth.scenario(seed=9, seconds=6, brokers=2)
     change = {"type": "quota_config", "v": 1, "ts": synth.T0 + 3000,
               "entity": {"user": "carol"}, "quotas": {"producer_byte_rate": 500}}
@@ -166,3 +174,9 @@ def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path) -> Non
     assert summary["counts"]["deadletters"] == bad == 1
     assert "diff" not in summary and summary["passed"] is True
     assert summary["routing"]["split_key_sets"] > 0  # the merged-route path really ran
+    written = sorted(p.name for p in (tmp_path / "out" / "decisions").iterdir())
+    by_tasks = [n for n in written if re.fullmatch(r"part-0000[0-2]\.parquet", n)]
+    if writer == "tasks":  # one file per route partition with decisions, no temporaries left
+        assert by_tasks and by_tasks == written
+    else:
+        assert written and not by_tasks

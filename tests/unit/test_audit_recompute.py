@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from app.audit import synth
@@ -22,6 +23,7 @@ from app.audit.recompute import (
     MODE_KAFKA,
     ROW_BAD,
     ROW_CONFIG,
+    DecisionFiles,
     ExplodeContext,
     ExplodedRows,
     RunContext,
@@ -338,3 +340,25 @@ def test_bad_config_topic_records_are_skipped_like_the_follower() -> None:
                                        (0, 3, orjson.dumps(synth.CONFIGS[0]))], "cfg")
     assert len(points) == 1 and points[0].where == "cfg/0@3"
     assert [w for w, _ in bad] == ["cfg/0@0", "cfg/0@1", "cfg/0@2"]
+
+
+def test_decision_files_leave_one_file_per_partition_whichever_attempt_commits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Task retries and speculative attempts write the same partition's file: the last rename
+    wins and, the step being deterministic, leaves the same rows; an attempt that fails before
+    committing leaves only a hidden temporary (Spark and pyarrow skip dot files)."""
+    import pyarrow.parquet as pq
+
+    rows = file_run(lines_of(synth.CONFIGS + synth.scenario(seed=3, seconds=4))).table
+    decisions = rows.filter(pc.equal(rows.column("kind"), "decision")).to_batches()[0]
+    for attempt in (0, 1):
+        files = DecisionFiles(str(tmp_path), 7, attempt)
+        files.write(decisions)
+        files.commit()
+    failed = DecisionFiles(str(tmp_path), 7, 2)
+    failed.write(decisions)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert [n for n in names if not n.startswith(".")] == ["part-00007.parquet"]
+    assert len(names) == 2 and names[0].startswith(".part-00007.2.")
+    written = pq.read_table(tmp_path / "part-00007.parquet")
+    assert "kind" not in written.column_names
+    assert written.to_pylist() == decisions.drop_columns(["kind"]).to_pylist()
