@@ -152,6 +152,7 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
     from app.engine.engine import EngineSettings
 
     ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(points), streams)
+    pinned = ("p0", "p1", "p2", "p3")  # chunks as for four route partitions, run by one engine
     sample, n = [], 0
     for rec in local:
         sample.append(rec)
@@ -168,25 +169,27 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
             e = ex.get(st) or ex.setdefault(st, StreamExploder(ctx))
             e.feed(streams[st], pos, v, out, lambda: "")
             if len(out) >= 20_000:
-                batches.append(out.to_batch())
-        batches.append(out.to_batch())
+                batches.append(out.to_batch(pinned))
+        batches.append(out.to_batch(pinned))
         return pa.Table.from_batches(batches).sort_by(
             [("t", "ascending"), ("s", "ascending"), ("pos", "ascending"), ("i", "ascending")])
 
-    def step2(table: pa.Table) -> None:
+    def step2(table: pa.Table) -> int:
         runner = Runner(RunContext(EngineSettings(), tuple(points)))
         res = ResultRows()
         for b in table.to_batches(max_chunksize=10_000):
             runner.run_batch(b, res)
             res.to_batches()
+        runner.finish(res)
+        res.to_batches()
+        return runner.events
 
     t = time.perf_counter()
     table = step1()
     t1 = time.perf_counter() - t
     t = time.perf_counter()
-    step2(table)
+    events = step2(table)
     t2 = time.perf_counter() - t
-    events = table.num_rows
     print(f"\nin-process, one core, {events:,} events: step 1 {t1 / events * 1e6:.1f} µs/event, "
           f"step 2 {t2 / events * 1e6:.1f} µs/event")
     for name, fn in (("step 1 (parse, validate, route)", step1), ("step 2 (engine, output)",
@@ -205,10 +208,13 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
 
 
 def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
-    """Time cumulative prefixes of the recompute; differences are each part's cost."""
+    """Time cumulative prefixes of the recompute; differences are each part's cost.
+
+    The last prefix writes step 2's output with Spark's writer, as the audit does on a cluster
+    (on local Spark the audit's tasks write the decisions themselves)."""
     from pyspark.sql import functions as F
 
-    from app.audit.job import Progress, plan_kafka
+    from app.audit.job import Progress, pinned_keys, plan_kafka
     from app.audit.recompute import (
         EXPLODED_DDL,
         ExplodeContext,
@@ -220,15 +226,16 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
 
     plan = plan_kafka(spark, opts, Progress(quiet=True))
     n = 2 * spark.sparkContext.defaultParallelism
-    ctx = ExplodeContext(opts.settings, plan.mode, tuple(plan.configs), plan.streams)
+    ctx = ExplodeContext(opts.settings, plan.mode, tuple(plan.configs), plan.streams,
+                         pinned=pinned_keys(spark, n))
     exploded = plan.records.mapInArrow(explode_function(ctx), EXPLODED_DDL)
     shuffled = exploded.repartition(n, "rk").sortWithinPartitions("t", "s", "pos", "i")
     results = shuffled.mapInArrow(run_function(RunContext(opts.settings, tuple(plan.configs))),
                                   RESULT_DDL)
     stages = [
         ("read (quota_kafka source)", plan.records.agg(F.sum(F.length("value")))),
-        ("+ step 1 (explode)", exploded.agg(F.sum(F.length("ev")))),
-        ("+ shuffle and sort", shuffled.agg(F.sum(F.length("ev")))),
+        ("+ step 1 (explode)", exploded.agg(F.sum(F.length("items")))),
+        ("+ shuffle and sort", shuffled.agg(F.sum(F.length("items")))),
         ("+ step 2 (engine)", results.agg(F.count("*"), F.sum("observed"))),
     ]
     print("\ncumulative prefixes of the recompute (each a separate Spark job), wall and CPU "

@@ -1,23 +1,22 @@
 """How step 1 hands a validated event to step 2 through Spark's shuffle.
 
-An event crosses as its kind (the row's `k`) and its constructor arguments as a `marshal`led
-tuple (`ev`). Why not the live pipeline's JSON rows (`app.pipeline.codec`): `marshal` keeps
-Python values exactly as validation produced them (an integer `thread_time_ms` stays an int,
-integers of any size survive), so step 2 rebuilds the very event step 1 validated; writing costs
-about what `orjson.dumps(event_row(...))` does, reading about two thirds of
-`row_event(orjson.loads(...))`. Format version 2: later versions' shared-object table made
-writing ~25% slower for nothing (rows share no objects). Both steps run the same Python.
+An event crosses as its kind and its constructor arguments, inside a chunk of items that is
+`marshal`led as a whole (`app.audit.recompute.ExplodedRows`). Why not the live pipeline's JSON
+rows (`app.pipeline.codec`): `marshal` keeps Python values exactly as validation produced them
+(an integer `thread_time_ms` stays an int, integers of any size survive), so step 2 rebuilds
+the very event step 1 validated, without parsing or validating it again. Format version 2:
+later versions' shared-object table made writing ~25% slower for nothing (items share no
+objects). Both steps run the same Python.
 """
 
 from __future__ import annotations
 
-import marshal
 from operator import attrgetter
 from typing import Any
 
 from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
 
-#: Row kinds (`k`) of the three event types; each constructor's positional arguments, in order.
+#: Item kinds of the three event types; each constructor's positional arguments, in order.
 ROW_REQUEST, ROW_CONNECTION, ROW_MUTATION = 0, 3, 4
 _ARGS: dict[type, tuple[int, Any]] = {
     RequestEvent: (ROW_REQUEST, attrgetter(
@@ -31,15 +30,15 @@ _ARGS: dict[type, tuple[int, Any]] = {
 }
 EVENT_CLASSES: dict[int, type] = {kind: cls for cls, (kind, _) in _ARGS.items()}
 EVENT_KINDS = frozenset(EVENT_CLASSES)
-_VERSION = 2
+MARSHAL_VERSION = 2
 
 
-def encode_event(event: Event) -> tuple[int, bytes]:
-    """(row kind, bytes) of a validated event."""
+def event_args(event: Event) -> tuple[int, tuple[Any, ...]]:
+    """(item kind, constructor arguments) of a validated event."""
     kind, args = _ARGS[type(event)]
-    return kind, marshal.dumps(args(event), _VERSION)
+    return kind, args(event)
 
 
-def decode_event(kind: int, data: bytes) -> Event:
-    """The event `encode_event` wrote (`kind` must be in `EVENT_KINDS`)."""
-    return EVENT_CLASSES[kind](*marshal.loads(data))  # type: ignore[no-any-return]
+def make_event(kind: int, args: tuple[Any, ...]) -> Event:
+    """The event `event_args` described (`kind` must be in `EVENT_KINDS`)."""
+    return EVENT_CLASSES[kind](*args)  # type: ignore[no-any-return]

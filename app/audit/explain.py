@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from app.audit.common import entity_candidates, entity_string, format_ms
-from app.audit.event_codec import EVENT_KINDS, decode_event
+from app.audit.event_codec import EVENT_KINDS, make_event
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
@@ -202,12 +202,12 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
                          keep=frozenset(target_keys(spec)))
     exploders: dict[Any, StreamExploder] = {}
     out = ExplodedRows()
-    rows: list[tuple[tuple[int, int, int, int], int, bytes]] = []
+    rows: list[tuple[tuple[int, int, int, int], int, Any]] = []
 
     def drain() -> None:
-        for t, s, pos, i, k, ev in zip(out.t, out.s, out.pos, out.i, out.k, out.ev):
+        for t, s, pos, i, k, payload in out.items:
             if k == ROW_CONFIG or k in EVENT_KINDS:
-                rows.append(((t, s, pos, i), k, ev))
+                rows.append(((t, s, pos, i), k, payload))
         out.__init__()  # type: ignore[misc]
 
     for stream, pos, value in records:
@@ -238,7 +238,7 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
             engine.configs.apply(update)
             result.configs += 1
             continue
-        event = decode_event(kind, ev)
+        event = make_event(kind, ev)
         decisions, directives = engine.process(event)
         result.events_used += 1
         mine = principal_matches(spec, event)

@@ -504,8 +504,8 @@ def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
         info.update(split_check=True, split_key_sets=len(keys),
                     merged_groups=len(set(route_map.values())))
         progress.step(f"{len(keys)} split key sets, {len(set(route_map.values()))} merged groups")
-    pinned = pinned_keys(spark, n) if plan.mode == MODE_FILE else ("",)
-    ctx = ExplodeContext(**{**_fields(base), "route_map": route_map, "pinned": pinned})
+    ctx = ExplodeContext(**{**_fields(base), "route_map": route_map,
+                            "pinned": pinned_keys(spark, n)})
     run_ctx = RunContext(opts.settings, tuple(plan.configs), opts.time_from, opts.time_to,
                          decisions_dir)
     exploded = plan.records.mapInArrow(explode_function(ctx), EXPLODED_DDL)

@@ -46,7 +46,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import marshal
 import os
+import zlib
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -66,7 +69,7 @@ from app.engine.events import (
 )
 from app.replay import MAX_LINE_BYTES, deadletter_record
 
-from app.audit.event_codec import EVENT_KINDS, decode_event, encode_event
+from app.audit.event_codec import EVENT_CLASSES, MARSHAL_VERSION, event_args
 from app.audit.results import ResultRows, result_schema
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,11 +83,15 @@ DEFAULT_MAX_SKEW_MS = 86_400_000
 
 Key = tuple[int, int, int, int]
 
-#: Step 1 output, `k` = an event kind of `app.audit.event_codec` (`ev` = the event, encoded
-#: there), ROW_CONFIG (an archive's inline config, `ev` = its JSON, one copy per step-2
-#: partition) or ROW_BAD (`ev` = the dead-letter record's JSON, `reason` set).
-EXPLODED_DDL = "rk string, t long, s int, pos long, i int, k int, ev binary, reason string"
+#: Step 1 output: one row per chunk of items bound for one step-2 partition (`rk` is that
+#: partition's pinned route key), keyed by its first item; `items` = the `marshal`led list.
+#: An item is `(t, s, pos, i, k, payload)`, its sort key then what it holds: `k` = an event
+#: kind of `app.audit.event_codec` (payload: the event's constructor arguments), ROW_CONFIG (an
+#: archive's inline config, payload: its JSON, one copy per step-2 partition) or ROW_BAD
+#: (payload: `(reason, the dead-letter record's JSON)`).
+EXPLODED_DDL = "rk string, t long, s int, pos long, i int, items binary"
 ROW_CONFIG, ROW_BAD = 1, 2
+Item = tuple[int, int, int, int, int, Any]
 #: Step 1 in discovery mode: the route keys of requests that resolve to several keys.
 SPLITS_DDL = "keys string"
 KEY_SEP = "\x1e"
@@ -95,7 +102,7 @@ def exploded_schema() -> pa.Schema:
 
     return pa.schema([
         ("rk", pa.string()), ("t", pa.int64()), ("s", pa.int32()), ("pos", pa.int64()),
-        ("i", pa.int32()), ("k", pa.int32()), ("ev", pa.binary()), ("reason", pa.string()),
+        ("i", pa.int32()), ("items", pa.binary()),
     ])
 
 
@@ -295,7 +302,8 @@ class ExplodeContext:
     stop_after: int | None = None
     max_skew_ms: int = DEFAULT_MAX_SKEW_MS
     discover: bool = False
-    #: File mode: one route key per step-2 partition; an inline config is sent to each.
+    #: One route key per step-2 partition (`ExplodedRows.to_batch`); an archive's inline
+    #: config is sent to each.
     pinned: tuple[str, ...] = ("",)
     #: Keep only events touching these route keys (broker prefix stripped: `u:alice`, `c:app`,
     #: `connections`); for `explain`, which needs one entity's windows only.
@@ -303,57 +311,71 @@ class ExplodeContext:
 
 
 class ExplodedRows:
-    """Column buffers of step 1 output."""
+    """Step 1's output buffer: each item with its route key, packed into chunks by `to_batch`.
 
-    __slots__ = ("rk", "t", "s", "pos", "i", "k", "ev", "reason", "splits")
+    Why chunks: one Spark row per event cost the JVM (Arrow to rows, shuffle, sort, rows to
+    Arrow) and both Python steps (an Arrow column per field, a `marshal` call per event) more
+    than the engine itself; a chunk of thousands of items is one row and one `marshal` call.
+    """
+
+    __slots__ = ("rk", "items", "splits")
 
     def __init__(self) -> None:
         self.rk: list[str] = []
-        self.t: list[int] = []
-        self.s: list[int] = []
-        self.pos: list[int] = []
-        self.i: list[int] = []
-        self.k: list[int] = []
-        self.ev: list[bytes] = []
-        self.reason: list[str | None] = []
+        self.items: list[Item] = []
         self.splits: set[str] = set()
 
     def __len__(self) -> int:
-        return len(self.rk)
+        return len(self.items)
 
     def bad(self, key: Key, reason: str, raw: Any, where: str) -> None:
         self.rk.append("")
-        self.t.append(key[0])
-        self.s.append(key[1])
-        self.pos.append(key[2])
-        self.i.append(key[3])
-        self.k.append(ROW_BAD)
-        self.ev.append(orjson.dumps(deadletter_record(reason, raw, where)))
-        self.reason.append(reason)
+        self.items.append((*key, ROW_BAD, (reason, orjson.dumps(deadletter_record(reason, raw,
+                                                                                  where)))))
 
     def config(self, key: Key, raw: Any, pinned: Sequence[str]) -> None:
-        ev = orjson.dumps(raw)
+        item = (*key, ROW_CONFIG, orjson.dumps(raw))
         for rk in pinned:
             self.rk.append(rk)
-            self.t.append(key[0])
-            self.s.append(key[1])
-            self.pos.append(key[2])
-            self.i.append(key[3])
-            self.k.append(ROW_CONFIG)
-            self.ev.append(ev)
-            self.reason.append(None)
+            self.items.append(item)
 
-    def to_batch(self) -> pa.RecordBatch:
+    def to_batch(self, pinned: Sequence[str]) -> pa.RecordBatch:
+        """One chunk row per step-2 partition that has items; empties the buffer.
+
+        Partition of a route key: `crc32(rk) mod len(pinned)` (stable across processes, unlike
+        `hash`); the row carries that partition's pinned key, which Spark's `repartition(n,
+        "rk")` sends exactly there. Each chunk's items are sorted by key (a task may read
+        several streams), so its first item is its smallest.
+        """
         import pyarrow as pa
 
+        n = len(pinned)
+        chunks: dict[int, list[Item]] = {}
+        part_of: dict[str, int] = {}
+        for rk, item in zip(self.rk, self.items):
+            p = part_of.get(rk)
+            if p is None:
+                p = part_of[rk] = (zlib.crc32(rk.encode()) % n
+                                   if rk not in pinned else pinned.index(rk))
+            chunk = chunks.get(p)
+            if chunk is None:
+                chunk = chunks[p] = []
+            chunk.append(item)
+        order = sorted(chunks)
+        for p in order:
+            chunks[p].sort()
+        firsts = [chunks[p][0] for p in order]
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(self.rk, pa.string()), pa.array(self.t, pa.int64()),
-             pa.array(self.s, pa.int32()), pa.array(self.pos, pa.int64()),
-             pa.array(self.i, pa.int32()), pa.array(self.k, pa.int32()),
-             pa.array(self.ev, pa.binary()), pa.array(self.reason, pa.string())],
+            [pa.array([pinned[p] for p in order], pa.string()),
+             pa.array([f[0] for f in firsts], pa.int64()),
+             pa.array([f[1] for f in firsts], pa.int32()),
+             pa.array([f[2] for f in firsts], pa.int64()),
+             pa.array([f[3] for f in firsts], pa.int32()),
+             pa.array([marshal.dumps(chunks[p], MARSHAL_VERSION) for p in order], pa.binary())],
             schema=exploded_schema(),
         )
-        self.__init__()  # type: ignore[misc]
+        self.rk = []
+        self.items = []
         return batch
 
 
@@ -511,14 +533,8 @@ class StreamExploder:
                     continue
             self.events += 1
             out.rk.append(self.route_map.get(rk, rk))
-            out.t.append(key[0])
-            out.s.append(s)
-            out.pos.append(pos)
-            out.i.append(index)
-            kind, ev = encode_event(item)
-            out.k.append(kind)
-            out.ev.append(ev)
-            out.reason.append(None)
+            kind, args = event_args(item)
+            out.items.append((key[0], s, pos, index, kind, args))
 
 
 def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
@@ -563,14 +579,14 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
                     single.feed(streams[file], offset, value, out,
                                 lambda f=file, o=offset: f"{f}@{o}")
             if len(out) >= batch_rows and not ctx.discover:
-                yield out.to_batch()
+                yield out.to_batch(ctx.pinned)
         if ctx.discover:
             keys = sorted(out.splits)
             if keys:
                 yield pa.RecordBatch.from_arrays([pa.array(keys, pa.string())], names=["keys"])
             return
         if len(out):
-            yield out.to_batch()
+            yield out.to_batch(ctx.pinned)
 
     return run
 
@@ -590,13 +606,21 @@ class RunContext:
 
 
 class Runner:
-    """One engine over one route partition's sorted events, configs merged in on the key line."""
+    """One engine over one route partition's items in key order, configs merged in.
+
+    Its input is chunks sorted by their first key (`EXPLODED_DDL`); chunks of different
+    streams overlap, so the items are merged as they come: when a chunk arrives, every
+    pending item with a smaller key than its first is final (no later chunk can hold a
+    smaller one), and those are run in key order. Memory: the pending chunks, about one per
+    input stream.
+    """
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.engine = QuotaEngine(ctx.settings)
         self.timeline = ConfigTimeline(ctx.configs, self.engine.configs)
         self._last: Key = (-(2**63), -(2**31), -1, -1)
+        self._pending: list[tuple[list[Item], int]] = []
         self.events = 0
 
     def process(self, key: Key, event: Any, s: int, pos: int, i: int, out: ResultRows) -> None:
@@ -614,25 +638,42 @@ class Runner:
                     self.ctx.report_to)
 
     def run_batch(self, batch: pa.RecordBatch, out: ResultRows) -> None:
+        """Chunk rows, sorted by their first key (t, s, pos, i)."""
         names = batch.schema.names
-        t = batch.column(names.index("t")).to_pylist()
-        s = batch.column(names.index("s")).to_pylist()
-        pos = batch.column(names.index("pos")).to_pylist()
-        i = batch.column(names.index("i")).to_pylist()
-        k = batch.column(names.index("k")).to_pylist()
-        ev = batch.column(names.index("ev")).to_pylist()
-        reason = batch.column(names.index("reason")).to_pylist()
+        firsts = zip(*(batch.column(names.index(c)).to_pylist() for c in ("t", "s", "pos", "i")))
+        for first, items in zip(firsts, batch.column(names.index("items")).to_pylist()):
+            self._run_until(first, out)
+            self._pending.append((marshal.loads(items), 0))
+
+    def finish(self, out: ResultRows) -> None:
+        """Run the items still pending: the input has ended."""
+        self._run_until(None, out)
+
+    def _run_until(self, key: Key | None, out: ResultRows) -> None:
+        """Run every pending item whose key is before `key` (all of them for None)."""
+        ready: list[Item] = []
+        runs = 0
+        keep: list[tuple[list[Item], int]] = []
+        for items, start in self._pending:
+            end = len(items) if key is None else bisect_left(items, key, start)
+            if end > start:
+                ready.extend(items[start:end])
+                runs += 1
+            if end < len(items):
+                keep.append((items, end))
+        self._pending = keep
+        if runs > 1:
+            ready.sort()  # merges the sorted runs; keys are unique, so only keys compare
         process = self.process
-        events = EVENT_KINDS
-        for j in range(len(ev)):
-            kind = k[j]
-            if kind in events:
-                process((t[j], s[j], pos[j], i[j]), decode_event(kind, ev[j]), s[j], pos[j],
-                        i[j], out)
+        classes = EVENT_CLASSES
+        for t, s, pos, i, kind, payload in ready:
+            cls = classes.get(kind)
+            if cls is not None:
+                process((t, s, pos, i), cls(*payload), s, pos, i, out)
             elif kind == ROW_CONFIG:
-                self.config((t[j], s[j], pos[j], i[j]), ev[j])
+                self.config((t, s, pos, i), payload)
             else:
-                out.deadletter(s[j], pos[j], i[j], reason[j], ev[j])
+                out.deadletter(s, pos, i, payload[0], payload[1])
 
     def config(self, key: Key, raw: bytes) -> None:
         """An archive's inline config, at its place in the sorted stream."""
@@ -643,7 +684,6 @@ class Runner:
         if not isinstance(update, ConfigUpdate):  # pragma: no cover - validated in step 1
             raise RuntimeError("config row does not hold a quota config")
         self.engine.configs.apply(update)
-
 
 
 @contextlib.contextmanager
@@ -717,6 +757,7 @@ def run_function(ctx: RunContext, batch_rows: int = 20_000
                 runner.run_batch(batch, out)
                 if len(out) >= batch_rows:
                     yield from _returned(out.to_batches(), files)
+            runner.finish(out)
             if len(out):
                 yield from _returned(out.to_batches(), files)
         if files is not None:
@@ -781,9 +822,9 @@ def recompute_local(
             ex = exploders[clock_key] = StreamExploder(ctx)
         ex.feed(sid, pos, value, out, lambda st=stream, p=pos: f"{st}@{p}")
         if len(out) >= 50_000:
-            batches.append(out.to_batch())
+            batches.append(out.to_batch(ctx.pinned))
     if len(out):
-        batches.append(out.to_batch())
+        batches.append(out.to_batch(ctx.pinned))
     table = pa.Table.from_batches(batches, schema=exploded_schema())
     table = table.sort_by([("t", "ascending"), ("s", "ascending"), ("pos", "ascending"),
                            ("i", "ascending")])
@@ -794,6 +835,8 @@ def recompute_local(
         for batch in table.to_batches(max_chunksize=20_000):
             runner.run_batch(batch, res)
             results.extend(res.to_batches())
+        runner.finish(res)
+        results.extend(res.to_batches())
     result = pa.Table.from_batches(results, schema=result_schema())
     return LocalResult(result, sum(e.events for e in exploders.values()),
                        sum(e.bad for e in exploders.values()))

@@ -291,7 +291,7 @@ def test_archive_configs_are_replicated_to_every_partition() -> None:
     ctx = ExplodeContext(SETTINGS, MODE_FILE, (), {"f": 0}, pinned=("a", "b", "c"))
     out = ExplodedRows()
     StreamExploder(ctx).feed(0, 0, orjson.dumps(synth.CONFIGS[0]), out, lambda: "")
-    assert out.rk == ["a", "b", "c"] and out.k == [ROW_CONFIG] * 3
+    assert out.rk == ["a", "b", "c"] and [item[4] for item in out.items] == [ROW_CONFIG] * 3
 
 
 def test_blank_and_oversized_lines_like_replay() -> None:
@@ -301,7 +301,8 @@ def test_blank_and_oversized_lines_like_replay() -> None:
     ex.feed(0, 0, b"   \n", out, lambda: "")
     assert len(out) == 0
     ex.feed(0, 1, b"[" + b" " * (8 * 1024 * 1024) + b"]", out, lambda: "f@1")
-    assert out.k == [ROW_BAD] and out.reason[0].startswith("line is ")
+    assert [item[4] for item in out.items] == [ROW_BAD]
+    assert out.items[0][5][0].startswith("line is ")
 
 
 # -- routing helpers --------------------------------------------------------------------------
