@@ -227,18 +227,18 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
     points = list(config_points)
     nxt = 0
     names = set(entity_candidates(spec))
-    for key, kind, ev in rows:
+    for key, kind, payload in rows:
         while nxt < len(points) and points[nxt].key < key:
             engine.configs.apply(points[nxt].update)
             nxt += 1
             result.configs += 1
         if kind == ROW_CONFIG:
-            update = parse_event(orjson.loads(ev))
+            update = parse_event(orjson.loads(payload))
             assert isinstance(update, ConfigUpdate)
             engine.configs.apply(update)
             result.configs += 1
             continue
-        event = make_event(kind, ev)
+        event = make_event(kind, payload)
         decisions, directives = engine.process(event)
         result.events_used += 1
         mine = principal_matches(spec, event)

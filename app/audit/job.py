@@ -479,6 +479,12 @@ def _empty_parquet(spark: SparkSession, ddl: str, path: str) -> None:
     spark.createDataFrame([], ddl).write.mode("overwrite").parquet(path)
 
 
+def _move_or_empty(spark: SparkSession, src: str, dst: str) -> None:
+    """A kind's part of step 2's output to its dataset (an empty one when it had no rows)."""
+    if not _hadoop_move(spark, src, dst):
+        _empty_parquet(spark, _without_kind(RESULT_DDL), dst)
+
+
 def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
               progress: Progress, info: dict[str, Any] | None = None,
               decisions_dir: str | None = None) -> DataFrame:
@@ -619,9 +625,8 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
                       f"{len(plan.config_updates)} configs) into {n} partitions")
         routing: dict[str, Any] = {}
         local = task_writable_dir(spark, out)
-        decisions_dir = None
-        if local is not None:
-            decisions_dir = local / "decisions"
+        decisions_dir = None if local is None else local / "decisions"
+        if decisions_dir is not None:
             shutil.rmtree(decisions_dir, ignore_errors=True)
             decisions_dir.mkdir(parents=True)
         results = recompute(spark, plan, opts, n, progress, routing,
@@ -630,14 +635,14 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
         with _conf(spark, UNSORTED_PARTITIONED_WRITE):
             (results.write.mode("overwrite").partitionBy("kind")
              .options(**PARQUET_WRITE_OPTIONS).parquet(work))
-        for kind, name in (("decision", "decisions"), ("deadletter", "deadletter")):
-            if kind == "decision" and decisions_dir is not None:
-                for temp in decisions_dir.glob(".part-*"):  # left by failed task attempts
-                    temp.unlink()
-                if not any(decisions_dir.glob("part-*.parquet")):
-                    _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/{name}")
-            elif not _hadoop_move(spark, f"{work}/kind={kind}", f"{out}/{name}"):
-                _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/{name}")
+        _move_or_empty(spark, f"{work}/kind=deadletter", f"{out}/deadletter")
+        if decisions_dir is None:
+            _move_or_empty(spark, f"{work}/kind=decision", f"{out}/decisions")
+        else:
+            for temp in decisions_dir.glob(".part-*"):  # left by failed task attempts
+                temp.unlink()
+            if not any(decisions_dir.glob("part-*.parquet")):
+                _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/decisions")
         recompute_s = time.monotonic() - started
 
         progress.step("directives")

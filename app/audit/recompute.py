@@ -8,9 +8,11 @@ in-process (tests, `explain`, the benchmark's expected directives).
 
 Step 1, explode (one sequential pass per input stream): records -> validated events, each with
 its route key (`QuotaEngine.route_keys`, which co-locates every window the event touches) and
-its sort key. Bad input becomes dead-letter rows with the reason every driver gives.
-Step 2, run (one engine per route partition): events sorted by sort key -> decisions and
-directives. Windows are independent, so any partitioning by route key gives the same results.
+its sort key, packed into chunks per route partition. Bad input becomes dead-letter items with
+the reason every driver gives.
+Step 2, run (one engine per route partition): chunks merged into sort-key order -> decisions
+and directives. Windows are independent, so any partitioning by route key gives the same
+results.
 
 What "in order" means (the rules; docs/audit.md has the long form)
 -------------------------------------------------------------------
@@ -318,7 +320,7 @@ class ExplodedRows:
     than the engine itself; a chunk of thousands of items is one row and one `marshal` call.
     """
 
-    __slots__ = ("rk", "items", "splits")
+    __slots__ = ("items", "rk", "splits")
 
     def __init__(self) -> None:
         self.rk: list[str] = []
@@ -713,7 +715,7 @@ class DecisionFiles:
     """
 
     #: dictionary-encode only the repetitive strings (`observed`, `ts` etc. are near-unique)
-    DICTIONARY = ["quota", "entity", "action", "config_level"]
+    DICTIONARY = ("quota", "entity", "action", "config_level")
 
     def __init__(self, directory: str, partition: int, attempt: int) -> None:
         self.final = os.path.join(directory, f"part-{partition:05d}.parquet")
@@ -726,7 +728,7 @@ class DecisionFiles:
         batch = batch.drop_columns(["kind"])
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.temp, batch.schema, compression="snappy",
-                                           use_dictionary=self.DICTIONARY)
+                                           use_dictionary=list(self.DICTIONARY))
         self.writer.write_batch(batch)
 
     def commit(self) -> None:
