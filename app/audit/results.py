@@ -91,7 +91,8 @@ class ResultRows:
     def __init__(self) -> None:
         self.flat: list[Any] = []
         self.bad: list[tuple[int, int, int, str, str]] = []
-        self._names: dict[int, tuple[dict[str, Any], str]] = {}
+        #: entity name by window state key (a key names one window, so one entity)
+        self._names: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self.flat) // len(self.FIELDS) + len(self.bad)
@@ -103,8 +104,7 @@ class ResultRows:
         Fields are read here, while the decision is still in the CPU cache: reading them per
         batch (C-level getters over kept `Decision` objects) made step 2 ~10% slower.
         """
-        texts = (_directive_texts(decisions, directives) if directives
-                 else [None] * len(decisions))
+        texts = _directive_texts(decisions, directives) if directives else None
         amounts = _amounts(event)
         amount_of = _AMOUNT_OF
         names = self._names
@@ -113,28 +113,23 @@ class ResultRows:
             ts = d.ts
             if (lo is not None and ts < lo) or (hi is not None and ts >= hi):
                 continue
-            entity = d.entity
-            hit = names.get(id(entity))
+            name = names.get(d.key)
+            if name is None:
+                name = self._name(d.key, d.entity)
             quota = d.quota
-            extend((s, pos, i, di, ts, d.broker, quota,
-                    hit[1] if hit is not None and hit[0] is entity else self._name(entity),
-                    d.action, d.throttle_time_ms, d.observed, d.limit, d.window_ms,
-                    d.config_level, amounts[amount_of.get(quota, _ONE)], texts[di]))
+            extend((s, pos, i, di, ts, d.broker, quota, name, d.action, d.throttle_time_ms,
+                    d.observed, d.limit, d.window_ms, d.config_level,
+                    amounts[amount_of.get(quota, _ONE)], None if texts is None else texts[di]))
 
     def deadletter(self, s: int, pos: int, i: int, reason: str, record: bytes) -> None:
         self.bad.append((s, pos, i, reason, record.decode()))
 
-    def _name(self, entity: dict[str, Any]) -> str:
-        """Entity name, cached by dict identity: client-quota entity dicts are shared by the
-        engine's bundles (the cache keeps a reference, so an id cannot be reused)."""
-        hit = self._names.get(id(entity))
-        if hit is not None and hit[0] is entity:
-            return hit[1]
+    def _name(self, key: str, entity: dict[str, Any]) -> str:
+        """The entity's name, cached under its window's state key (bounded)."""
         name = entity_string(entity)
-        if "user" in entity:
-            if len(self._names) > 100_000:
-                self._names.clear()
-            self._names[id(entity)] = (entity, name)
+        if len(self._names) > 100_000:
+            self._names.clear()
+        self._names[key] = name
         return name
 
     def to_batches(self) -> list[pa.RecordBatch]:
