@@ -163,14 +163,14 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
 
     def step1() -> pa.Table:
         ex: dict = {}  # type: ignore[type-arg]
-        out = ExplodedRows()
+        out = ExplodedRows(pinned)
         batches = []
         for st, pos, v in sample:
             e = ex.get(st) or ex.setdefault(st, StreamExploder(ctx))
             e.feed(streams[st], pos, v, out, lambda: "")
             if len(out) >= 20_000:
-                batches.append(out.to_batch(pinned))
-        batches.append(out.to_batch(pinned))
+                batches.append(out.to_batch())
+        batches.append(out.to_batch())
         return pa.Table.from_batches(batches).sort_by(
             [("t", "ascending"), ("s", "ascending"), ("pos", "ascending"), ("i", "ascending")])
 

@@ -201,11 +201,11 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
     ctx = ExplodeContext(settings, mode, tuple(config_points), streams, stop_after=at,
                          keep=frozenset(target_keys(spec)))
     exploders: dict[Any, StreamExploder] = {}
-    out = ExplodedRows()
+    out = ExplodedRows(ctx.pinned)
     rows: list[tuple[tuple[int, int, int, int], int, Any]] = []
 
     def drain() -> None:
-        for t, s, pos, i, k, payload in out.items:
+        for t, s, pos, i, k, payload in out.items():
             if k == ROW_CONFIG or k in EVENT_KINDS:
                 rows.append(((t, s, pos, i), k, payload))
         out.__init__()  # type: ignore[misc]

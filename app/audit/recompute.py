@@ -313,71 +313,76 @@ class ExplodeContext:
 
 
 class ExplodedRows:
-    """Step 1's output buffer: each item with its route key, packed into chunks by `to_batch`.
+    """Step 1's output buffer: one chunk of items per step-2 partition (`to_batch` packs them).
 
     Why chunks: one Spark row per event cost the JVM (Arrow to rows, shuffle, sort, rows to
     Arrow) and both Python steps (an Arrow column per field, a `marshal` call per event) more
     than the engine itself; a chunk of thousands of items is one row and one `marshal` call.
+    An item goes to partition `crc32(route key) mod N` (stable across processes, unlike
+    `hash`) of the N pinned keys; its chunk's row carries that partition's pinned key, which
+    Spark's `repartition(N, "rk")` sends exactly there.
     """
 
-    __slots__ = ("items", "rk", "splits")
+    __slots__ = ("_parts", "chunks", "pinned", "size", "splits")
 
-    def __init__(self) -> None:
-        self.rk: list[str] = []
-        self.items: list[Item] = []
+    def __init__(self, pinned: Sequence[str] = ("",)) -> None:
+        self.pinned = tuple(pinned)
+        self.chunks: list[list[Item]] = [[] for _ in self.pinned]
+        self.size = 0
         self.splits: set[str] = set()
+        self._parts: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self.items)
+        return self.size
+
+    def partition(self, rk: str) -> int:
+        """The step-2 partition of a route key (a pinned key: its own partition)."""
+        p = self._parts.get(rk)
+        if p is None:
+            pinned = self.pinned
+            p = self._parts[rk] = (pinned.index(rk) if rk in pinned
+                                   else zlib.crc32(rk.encode()) % len(pinned))
+        return p
+
+    def items(self) -> Iterator[Item]:
+        """Every buffered item, partition by partition."""
+        for chunk in self.chunks:
+            yield from chunk
 
     def bad(self, key: Key, reason: str, raw: Any, where: str) -> None:
-        self.rk.append("")
-        self.items.append((*key, ROW_BAD, (reason, orjson.dumps(deadletter_record(reason, raw,
-                                                                                  where)))))
+        self.chunks[self.partition("")].append(
+            (*key, ROW_BAD, (reason, orjson.dumps(deadletter_record(reason, raw, where)))))
+        self.size += 1
 
-    def config(self, key: Key, raw: Any, pinned: Sequence[str]) -> None:
+    def config(self, key: Key, raw: Any) -> None:
+        """An archive's inline config: a copy in every partition."""
         item = (*key, ROW_CONFIG, orjson.dumps(raw))
-        for rk in pinned:
-            self.rk.append(rk)
-            self.items.append(item)
+        for chunk in self.chunks:
+            chunk.append(item)
+        self.size += len(self.chunks)
 
-    def to_batch(self, pinned: Sequence[str]) -> pa.RecordBatch:
-        """One chunk row per step-2 partition that has items; empties the buffer.
-
-        Partition of a route key: `crc32(rk) mod len(pinned)` (stable across processes, unlike
-        `hash`); the row carries that partition's pinned key, which Spark's `repartition(n,
-        "rk")` sends exactly there. Each chunk's items are sorted by key (a task may read
-        several streams), so its first item is its smallest.
-        """
+    def to_batch(self) -> pa.RecordBatch:
+        """One chunk row per partition that has items, each chunk sorted by key (a task may
+        read several streams), so its first item is its smallest; empties the buffer."""
         import pyarrow as pa
 
-        n = len(pinned)
-        chunks: dict[int, list[Item]] = {}
-        part_of: dict[str, int] = {}
-        for rk, item in zip(self.rk, self.items):
-            p = part_of.get(rk)
-            if p is None:
-                p = part_of[rk] = (zlib.crc32(rk.encode()) % n
-                                   if rk not in pinned else pinned.index(rk))
-            chunk = chunks.get(p)
-            if chunk is None:
-                chunk = chunks[p] = []
-            chunk.append(item)
-        order = sorted(chunks)
-        for p in order:
-            chunks[p].sort()
-        firsts = [chunks[p][0] for p in order]
+        filled = [p for p, chunk in enumerate(self.chunks) if chunk]
+        firsts = []
+        for p in filled:
+            self.chunks[p].sort()
+            firsts.append(self.chunks[p][0])
         batch = pa.RecordBatch.from_arrays(
-            [pa.array([pinned[p] for p in order], pa.string()),
+            [pa.array([self.pinned[p] for p in filled], pa.string()),
              pa.array([f[0] for f in firsts], pa.int64()),
              pa.array([f[1] for f in firsts], pa.int32()),
              pa.array([f[2] for f in firsts], pa.int64()),
              pa.array([f[3] for f in firsts], pa.int32()),
-             pa.array([marshal.dumps(chunks[p], MARSHAL_VERSION) for p in order], pa.binary())],
+             pa.array([marshal.dumps(self.chunks[p], MARSHAL_VERSION) for p in filled],
+                      pa.binary())],
             schema=exploded_schema(),
         )
-        self.rk = []
-        self.items = []
+        self.chunks = [[] for _ in self.pinned]
+        self.size = 0
         return batch
 
 
@@ -500,7 +505,7 @@ class StreamExploder:
                     self.engine.configs.apply(item)
                     self.configs += 1
                     if not ctx.discover:
-                        out.config((0, s, pos, index), raws[index], ctx.pinned)
+                        out.config((0, s, pos, index), raws[index])
                 continue
             reason = clock.check(item.ts)
             if reason is not None:
@@ -534,9 +539,10 @@ class StreamExploder:
                 if ctx.discover:
                     continue
             self.events += 1
-            out.rk.append(self.route_map.get(rk, rk))
             kind, args = event_args(item)
-            out.items.append((key[0], s, pos, index, kind, args))
+            out.chunks[out.partition(self.route_map.get(rk, rk))].append(
+                (key[0], s, pos, index, kind, args))
+            out.size += 1
 
 
 def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
@@ -556,7 +562,7 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
         import pyarrow as pa
 
         exploders: dict[Any, StreamExploder] = {}
-        out = ExplodedRows()
+        out = ExplodedRows(ctx.pinned)
         kafka = ctx.mode == MODE_KAFKA
         streams = ctx.streams
         single = None if kafka else StreamExploder(ctx)
@@ -581,14 +587,14 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
                     single.feed(streams[file], offset, value, out,
                                 lambda f=file, o=offset: f"{f}@{o}")
             if len(out) >= batch_rows and not ctx.discover:
-                yield out.to_batch(ctx.pinned)
+                yield out.to_batch()
         if ctx.discover:
             keys = sorted(out.splits)
             if keys:
                 yield pa.RecordBatch.from_arrays([pa.array(keys, pa.string())], names=["keys"])
             return
         if len(out):
-            yield out.to_batch(ctx.pinned)
+            yield out.to_batch()
 
     return run
 
@@ -814,7 +820,7 @@ def recompute_local(
     import pyarrow as pa
 
     exploders: dict[Any, StreamExploder] = {}
-    out = ExplodedRows()
+    out = ExplodedRows(ctx.pinned)
     batches = []
     for stream, pos, value in records:
         sid = ctx.streams[stream]
@@ -824,9 +830,9 @@ def recompute_local(
             ex = exploders[clock_key] = StreamExploder(ctx)
         ex.feed(sid, pos, value, out, lambda st=stream, p=pos: f"{st}@{p}")
         if len(out) >= 50_000:
-            batches.append(out.to_batch(ctx.pinned))
+            batches.append(out.to_batch())
     if len(out):
-        batches.append(out.to_batch(ctx.pinned))
+        batches.append(out.to_batch())
     table = pa.Table.from_batches(batches, schema=exploded_schema())
     table = table.sort_by([("t", "ascending"), ("s", "ascending"), ("pos", "ascending"),
                            ("i", "ascending")])

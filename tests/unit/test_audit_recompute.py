@@ -289,9 +289,10 @@ def test_stop_after_keeps_each_streams_prefix() -> None:
 
 def test_archive_configs_are_replicated_to_every_partition() -> None:
     ctx = ExplodeContext(SETTINGS, MODE_FILE, (), {"f": 0}, pinned=("a", "b", "c"))
-    out = ExplodedRows()
+    out = ExplodedRows(ctx.pinned)
     StreamExploder(ctx).feed(0, 0, orjson.dumps(synth.CONFIGS[0]), out, lambda: "")
-    assert out.rk == ["a", "b", "c"] and [item[4] for item in out.items] == [ROW_CONFIG] * 3
+    assert [[item[4] for item in chunk] for chunk in out.chunks] == [[ROW_CONFIG]] * 3
+    assert out.to_batch().column("rk").to_pylist() == ["a", "b", "c"]
 
 
 def test_blank_and_oversized_lines_like_replay() -> None:
@@ -301,8 +302,9 @@ def test_blank_and_oversized_lines_like_replay() -> None:
     ex.feed(0, 0, b"   \n", out, lambda: "")
     assert len(out) == 0
     ex.feed(0, 1, b"[" + b" " * (8 * 1024 * 1024) + b"]", out, lambda: "f@1")
-    assert [item[4] for item in out.items] == [ROW_BAD]
-    assert out.items[0][5][0].startswith("line is ")
+    items = list(out.items())
+    assert [item[4] for item in items] == [ROW_BAD]
+    assert items[0][5][0].startswith("line is ")
 
 
 # -- routing helpers --------------------------------------------------------------------------
