@@ -98,24 +98,20 @@ def test_arrow_adapter_equals_the_pure_comparator() -> None:
     exp = [directive(t, throttle=t % 7 + 1, broker=t % 2 + 1) for t in range(40)]
     act = [directive(t, throttle=t % 7 + (2 if t == 13 else 1), broker=t % 2 + 1)
            for t in range(40) if t != 7] + [directive(99)]
-    parse = side_rows_function("a")
     sides = []
     for side, items in (("e", exp), ("a", act)):
         batch = pa.record_batch({"partition": [0] * len(items), "offset": list(range(len(items))),
                                  "value": [orjson.dumps(d) for d in items]})
         for b in side_rows_function(side)(iter([batch])):
             sides.extend(b.to_pylist())
-    del parse
     sides.sort(key=lambda r: (r["scope"], r["broker"], r["entity"], r["quota"], r["ts"],
                               r["side"], r["k1"], r["k2"], r["k3"]))
     table = pa.Table.from_pylist(sides)
     out = [r for b in diff_function()(iter(table.to_batches(max_chunksize=7))) for r in b.to_pylist()]
     pure = [r.as_dict() for r in compare(exp, act)]
-    key = lambda r: (r["status"], r["broker"] or 0, r["ts"] or 0)  # noqa: E731
     assert sorted((r["status"], r["broker"], r["ts"], tuple(r["fields"])) for r in out) == \
         sorted((r["status"], r["broker"], r["ts"], tuple(r["fields"])) for r in pure)
     assert summarize_rows(out) == {"matched": 38, "different": 1, "missing": 1, "unexpected": 1}
-    del key
 
 
 def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
