@@ -4,9 +4,10 @@ An event crosses as its kind and its constructor arguments, inside a chunk of it
 `marshal`led as a whole (`app.audit.recompute.ExplodedRows`). Why not the live pipeline's JSON
 rows (`app.pipeline.codec`): `marshal` keeps Python values exactly as validation produced them
 (an integer `thread_time_ms` stays an int, integers of any size survive), so step 2 rebuilds
-the very event step 1 validated, without parsing or validating it again. Format version 2:
-later versions' shared-object table made writing ~25% slower for nothing (items share no
-objects). Both steps run the same Python.
+the very event step 1 validated, without parsing or validating it again. Format version 4:
+over a chunk of 20k bench events it wrote twice as fast as version 2 (0.21 vs 0.41 µs per
+item; its table of shared objects pays off across a chunk, where it did not for one event per
+row), read as fast, and is 12% smaller. Both steps run the same Python.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _ARGS: dict[type, tuple[int, Any]] = {
 }
 EVENT_CLASSES: dict[int, type] = {kind: cls for cls, (kind, _) in _ARGS.items()}
 EVENT_KINDS = frozenset(EVENT_CLASSES)
-MARSHAL_VERSION = 2
+MARSHAL_VERSION = 4
 
 
 def event_args(event: Event) -> tuple[int, tuple[Any, ...]]:
