@@ -208,7 +208,7 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
         for t, s, pos, i, k, payload in out.items():
             if k == ROW_CONFIG or k in EVENT_KINDS:
                 rows.append(((t, s, pos, i), k, payload))
-        out.__init__()  # type: ignore[misc]
+        out.clear()
 
     for stream, pos, value in records:
         clock_key = stream if mode == MODE_KAFKA else None

@@ -344,6 +344,11 @@ class ExplodedRows:
                                    else zlib.crc32(rk.encode()) % len(pinned))
         return p
 
+    def clear(self) -> None:
+        """Drop the buffered items (the partition cache and the pinned keys stay)."""
+        self.chunks = [[] for _ in self.pinned]
+        self.size = 0
+
     def items(self) -> Iterator[Item]:
         """Every buffered item, partition by partition."""
         for chunk in self.chunks:
@@ -381,8 +386,7 @@ class ExplodedRows:
                       pa.binary())],
             schema=exploded_schema(),
         )
-        self.chunks = [[] for _ in self.pinned]
-        self.size = 0
+        self.clear()
         return batch
 
 
