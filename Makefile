@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml setup.py app/engine_build.py $(wildcard app/engine/*.py app/pipeline/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,audit]'
+	$(BIN)/python -m pip install -q -e '.[test,audit,clients]'
 	touch $@
 
 setup: $(VENV)/.installed

@@ -17,7 +17,7 @@ from app.settings import SettingsError
 
 __all__ = ["UserError", "build_parser", "main"]
 
-COMMANDS = ("replay", "worker", "demo", "broker", "produce", "directives", "quotas",
+COMMANDS = ("replay", "worker", "gateway", "demo", "broker", "produce", "directives", "quotas",
             "simulate", "audit", "explain")
 
 

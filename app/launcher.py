@@ -1,8 +1,10 @@
-"""Start a broker (embedded unless KAFKA_BOOTSTRAP_SERVERS is set), the topics and N workers.
+"""Start a broker (embedded unless KAFKA_BOOTSTRAP_SERVERS is set), the topics, N workers and
+gateways.
 
 Used by `quota-streams demo`, `quota-streams simulate` and the integration tests, so they all
-run the product the way an operator would: `quota-streams worker` processes with settings in
-their environment, each with its own state directory and HTTP port.
+run the product the way an operator would: `quota-streams worker` and `quota-streams gateway`
+processes with settings in their environment, each worker with its own state directory and HTTP
+port, each gateway with its own block of ports.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -29,6 +32,45 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(count: int, attempts: int = 50) -> int:
+    """The first of `count` consecutive loopback ports that are free now."""
+    for _ in range(attempts):
+        first = free_port()
+        if first + count >= 65536:
+            continue
+        taken = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                taken.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in taken:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+@dataclass
+class GatewayProcess:
+    """A `quota-streams gateway` child: clients bootstrap at `bootstrap`."""
+
+    proc: subprocess.Popen[bytes]
+    bootstrap: str
+    log: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 class LocalCluster:
@@ -44,6 +86,7 @@ class LocalCluster:
         self.broker: EmbeddedBroker | None = None
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.ports: dict[int, int] = {}
+        self.gateways: list[GatewayProcess] = []
 
     @property
     def embedded(self) -> bool:
@@ -89,6 +132,29 @@ class LocalCluster:
         self.procs[index] = proc
         return proc
 
+    def start_gateway(self, *args: str, nodes: int = 4, timeout: float = 60.0) -> GatewayProcess:
+        """A gateway in front of this cluster's broker, on free loopback ports (bootstrap and
+        `nodes` broker ports after it), ready once it printed so."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        port = free_ports(nodes + 1)
+        log_path = self.work_dir / f"gateway-{len(self.gateways)}.log"
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "gateway", "--upstream", str(self.bootstrap),
+             "--listen", f"127.0.0.1:{port}", "--max-nodes", str(nodes), *args],
+            env=self.worker_env(0), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        gateway = GatewayProcess(proc, f"127.0.0.1:{port}", log_path)
+        self.gateways.append(gateway)
+        deadline = time.monotonic() + timeout
+        while b"gateway ready" not in log_path.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                gateway.stop()
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+                raise RuntimeError(f"gateway did not start: {' | '.join(tail)}")
+            time.sleep(0.1)
+        return gateway
+
     def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[index]
         proc.send_signal(sig)
@@ -132,6 +198,8 @@ class LocalCluster:
         raise TimeoutError(f"workers {wanted} not ready after {timeout:.0f} s; logs in {self.work_dir}")
 
     def stop(self) -> None:
+        for gateway in self.gateways:
+            gateway.stop()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

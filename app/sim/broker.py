@@ -13,8 +13,9 @@ What the broker does with a directive (wire contract, docs/simulator.md):
   ends (later connections queue behind it), then the connection is accepted; an IP under
   `close_connection` has the connection closed. Only accepted connections are events.
 
-Events leave in `flush()`: one `batch` record per (topic, contract key) per flush interval, with
-requests of one (user, client id, api, listener, ip) pre-aggregated into one event with `count`.
+Events are recorded by a `UsageRecorder` (the gateway's too) and leave in `flush()`: one `batch`
+record per (topic, contract key) per flush interval, with requests of one (user, client id, api,
+listener, ip) pre-aggregated into one event with `count` unless the scenario turns that off.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Collection, Protocol, Sequence
 
-from app.admin.config_topic import canonical_json
 from app.engine.events import STRICT_SINCE
 from app.sim.meter import Meter
 from app.sim.scenario import Listener
 from app.subscriber.active_set import ConnectionDecision, MutationDecision, Throttle
 from app.subscriber.directive import FETCH_QUOTAS, PRODUCE_QUOTAS
+from app.usage.recorder import CONNECTION, MUTATION, REQUEST, Batch, UsageRecorder
 
-REQUEST, CONNECTION, MUTATION = "request", "connection", "mutation"
+__all__ = ["CONNECTION", "MUTATION", "REQUEST", "Acceptor", "Connection", "Directives", "SimBroker"]
+
 API_VERSIONS = {"Produce": 9, "Fetch": 13}
 
 #: Called with an outcome ("accepted", "delayed", "closed") and the time it happened.
@@ -52,7 +54,7 @@ class Directives(Protocol):
 class Connection:
     """A client's connection to one broker, with the channel's mute state."""
 
-    __slots__ = ("broker", "user", "client_id", "ip", "listener", "muted_until", "key")
+    __slots__ = ("broker", "user", "client_id", "ip", "listener", "muted_until")
 
     def __init__(self, broker: SimBroker, user: str, client_id: str, ip: str, listener: str) -> None:
         self.broker = broker
@@ -61,7 +63,6 @@ class Connection:
         self.ip = ip
         self.listener = listener
         self.muted_until = 0.0
-        self.key = canonical_json({"user": user, "client_id": client_id})
 
 
 class Acceptor:
@@ -93,9 +94,7 @@ class Acceptor:
                 outcome = "closed"
             else:
                 outcome = "delayed" if delayed else "accepted"
-                broker.emit(CONNECTION, canonical_json({"ip": ip}), {
-                    "type": "connection", "v": 1, "ts": now, "listener": self.listener,
-                    "ip": ip, "inter_broker": self.inter_broker})
+                broker.usage.connection(broker.id, now, self.listener, ip, self.inter_broker)
             broker.meter.connection(broker.id, t, self.listener, ip,
                                     None if outcome == "accepted" else outcome)
             if on_outcome is not None:
@@ -113,31 +112,14 @@ class SimBroker:
         self.directives = directives
         self.meter = meter
         self.schedule = schedule
-        self.aggregate = aggregate
         protected = len(listeners) > 1
         self.acceptors = {lst.name: Acceptor(self, lst, protected and lst.inter_broker)
                           for lst in listeners}
-        self._pending: list[tuple[str, bytes, dict[str, Any]]] = []
-        self._agg: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
-        self.events = 0
+        self.usage = UsageRecorder(aggregate)
 
-    # -- events --------------------------------------------------------------------------------
-
-    def emit(self, topic: str, key: bytes, event: dict[str, Any]) -> None:
-        self._pending.append((topic, key, event))
-        self.events += 1
-
-    def flush(self) -> list[tuple[str, bytes, dict[str, Any]]]:
-        """The batch records recorded since the last flush: (topic kind, key, record).
-        Keys are the contract's, as `quota-streams produce` writes them (canonical JSON of
-        {"user", "client_id"} or {"ip"})."""
-        groups: dict[tuple[str, bytes], list[dict[str, Any]]] = {}
-        for topic, key, event in self._pending:
-            groups.setdefault((topic, key), []).append(event)
-        self._pending = []
-        self._agg = {}
-        return [(topic, key, {"type": "batch", "v": 1, "broker": self.id, "events": events})
-                for (topic, key), events in groups.items()]
+    def flush(self) -> list[Batch]:
+        """The batch records recorded since the last flush: (topic kind, key, record)."""
+        return self.usage.flush()
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -165,30 +147,12 @@ class SimBroker:
         throttle = self.directives.request_throttle(conn.user, conn.client_id, now, quotas).throttle_ms
         if api == "Fetch" and throttle > 0:
             nbytes = 0  # KafkaApis: a throttled fetch gets an empty response
-        self._record_request(conn, now, api, nbytes, thread_ms, network_ms)
+        self.usage.request(self.id, now, conn.listener, conn.user, conn.client_id, conn.ip, api,
+                           API_VERSIONS[api], nbytes, thread_ms, network_ms)
         self.meter.request(self.id, t, api, conn.user, conn.client_id, nbytes, thread_ms, throttle > 0)
         if throttle > 0:
             conn.muted_until = t + throttle
         return throttle, nbytes
-
-    def _record_request(self, conn: Connection, ts: int, api: str, nbytes: int, thread_ms: float,
-                        network_ms: float) -> None:
-        agg_key = (conn.user, conn.client_id, api, conn.listener, conn.ip)
-        event = self._agg.get(agg_key) if self.aggregate else None
-        if event is not None:
-            event["ts"] = ts
-            event["bytes"] += nbytes
-            event["thread_time_ms"] += thread_ms
-            event["network_time_ms"] += network_ms
-            event["count"] += 1
-            return
-        event = {"type": "request", "v": 1, "ts": ts, "listener": conn.listener,
-                 "user": conn.user, "client_id": conn.client_id, "ip": conn.ip, "api": api,
-                 "api_version": API_VERSIONS[api], "bytes": nbytes, "thread_time_ms": thread_ms,
-                 "network_time_ms": network_ms, "exempt": False, "count": 1}
-        if self.aggregate:
-            self._agg[agg_key] = event
-        self.emit(REQUEST, conn.key, event)
 
     def mutate(self, conn: Connection, t: float, api: str, version: int, partitions: int,
                topics: int) -> tuple[bool, int]:
@@ -200,10 +164,8 @@ class SimBroker:
             self.meter.mutation(self.id, t, conn.user, conn.client_id, 0, "rejected")
         else:
             for _ in range(topics):
-                self.emit(MUTATION, conn.key, {
-                    "type": "mutation", "v": 1, "ts": now, "user": conn.user,
-                    "client_id": conn.client_id, "api": api, "api_version": version,
-                    "partitions": partitions, "validate_only": False})
+                self.usage.mutation(self.id, now, conn.user, conn.client_id, api, version,
+                                    partitions)
             self.meter.mutation(self.id, t, conn.user, conn.client_id, partitions * topics,
                                 "throttled" if decision.throttle_ms > 0 else None)
         if decision.throttle_ms > 0:

@@ -21,10 +21,6 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import orjson
-from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import DefaultPartitioner
-
 from app.admin.config_topic import write_records
 from app.admin.entities import canonical_record
 from app.kafka_io import producer
@@ -33,9 +29,9 @@ from app.sim.broker import CONNECTION, MUTATION, REQUEST
 from app.sim.scenario import Scenario
 from app.sim.world import World
 from app.subscriber.consumer import DirectiveSubscriber, wall_clock_ms
+from app.usage.publisher import EventPublisher
 
 TICK_S = 0.01  # how often due actions run; actions keep their own exact times
-_PARTITIONER = DefaultPartitioner()  # murmur2 of the key, as the producer would pick
 
 #: Called once a second with the run and the time; may be a coroutine function.
 OnSecond = Callable[["LiveRun", float], Any]
@@ -63,7 +59,6 @@ class LiveRun:
     records_sent: int = 0
     events_sent: int = 0
     subscribers: dict[int, DirectiveSubscriber] = field(default_factory=dict)
-    _partition: dict[tuple[str, bytes], int] = field(default_factory=dict)  # the producer's choice
     _end: float | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -72,10 +67,13 @@ class LiveRun:
         self.stopping.set()
 
     async def run(self) -> World:
+        s = self.settings
+        topics = {REQUEST: str(s.topic_request), CONNECTION: str(s.topic_connection),
+                  MUTATION: str(s.topic_mutation)}
         async with producer(self.bootstrap, acks=1) as p:
             try:
                 await self._start_subscribers()
-                await self._loop(p)
+                await self._loop(EventPublisher(p, topics))
                 await p.flush()
             finally:
                 for sub in self.subscribers.values():
@@ -103,7 +101,7 @@ class LiveRun:
                 world.advance(until)
         return now
 
-    async def _loop(self, p: AIOKafkaProducer) -> None:
+    async def _loop(self, publisher: EventPublisher) -> None:
         sc = self.scenario
         self.start_ms = start = float(wall_clock_ms())
         world = self.world = World(sc, self.subscribers, start)
@@ -117,7 +115,7 @@ class LiveRun:
                 now = min(now, end)
             world.advance(now)
             if now >= next_flush or last:
-                await self._send(p, world)
+                await self._send(publisher, world)
                 next_flush = max(next_flush + flush_ms, now + flush_ms / 2)
             if now >= next_second:
                 next_second += 1000.0
@@ -130,28 +128,8 @@ class LiveRun:
             await asyncio.sleep(TICK_S)
         self.end_ms = world.now
 
-    async def _send(self, p: AIOKafkaProducer, world: World) -> None:
-        """Send the brokers' batches, merged per (topic, broker, partition).
-
-        Each event still lands on the partition of its contract key, in order; a record holding
-        several keys is keyed by its first event's, as `quota-streams produce` keys a batch. A
-        storm from many IPs is then a few records per flush instead of one per IP: the workers'
-        cost is per record far more than per event.
-        """
-        s = self.settings
-        topics = {REQUEST: str(s.topic_request), CONNECTION: str(s.topic_connection),
-                  MUTATION: str(s.topic_mutation)}
-        merged: dict[tuple[str, int, int], tuple[bytes, list[dict[str, Any]]]] = {}
-        for kind, key, record in world.flush():
-            topic = topics[kind]
-            partition = self._partition.get((topic, key))
-            if partition is None:
-                parts = sorted(await p.partitions_for(topic))
-                partition = self._partition[(topic, key)] = _PARTITIONER(key, parts, parts)
-            slot = merged.setdefault((topic, record["broker"], partition), (key, []))
-            slot[1].extend(record["events"])
-        for (topic, broker, partition), (key, events) in merged.items():
-            batch = {"type": "batch", "v": 1, "broker": broker, "events": events}
-            await p.send(topic, orjson.dumps(batch), key=key, partition=partition)
-            self.records_sent += 1
-            self.events_sent += len(events)
+    async def _send(self, publisher: EventPublisher, world: World) -> None:
+        """Send the brokers' batches (merged per topic, broker and partition: `EventPublisher`)."""
+        before = publisher.events
+        self.records_sent += await publisher.send(world.flush())
+        self.events_sent += publisher.events - before

@@ -6,7 +6,8 @@ path, a replay and the tests. Not thread-safe on its own; `DirectiveSubscriber` 
 Rules (documented in docs/, summarised here):
 - Only directives for this broker are kept: `scope: "cluster"` always, `scope: "broker"` only when
   `broker` is the local id; `delay_connection` only when `entity.broker` is the local id or
-  `"<default>"`.
+  `"<default>"`. A set built with `broker_id=None` serves a proxy in front of several brokers
+  (the gateway): it keeps every directive and each query names the broker it is for.
 - Replacement: directives with the same (scope, broker, quota, action, entity) replace each other,
   newest `ts` wins (ties: the one applied last, i.e. the later offset). The newer one wins even if
   its `until` is earlier, so the processor can shorten or lift (until <= ts) a throttle, and the
@@ -59,16 +60,19 @@ class MutationDecision(NamedTuple):
 
 
 class ConnectionDecision(NamedTuple):
-    """Answer for a new connection: close it (per-IP rate) and/or hold the acceptor `delay_ms`."""
+    """Answer for a new connection: close it (per-IP rate) and/or hold the acceptor `delay_ms`.
+    `close_ms` is how long the IP's throttle still runs: Kafka closes such a connection then."""
 
     close: bool
     delay_ms: int
+    close_ms: int = 0
 
 
 class _Entry:
     """One stored directive; `seq` tells a live entry from a replaced one in the expiry heap."""
 
-    __slots__ = ("parsed", "until", "ts", "seq", "quota", "action", "directive", "alive")
+    __slots__ = ("parsed", "until", "ts", "seq", "quota", "action", "directive", "alive",
+                 "broker", "entity_broker")
 
     def __init__(self, parsed: ParsedDirective, seq: int) -> None:
         self.parsed = parsed
@@ -79,6 +83,8 @@ class _Entry:
         self.action = parsed.action
         self.directive = parsed.directive
         self.alive = True
+        self.broker = parsed.broker  # None for cluster scope: applies on every broker
+        self.entity_broker = parsed.entity_broker
 
 
 Bucket = dict[tuple[Any, ...], _Entry]
@@ -86,9 +92,13 @@ _NO_DIRECTIVES: tuple[Directive, ...] = ()
 
 
 class ActiveSet:
-    """Directives in force on one broker, keyed by entity so each query is a few dict lookups."""
+    """Directives in force on one broker, keyed by entity so each query is a few dict lookups.
 
-    def __init__(self, broker_id: int) -> None:
+    `broker_id=None` keeps the directives of every broker, for a proxy in front of several;
+    its queries then pass `broker`, the broker the request or connection is for.
+    """
+
+    def __init__(self, broker_id: int | None) -> None:
         self.broker_id = broker_id
         self._broker_str = str(broker_id)
         self._by_key: dict[tuple[Any, ...], _Entry] = {}
@@ -114,7 +124,9 @@ class ActiveSet:
     # ------------------------------------------------------------------ updates
 
     def applies_here(self, parsed: ParsedDirective) -> bool:
-        """Scope filter: is this directive meant for the local broker?"""
+        """Scope filter: is this directive meant for the local broker (any, for a proxy)?"""
+        if self.broker_id is None:
+            return True
         if parsed.scope == "broker" and parsed.broker != self.broker_id:
             return False
         if parsed.entity_broker is not None:
@@ -180,9 +192,11 @@ class ActiveSet:
     # ------------------------------------------------------------------ queries
 
     def request_throttle(
-        self, user: str, client_id: str, now: int, quotas: Collection[str] | None = None
+        self, user: str, client_id: str, now: int, quotas: Collection[str] | None = None,
+        broker: int | None = None,
     ) -> Throttle:
         """Throttle for a client request; `quotas` narrows to e.g. PRODUCE_QUOTAS (default: all)."""
+        here = self.broker_id if broker is None else broker
         table = self._client
         buckets = (
             table.get((user, client_id)),
@@ -195,7 +209,8 @@ class ActiveSet:
             if bucket:
                 for entry in bucket.values():
                     left = entry.until - now
-                    if left > 0 and (quotas is None or entry.quota in quotas):
+                    if left > 0 and (quotas is None or entry.quota in quotas) and (
+                            entry.broker is None or entry.broker == here):
                         matched.append(entry)
                         if left > best:
                             best = left
@@ -206,10 +221,11 @@ class ActiveSet:
         return Throttle(best, True, tuple(e.directive for e in matched))
 
     def mutation(
-        self, user: str, client_id: str, now: int, strict: bool = True
+        self, user: str, client_id: str, now: int, strict: bool = True, broker: int | None = None
     ) -> MutationDecision:
         """Controller mutation quota. `strict=False` (old request versions) never rejects: a
         `reject` directive then only throttles, as Kafka's permissive quota does."""
+        here = self.broker_id if broker is None else broker
         table = self._mutation
         buckets = (
             table.get((user, client_id)),
@@ -221,7 +237,7 @@ class ActiveSet:
             if bucket:
                 for entry in bucket.values():
                     left = entry.until - now
-                    if left > 0:
+                    if left > 0 and (entry.broker is None or entry.broker == here):
                         if left > best:
                             best = left
                         if strict and entry.action == "reject":
@@ -229,26 +245,30 @@ class ActiveSet:
         return MutationDecision(reject, best)
 
     def connection(
-        self, ip: str, listener: str, now: int, protected_listener: bool = False
+        self, ip: str, listener: str, now: int, protected_listener: bool = False,
+        broker: int | None = None,
     ) -> ConnectionDecision:
         """New connection on `listener` from `ip`. A protected (inter-broker) listener is exempt
         from the broker-wide rate, as in Kafka, but not from its own listener rate or IP rate."""
-        close = False
+        here = self.broker_id if broker is None else broker
+        close_ms = 0
         bucket = self._ip.get((ip,))
         if bucket:
             for entry in bucket.values():
-                if entry.until > now:
-                    close = True
-                    break
+                left = entry.until - now
+                if left > close_ms and (entry.broker is None or entry.broker == here):
+                    close_ms = left
         delay = 0
         table = self._listener
+        local = self._broker_str if broker is None else str(broker)
         for bucket in (None if protected_listener else table.get(("",)), table.get((listener,))):
             if bucket:
                 for entry in bucket.values():
                     left = entry.until - now
-                    if left > delay:
+                    if left > delay and entry.entity_broker in (local, DEFAULT) and (
+                            entry.broker is None or entry.broker == here):
                         delay = left
-        return ConnectionDecision(close, delay)
+        return ConnectionDecision(close_ms > 0, delay, close_ms)
 
 
 __all__ = [

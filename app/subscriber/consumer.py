@@ -56,6 +56,9 @@ class DirectiveSubscriber:
         await sub.wait_ready(timeout=30)
         throttle_ms, mute, why = sub.request_throttle("alice", "billing-app")
 
+    `broker_id=None` keeps every broker's directives, for a proxy in front of several brokers
+    (the gateway); its queries then name the broker with `broker=`.
+
     `lookback_ms` starts from the first record newer than `now - lookback_ms` instead of the
     beginning; it must be at least the longest directive lifetime (`until - ts`) or a still
     active directive may be missed. Before `ready`, queries answer from a partial set.
@@ -65,7 +68,7 @@ class DirectiveSubscriber:
     def __init__(
         self,
         bootstrap_servers: str,
-        broker_id: int,
+        broker_id: int | None,
         *,
         topic: str = "quota.directives",
         lookback_ms: int | None = None,
@@ -284,27 +287,30 @@ class DirectiveSubscriber:
         client_id: str,
         now: int | None = None,
         quotas: Collection[str] | None = None,
+        broker: int | None = None,
     ) -> Throttle:
         """See `ActiveSet.request_throttle`; `now` defaults to the wall clock."""
         when = self._clock() if now is None else now
         with self._lock:
-            return self._active.request_throttle(user, client_id, when, quotas)
+            return self._active.request_throttle(user, client_id, when, quotas, broker)
 
     def mutation(
-        self, user: str, client_id: str, now: int | None = None, strict: bool = True
+        self, user: str, client_id: str, now: int | None = None, strict: bool = True,
+        broker: int | None = None,
     ) -> MutationDecision:
         """See `ActiveSet.mutation`."""
         when = self._clock() if now is None else now
         with self._lock:
-            return self._active.mutation(user, client_id, when, strict)
+            return self._active.mutation(user, client_id, when, strict, broker)
 
     def connection(
-        self, ip: str, listener: str, now: int | None = None, protected_listener: bool = False
+        self, ip: str, listener: str, now: int | None = None, protected_listener: bool = False,
+        broker: int | None = None,
     ) -> ConnectionDecision:
         """See `ActiveSet.connection`."""
         when = self._clock() if now is None else now
         with self._lock:
-            return self._active.connection(ip, listener, when, protected_listener)
+            return self._active.connection(ip, listener, when, protected_listener, broker)
 
     def __len__(self) -> int:
         with self._lock:

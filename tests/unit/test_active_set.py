@@ -176,12 +176,13 @@ def test_connection_ip_close_and_listener_delay(active: ActiveSet) -> None:
         directive(quota="max_connection_creation_rate", action="delay_connection",
                   entity={"broker": str(LOCAL)}, until=T0 + 300)
     )
-    assert active.connection("203.0.113.9", "EXTERNAL", T0) == (True, 700)
-    assert active.connection("203.0.113.8", "EXTERNAL", T0) == (False, 700)
-    assert active.connection("203.0.113.8", "INTERNAL", T0) == (False, 300)
+    # the IP's connection is closed when its throttle ends (close_ms), as Kafka's acceptor does
+    assert active.connection("203.0.113.9", "EXTERNAL", T0) == (True, 700, 2000)
+    assert active.connection("203.0.113.8", "EXTERNAL", T0) == (False, 700, 0)
+    assert active.connection("203.0.113.8", "INTERNAL", T0) == (False, 300, 0)
     # the protected inter-broker listener is exempt from the broker-wide rate only
-    assert active.connection("203.0.113.8", "INTERNAL", T0, protected_listener=True) == (False, 0)
-    assert active.connection("203.0.113.8", "EXTERNAL", T0, protected_listener=True) == (False, 700)
+    assert active.connection("203.0.113.8", "INTERNAL", T0, protected_listener=True) == (False, 0, 0)
+    assert active.connection("203.0.113.8", "EXTERNAL", T0, protected_listener=True) == (False, 700, 0)
 
 
 # --------------------------------------------------------------------------- expiry
@@ -379,9 +380,16 @@ def _client_match(entity: dict[str, str], user: str, client_id: str) -> bool:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_random_directive(), max_size=25), st.integers(0, 21))
-def test_matches_brute_force_model(records: list[dict[str, Any]], offset: int) -> None:
-    active = ActiveSet(broker_id=LOCAL)
+@given(st.lists(_random_directive(), max_size=25), st.integers(0, 21), st.booleans())
+def test_matches_brute_force_model(records: list[dict[str, Any]], offset: int,
+                                   every_broker: bool) -> None:
+    """A broker's own set, and a gateway's set of every broker asked for that broker, both
+    answer as the model of the documented rules."""
+    if every_broker:
+        gateway = ActiveSet(broker_id=None)
+        active = _AskingFor(gateway, LOCAL)  # type: ignore[assignment]
+    else:
+        active = ActiveSet(broker_id=LOCAL)
     for d in records:
         active.apply(d)
     now = T0 + offset
@@ -403,6 +411,40 @@ def test_matches_brute_force_model(records: list[dict[str, Any]], offset: int) -
             closes = [d for d in live if d["entity"].get("ip") == ip]
             delays = [d for d in live if "broker" in d["entity"]
                       and d["entity"].get("listener", listener) == listener]
-            assert active.connection(ip, listener, now) == (bool(closes), left(delays))
-    active.expire(now)
-    assert len(active) == len(live)
+            assert active.connection(ip, listener, now)[:2] == (bool(closes), left(delays))
+            assert active.connection(ip, listener, now).close_ms == left(closes)
+    if not every_broker:
+        active.expire(now)
+        assert len(active) == len(live)
+
+
+class _AskingFor:
+    """A multi-broker set queried for one broker, with the single-broker query signatures."""
+
+    def __init__(self, active: ActiveSet, broker: int) -> None:
+        self.active, self.broker = active, broker
+
+    def apply(self, d: dict[str, Any]) -> str:
+        return self.active.apply(d)
+
+    def request_throttle(self, user: str, client_id: str, now: int) -> Any:
+        return self.active.request_throttle(user, client_id, now, broker=self.broker)
+
+    def mutation(self, user: str, client_id: str, now: int) -> Any:
+        return self.active.mutation(user, client_id, now, broker=self.broker)
+
+    def connection(self, ip: str, listener: str, now: int) -> Any:
+        return self.active.connection(ip, listener, now, broker=self.broker)
+
+
+def test_a_gateway_set_keeps_every_broker_and_answers_per_broker() -> None:
+    gateway = ActiveSet(broker_id=None)
+    assert gateway.apply(directive(scope="broker", broker=2)) == ADDED
+    assert gateway.apply(client("bob", "", scope="broker", broker=1, until=T0 + 500)) == ADDED
+    assert gateway.request_throttle("alice", "x", T0, broker=2).throttle_ms == 2000
+    assert gateway.request_throttle("alice", "x", T0, broker=1).throttle_ms == 0
+    assert gateway.request_throttle("bob", "x", T0, broker=1).throttle_ms == 500
+    gateway.apply(directive(quota="max_connection_creation_rate", action="delay_connection",
+                            entity={"broker": 3}, scope="broker", broker=3, until=T0 + 300))
+    assert gateway.connection("10.0.0.1", "L", T0, broker=3).delay_ms == 300
+    assert gateway.connection("10.0.0.1", "L", T0, broker=2).delay_ms == 0

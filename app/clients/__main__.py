@@ -1,0 +1,86 @@
+"""`python -m app.clients KIND ...`: run one client program (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from app.cli_support import int_at_least, positive_float
+from app.clients.report import Reporter
+
+from app.clients.producers import LIBRARIES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m app.clients",
+                                     description="Real Kafka clients that report what they achieve "
+                                     "each second as JSON lines.")
+    parser.add_argument("--name", default="client", help="name on every line")
+    parser.add_argument("--seconds", type=positive_float, default=30.0, help="how long to run")
+    sub = parser.add_subparsers(dest="kind", required=True)
+    p = sub.add_parser("produce", help="offer RATE bytes/s to a topic")
+    p.add_argument("--library", choices=LIBRARIES, required=True)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--client-id", required=True)
+    p.add_argument("--rate", type=positive_float, required=True, help="bytes/s offered")
+    p.add_argument("--record-bytes", type=int_at_least(1), default=1000)
+    p.add_argument("--window", type=int_at_least(1), default=256 * 1024,
+                   help="unacknowledged bytes at most (default %(default)s)")
+    c = sub.add_parser("consume", help="read a topic from the beginning in a group")
+    c.add_argument("--library", choices=LIBRARIES, required=True)
+    c.add_argument("--bootstrap", required=True)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--client-id", required=True)
+    c.add_argument("--group", required=True)
+    c.add_argument("--fetch-bytes", type=int_at_least(1), default=65536,
+                   help="max bytes per partition per fetch (default %(default)s)")
+    s = sub.add_parser("connection-storm", help="new connections at RATE/s from SOURCES")
+    s.add_argument("--host", required=True)
+    s.add_argument("--port", type=int_at_least(1), required=True)
+    s.add_argument("--sources", required=True, help="comma-separated source addresses")
+    s.add_argument("--rate", type=positive_float, required=True)
+    t = sub.add_parser("topic-storm", help="CreateTopics at RATE/s")
+    t.add_argument("--library", choices=("kafka-python", "confluent-kafka"), required=True)
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--client-id", required=True)
+    t.add_argument("--rate", type=positive_float, required=True)
+    t.add_argument("--partitions", type=int_at_least(1), default=10)
+    t.add_argument("--prefix", help="topic names are PREFIX-1, PREFIX-2, ... (default: random)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.CRITICAL)  # the libraries' retries are not the report
+    reporter = Reporter(args.name)
+    if args.kind == "produce":
+        from app.clients.producers import produce
+
+        produce(args.library, args.bootstrap, args.topic, args.client_id, args.rate,
+                args.record_bytes, args.seconds, args.window, reporter)
+    elif args.kind == "consume":
+        from app.clients.consumers import consume
+
+        consume(args.library, args.bootstrap, args.topic, args.client_id, args.group,
+                args.seconds, args.fetch_bytes, reporter)
+    elif args.kind == "connection-storm":
+        from app.clients.storms import connection_storm
+
+        connection_storm(args.host, args.port, args.sources.split(","), args.rate, args.seconds,
+                         reporter)
+    else:
+        from app.clients.storms import topic_storm
+
+        topic_storm(args.library, args.bootstrap, args.client_id, args.rate, args.partitions,
+                    args.seconds, reporter, args.prefix)
+    reporter.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

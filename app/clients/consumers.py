@@ -1,0 +1,87 @@
+"""A consumer in a group, reading a topic from the beginning as fast as it is let, in each client
+library. Counted each second: `bytes` (record values) and `records` consumed.
+
+`fetch_bytes` caps what one fetch returns per partition, so a throttled consumer's bursts stay
+small next to its quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from app.clients.report import Reporter
+
+
+def consume(library: str, bootstrap: str, topic: str, client_id: str, group: str,
+            seconds: float, fetch_bytes: int, reporter: Reporter) -> None:
+    if library == "confluent-kafka":
+        _confluent(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter)
+    elif library == "kafka-python":
+        _kafka_python(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter)
+    elif library == "aiokafka":
+        asyncio.run(_aiokafka(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter))
+    else:
+        raise ValueError(f"unknown library {library!r}")
+
+
+def _count(reporter: Reporter, values: list[bytes | None]) -> None:
+    if values:
+        reporter.add("bytes", sum(len(v or b"") for v in values))
+        reporter.add("records", len(values))
+    else:
+        reporter.tick()
+
+
+def _confluent(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
+               fetch_bytes: int, reporter: Reporter) -> None:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id,
+                         "group.id": group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                         "max.partition.fetch.bytes": fetch_bytes,
+                         "fetch.max.bytes": max(fetch_bytes, 1024 * 1024)})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            messages = consumer.consume(num_messages=500, timeout=0.2)
+            _count(reporter, [m.value() for m in messages if m.error() is None])
+    finally:
+        consumer.close()
+
+
+def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
+                  fetch_bytes: int, reporter: Reporter) -> None:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=client_id,
+                             group_id=group, auto_offset_reset="earliest",
+                             session_timeout_ms=6000, heartbeat_interval_ms=1000,
+                             max_partition_fetch_bytes=fetch_bytes)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            batches = consumer.poll(timeout_ms=200, max_records=500)
+            _count(reporter, [r.value for records in batches.values() for r in records])
+    finally:
+        consumer.close()
+
+
+async def _aiokafka(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
+                    fetch_bytes: int, reporter: Reporter) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=client_id,
+                                group_id=group, auto_offset_reset="earliest",
+                                session_timeout_ms=6000, heartbeat_interval_ms=1000,
+                                max_partition_fetch_bytes=fetch_bytes)
+    await consumer.start()
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200, max_records=500)
+            _count(reporter, [r.value for records in batches.values() for r in records])
+    finally:
+        await consumer.stop()

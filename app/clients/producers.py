@@ -1,0 +1,138 @@
+"""A producer offering `rate` bytes/s of `record_bytes` records, in each client library.
+
+At most `window` bytes are unacknowledged at a time (the library's own buffer is kept about that
+size), so a producer held back by a broker waits instead of queueing without end, and time spent
+waiting is not made up afterwards: it offers a load, it does not replay a backlog. Counted each
+second: `bytes` and `records` acknowledged, `errors`.
+
+confluent-kafka (librdkafka) and aiokafka ignore `throttle_time_ms`; kafka-python honours it
+(gateway notes): only the connection being muted holds the first two back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from app.clients.report import Pace, Reporter
+
+LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka")
+
+
+def produce(library: str, bootstrap: str, topic: str, client_id: str, rate: float,
+            record_bytes: int, seconds: float, window: int, reporter: Reporter) -> None:
+    if library == "confluent-kafka":
+        _confluent(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter)
+    elif library == "kafka-python":
+        _kafka_python(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter)
+    elif library == "aiokafka":
+        asyncio.run(_aiokafka(bootstrap, topic, client_id, rate, record_bytes, seconds, window,
+                              reporter))
+    else:
+        raise ValueError(f"unknown library {library!r}")
+
+
+class _Window:
+    """Unacknowledged bytes, updated from the library's callback thread."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.outstanding = 0
+        self.lock = threading.Lock()
+        self.reporter = reporter
+
+    def sent(self, n: int) -> None:
+        with self.lock:
+            self.outstanding += n
+
+    def done(self, n: int, ok: bool) -> None:
+        with self.lock:
+            self.outstanding -= n
+            if ok:
+                self.reporter.add("bytes", n)
+                self.reporter.add("records")
+            else:
+                self.reporter.add("errors")
+
+
+def _confluent(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
+               seconds: float, window: int, reporter: Reporter) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                         "queue.buffering.max.kbytes": max(64, window // 1024)})
+    state = _Window(reporter)
+    value = b"x" * size
+    pace = Pace(rate, max(size, rate / 20))
+    deadline = time.monotonic() + seconds
+
+    def delivered(err: object, msg: object) -> None:
+        state.done(size, err is None)
+
+    while time.monotonic() < deadline:
+        wait = pace.take(size) if state.outstanding + size <= window else 0.01
+        if wait:
+            producer.poll(min(wait, 0.05))
+            reporter.tick()
+            continue
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+            state.sent(size)
+        except (BufferError, KafkaException):
+            producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(5)
+
+
+def _kafka_python(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
+                  seconds: float, window: int, reporter: Reporter) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5,
+                             max_block_ms=2000)
+    state = _Window(reporter)
+    value = b"x" * size
+    pace = Pace(rate, max(size, rate / 20))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        wait = pace.take(size) if state.outstanding + size <= window else 0.005
+        if wait:
+            time.sleep(min(wait, 0.05))
+            reporter.tick()
+            continue
+        try:
+            future = producer.send(topic, value)
+        except Exception:  # kafka-python raises KafkaTimeoutError and friends when blocked
+            reporter.add("errors")
+            continue
+        state.sent(size)
+        future.add_callback(lambda _md: state.done(size, True))
+        future.add_errback(lambda _exc: state.done(size, False))
+    producer.flush(5)
+    producer.close(5)
+
+
+async def _aiokafka(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
+                    seconds: float, window: int, reporter: Reporter) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5)
+    await producer.start()
+    state = _Window(reporter)
+    value = b"x" * size
+    pace = Pace(rate, max(size, rate / 20))
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            wait = pace.take(size) if state.outstanding + size <= window else 0.005
+            if wait:
+                await asyncio.sleep(min(wait, 0.05))
+                reporter.tick()
+                continue
+            future = await producer.send(topic, value)
+            state.sent(size)
+            future.add_done_callback(
+                lambda f: state.done(size, not f.cancelled() and f.exception() is None))
+        await producer.flush()
+    finally:
+        await producer.stop()

@@ -1,0 +1,186 @@
+"""`quota-streams gateway`: the Kafka wire-protocol gateway, in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from app.cli_support import int_at_least, positive_float
+
+if TYPE_CHECKING:
+    from app.gateway.server import Gateway, GatewayConfig
+
+EPILOG = """\
+Ports: clients bootstrap at --listen; broker N is reached at
+--node-port-base + (N - --first-node-id) (defaults: the listen port + 1, and the lowest node
+id the cluster reports at start). Every address the cluster hands a client is rewritten to
+these, so clients never talk to a broker directly.
+
+The gateway's own Kafka connection (usage events out, directives in) uses
+KAFKA_BOOTSTRAP_SERVERS, default the --upstream cluster, and the QS_TOPIC_* names.
+docs/gateway.md has the deployment guide."""
+
+
+def address(raw: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 as [HOST]:PORT), for argparse."""
+    host, sep, port = raw.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not HOST:PORT")
+    try:
+        number = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r}: the port is not a number") from None
+    if not 0 < number < 65536:
+        raise argparse.ArgumentTypeError(f"{raw!r}: the port must be 1-65535")
+    return host, number
+
+
+def addresses(raw: str) -> tuple[tuple[str, int], ...]:
+    return tuple(address(part.strip()) for part in raw.split(",") if part.strip())
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "gateway", help="run a Kafka protocol gateway that measures clients and obeys directives",
+        description="Proxy Kafka clients to a cluster, unmodified: measure their usage like a "
+        "broker (usage events to the event topics) and enforce the directives the workers "
+        "publish (throttle_time_ms plus muting, THROTTLING_QUOTA_EXCEEDED, connection delay "
+        "and close).", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--upstream", required=True, type=addresses, metavar="HOST:PORT[,...]",
+                   help="the cluster's bootstrap address(es)")
+    p.add_argument("--listen", required=True, type=address, metavar="HOST:PORT",
+                   help="where clients bootstrap instead")
+    p.add_argument("--advertised-host", metavar="HOST",
+                   help="host clients reach the gateway at (default: the --listen host)")
+    p.add_argument("--listener-name", default="PLAINTEXT", metavar="NAME",
+                   help="listener name in connection events and listener quotas (default %(default)s)")
+    p.add_argument("--node-port-base", type=int_at_least(1), metavar="PORT",
+                   help="gateway port of the first broker (default: listen port + 1)")
+    p.add_argument("--first-node-id", type=int_at_least(0), metavar="N",
+                   help="node id reached at --node-port-base (default: the lowest at start)")
+    p.add_argument("--max-nodes", type=int_at_least(1), default=64, metavar="N",
+                   help="broker ports to use at most (default %(default)s)")
+    p.add_argument("--bootstrap-node-id", type=int_at_least(0), metavar="N",
+                   help="broker id that bootstrap connections are charged to (default: the "
+                   "broker at --upstream, else the lowest)")
+    p.add_argument("--flush-ms", type=int_at_least(1), default=5, metavar="MS",
+                   help="how often usage events are sent (default %(default)s)")
+    p.add_argument("--aggregate", action="store_true",
+                   help="pre-aggregate requests per principal, api and flush into one event with "
+                   "count > 1 (high request rates; broker scope then is exact per flush, not per "
+                   "request)")
+    p.add_argument("--max-in-flight", type=int_at_least(1), default=1, metavar="N",
+                   help="requests of one connection forwarded before the first is answered "
+                   "(default %(default)s, as a broker, which reads a connection's next request "
+                   "only after answering the last: more lets a pipelining client past a throttle)")
+    p.add_argument("--no-local-quotas", action="store_true",
+                   help="obey only the workers' directives; by default the gateway also decides "
+                   "each request as Kafka's quota managers would for its own traffic (the "
+                   "QS_QUOTA_WINDOW_* and QS_CONTROLLER_WINDOW_* settings, configs from "
+                   "QS_TOPIC_CONFIGS) and applies the larger throttle")
+    p.add_argument("--directives-timeout", type=positive_float, default=30.0, metavar="S",
+                   help="how long to wait at start for the directives to be rebuilt (default %(default)s)")
+    p.add_argument("--metrics-port", type=int_at_least(0), default=0, metavar="PORT",
+                   help="serve Prometheus metrics on this port (default: off)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address the metrics server binds (default %(default)s)")
+    tls = p.add_argument_group("TLS (clients to gateway, gateway to brokers)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="certificate clients see (PEM); enables TLS")
+    tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    tls.add_argument("--upstream-tls", action="store_true", help="connect to the brokers with TLS")
+    tls.add_argument("--upstream-ca", metavar="FILE", help="CA bundle for the brokers' certificates")
+    tls.add_argument("--upstream-cert", metavar="FILE", help="client certificate for mTLS (PEM)")
+    tls.add_argument("--upstream-key", metavar="FILE", help="its private key (PEM)")
+    tls.add_argument("--upstream-no-hostname-check", action="store_true",
+                     help="do not check the brokers' certificate host names")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from app.cli import UserError
+    from app.gateway.server import Gateway, GatewayError
+
+    config = build_config(args)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("aiokafka", "kafka"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    gateway = Gateway(config)
+    try:
+        asyncio.run(_serve(gateway, args))
+    except GatewayError as exc:
+        raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(f"cannot listen on {config.listen[0]}:{config.listen[1]} or its broker "
+                        f"ports: {exc.strerror or exc}") from None
+    return 0
+
+
+async def _serve(gateway: Gateway, args: argparse.Namespace) -> None:
+    import asyncio
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await gateway.start()
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port, args.metrics_host, gateway.metrics.registry)
+    cfg = gateway.config
+    print(f"gateway ready: bootstrap {cfg.advertised_host}:{cfg.listen[1]}; brokers "
+          f"{gateway.describe_ports()}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await gateway.stop()
+
+
+def build_config(args: argparse.Namespace) -> GatewayConfig:
+    """The validated `GatewayConfig` for these arguments and the environment."""
+    from app.cli import UserError
+    from app.engine.engine import EngineSettings
+    from app.gateway.server import GatewayConfig
+    from app.gateway.tls import client_context, server_context
+    from app.settings import load
+
+    settings = load()
+    host = args.advertised_host or args.listen[0]
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            raise UserError(f"--listen {args.listen[0]} binds every address: give --advertised-host, "
+                            "the host clients reach the gateway at")
+    except ValueError:
+        pass  # a host name
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UserError("--tls-cert and --tls-key go together")
+    kafka = str(settings.kafka_bootstrap_servers) or ",".join(f"{h}:{p}" for h, p in args.upstream)
+    return GatewayConfig(
+        upstream=args.upstream, listen=args.listen, advertised_host=host, kafka_bootstrap=kafka,
+        topics={"request": str(settings.topic_request), "connection": str(settings.topic_connection),
+                "mutation": str(settings.topic_mutation)},
+        directives_topic=str(settings.topic_directives), configs_topic=str(settings.topic_configs),
+        local=None if args.no_local_quotas else EngineSettings(
+            window_num=int(settings.quota_window_num),  # type: ignore[call-overload]
+            window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
+            controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
+            controller_window_ms=int(settings.controller_window_size_ms)),  # type: ignore[call-overload]
+        listener=args.listener_name,
+        node_port_base=args.node_port_base, first_node_id=args.first_node_id,
+        bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,
+        flush_ms=args.flush_ms, aggregate=args.aggregate, max_in_flight=args.max_in_flight,
+        directives_timeout=args.directives_timeout,
+        client_tls=server_context(args.tls_cert, args.tls_key) if args.tls_cert else None,
+        upstream_tls=client_context(args.upstream_ca, args.upstream_cert, args.upstream_key,
+                                    not args.upstream_no_hostname_check)
+        if args.upstream_tls or args.upstream_ca else None,
+    )

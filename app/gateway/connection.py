@@ -1,0 +1,555 @@
+"""One client connection through the gateway: a client socket, its own broker socket, and the
+requests between them.
+
+Every client connection gets its own connection to the broker it is for (SASL state is per
+connection, and brokers answer in request order per connection). Requests are read frame by
+frame; most are forwarded as the bytes they arrived as. Responses are matched to requests in
+order (Kafka answers a connection's requests in order), changed where the gateway must (addresses,
+ApiVersions, throttles), and written back in request order, including the answers the gateway
+makes itself (a rejected strict mutation): such an answer waits behind the requests before it.
+
+Throttling is Kafka's (KIP-219): the response goes out at once with `throttle_time_ms`, then the
+connection is muted: no further request is read from that client until the throttle ends. The
+socket is not read either (`pause_reading`), so a client that ignores the field is held back by
+TCP, as it is by a broker.
+
+What is measured per request (`UsageRecorder`, flushed by the gateway every few ms):
+- `bytes`: Produce, the request size; Fetch, the response size the client got (header and body,
+  without the 4-byte size prefix, as Kafka's `request.sizeInBytes` and fetch response size).
+- `thread_time_ms`: the broker's service time as the gateway sees it: from the moment the broker
+  could start the request (it was written upstream, and the previous response on that connection
+  had arrived: a broker serves one request per connection at a time) to its response's arrival.
+  That is an upper bound of Kafka's I/O-thread time (it includes the network to the broker and the
+  broker's queues). A Fetch may wait up to `max_wait_ms` for data; the gateway cannot tell waiting
+  from work, so a Fetch is charged only what exceeds `max_wait_ms` (a lower bound: usually 0).
+- `network_time_ms`: 0 (the gateway's own time is not charged).
+- acks=0 Produce and follower fetches are `exempt`, as in Kafka. SASL requests are not events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.gateway import apis, messages, policy, sasl
+from app.gateway.frames import SIZE, FrameError, FrameReader, RequestHeader, correlation_id, request_header
+from app.gateway.messages import MessageError
+from app.gateway.mutations import MutationContext
+
+if TYPE_CHECKING:
+    from app.gateway.server import Gateway
+
+logger = logging.getLogger(__name__)
+
+#: What became of a request: FORWARDED to the broker, answered LOCALly by the gateway, HELD
+#: until a lookup answers, or an INTERNAL lookup of the gateway's own.
+FORWARDED, LOCAL, HELD, INTERNAL = 0, 1, 2, 3
+
+#: Client bytes read ahead of the request being served, at most (plus one frame).
+READ_AHEAD = 1 << 20
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request waiting for its response to be written back (in request order)."""
+
+    kind: int  # FORWARDED, LOCAL, HELD or INTERNAL
+    header: RequestHeader
+    size: int  # request bytes, without the size prefix
+    sent: float = 0.0  # perf_counter when written to the broker
+    payload: bytes | None = None  # the response to write, once ready
+    ready: bool = False
+    context: Any = None  # what the response handler needs of the request
+
+
+class _Side(asyncio.Protocol):
+    """Adapts asyncio's callbacks for one socket to the `Session` methods."""
+
+    def __init__(self, session: Session, upstream: bool) -> None:
+        self.session = session
+        self.upstream = upstream
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.upstream:
+            self.session.upstream_made(transport)  # type: ignore[arg-type]
+        else:
+            self.session.client_made(transport)  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        if self.upstream:
+            self.session.upstream_data(data)
+        else:
+            self.session.client_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.session.lost(self.upstream, exc)
+
+    def pause_writing(self) -> None:
+        self.session.write_paused(self.upstream, True)
+
+    def resume_writing(self) -> None:
+        self.session.write_paused(self.upstream, False)
+
+
+class Session:
+    """The state of one client connection through the gateway."""
+
+    def __init__(self, core: Gateway, node_id: int, bootstrap: bool = False) -> None:
+        self.core = core
+        self.node_id = node_id
+        self.bootstrap = bootstrap  # came in on the bootstrap port: goes to the upstream address
+        self.client: asyncio.Transport | None = None
+        self.broker: asyncio.Transport | None = None
+        self.ip = ""
+        self.user = sasl.ANONYMOUS
+        self.mechanism = ""
+        self.opaque = False  # a byte pipe from now on (raw SASL tokens, or not Kafka at all)
+        self.closed = False
+        self._from_client = FrameReader()
+        self._from_broker = FrameReader()
+        self._order: deque[Pending] = deque()  # every request, in order, until its response is written
+        self._awaiting: deque[Pending] = deque()  # forwarded/internal, waiting for the broker
+        self._early: bytearray = bytearray()  # client bytes before the broker socket is up
+        self._muted_until = 0  # epoch ms
+        self._unmute: asyncio.TimerHandle | None = None
+        self._pauses: set[str] = set()  # why client reading is paused: mute, broker, accept
+        self._broker_paused = False
+        self._last_response = 0.0  # perf_counter of the previous response from the broker
+        self._reading = False  # inside _read_requests (a flush from within must not re-enter)
+        self._internal_ids = 0
+
+    # ------------------------------------------------------------------------- lifecycle
+
+    def client_protocol(self) -> asyncio.Protocol:
+        return _Side(self, upstream=False)
+
+    def broker_protocol(self) -> asyncio.Protocol:
+        return _Side(self, upstream=True)
+
+    def client_made(self, transport: asyncio.Transport) -> None:
+        self.client = transport
+        peer = transport.get_extra_info("peername")
+        self.ip = str(peer[0]) if peer else ""
+        self._pause("accept")  # until the gateway admits it (connection quotas) and the broker is up
+        self.core.admit(self)
+
+    def upstream_made(self, transport: asyncio.Transport) -> None:
+        self.broker = transport
+        if self._early:
+            data, self._early = bytes(self._early), bytearray()
+            self.client_data(data)
+
+    def accepted(self) -> None:
+        """Admitted and connected to the broker: start reading the client."""
+        self._resume("accept")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._unmute is not None:
+            self._unmute.cancel()
+        for transport in (self.client, self.broker):
+            if transport is not None:
+                transport.close()
+        self.core.forget(self)
+
+    def lost(self, upstream: bool, exc: Exception | None) -> None:
+        if upstream and not self.closed and self.client is not None:
+            self._flush()  # answers that are ready still go out
+        self.close()
+
+    def write_paused(self, upstream: bool, paused: bool) -> None:
+        """Backpressure: a side that cannot keep up stops the other side's reading."""
+        if upstream:  # the broker socket is full: stop reading requests
+            (self._pause if paused else self._resume)("broker")
+        elif self.broker is not None:  # the client is slow: stop reading responses
+            self._broker_paused = paused
+            (self.broker.pause_reading if paused else self.broker.resume_reading)()
+
+    def _pause(self, why: str) -> None:
+        """Stop reading the client's socket (reasons: accept, mute, broker, backlog)."""
+        if not self._pauses and self.client is not None and not self.closed:
+            self.client.pause_reading()
+        self._pauses.add(why)
+
+    def _resume(self, why: str) -> None:
+        if why not in self._pauses:
+            return
+        self._pauses.discard(why)
+        if not self._pauses and self.client is not None and not self.closed:
+            self.client.resume_reading()
+        if why != "backlog":
+            self._read_requests()
+
+    # ------------------------------------------------------------------------- requests
+
+    def client_data(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.broker is None:
+            self._early += data
+            return
+        if self.opaque:
+            self.broker.write(data)
+            return
+        self._from_client.feed(data)
+        self._read_requests()
+
+    def _read_requests(self) -> None:
+        """Handle the requests read so far, as a broker does: one at a time per connection (the
+        next is read once the previous response is out: Kafka mutes a channel while a request is
+        in flight), none while admission, backpressure or a throttle (KIP-219) hold the client."""
+        if self._reading:
+            return  # called back from inside the loop (a local answer was flushed)
+        self._reading = True
+        try:
+            self._read_loop()
+        finally:
+            self._reading = False
+
+    def _read_loop(self) -> None:
+        reader = self._from_client
+        while not self.closed and not self.opaque:
+            if self._pauses - {"backlog"} or len(self._order) >= self.core.max_in_flight:
+                break
+            if self._muted_until and self.core.now_ms() < self._muted_until:
+                self._mute_until(self._muted_until)
+                break
+            try:
+                payload = reader.next()
+            except FrameError as exc:
+                self._go_opaque(f"client framing: {exc}")
+                return
+            if payload is None:
+                break
+            try:
+                header = request_header(payload)
+            except FrameError as exc:
+                self._go_opaque(f"request header: {exc}", payload)
+                return
+            self._request(header, payload)
+        # read ahead at most READ_AHEAD bytes: a pipelining client waits in its own socket
+        if reader.buffered >= READ_AHEAD and reader.complete():
+            self._pause("backlog")
+        else:
+            self._resume("backlog")
+
+    def _request(self, header: RequestHeader, payload: bytes) -> None:
+        core, key, version = self.core, header.api_key, header.api_version
+        core.metrics.request(key)
+        context: Any = None
+        try:
+            if key == apis.PRODUCE and header.body >= 0:
+                if messages.produce_acks(payload, version, header.body) == 0:
+                    self._forward_without_response(header, payload)
+                    return
+            elif key == apis.FETCH and header.body >= 0:
+                context = messages.fetch_request(payload, version, header.body)
+                cap = None if core.local is None or context.follower else \
+                    core.local.fetch_cap(self.user, header.client_id)
+                if cap is not None and context.max_bytes > cap:
+                    payload = messages.cap_fetch(payload, version, header.body, cap)
+            elif key == apis.SASL_HANDSHAKE:
+                if version == 0:  # raw SASL tokens follow, outside Kafka framing
+                    self._forward(header, payload, None)
+                    self._go_opaque("SaslHandshake v0")
+                    return
+                self.mechanism = messages.sasl_mechanism(payload, version, header.body)
+            elif key == apis.SASL_AUTHENTICATE:
+                context = sasl.username(self.mechanism,
+                                        messages.sasl_auth_bytes(payload, version, header.body))
+            elif key in apis.MUTATION_APIS and header.body >= 0:
+                request = messages.mutation_request(key, version, payload, header.body)
+                self._mutation(header, MutationContext(key, version, request, payload, header.body))
+                return
+        except MessageError as exc:
+            core.metrics.undecoded(key)
+            logger.debug("passing %s v%d through undecoded: %s", apis.api_name(key), version, exc)
+            context = None
+        self._forward(header, payload, context)
+
+    def _forward(self, header: RequestHeader, payload: bytes, context: Any) -> None:
+        assert self.broker is not None
+        pending = Pending(FORWARDED, header, len(payload), time.perf_counter(), context=context)
+        self._order.append(pending)
+        self._awaiting.append(pending)
+        self.broker.write(SIZE.pack(len(payload)) + payload)
+
+    def _forward_without_response(self, header: RequestHeader, payload: bytes) -> None:
+        """acks=0 Produce: no response comes, so none is awaited; charged its bytes, exempt from
+        the request quota, and the channel is still muted by the byte-rate quota (Kafka)."""
+        assert self.broker is not None
+        self.broker.write(SIZE.pack(len(payload)) + payload)
+        core, now = self.core, self.core.now_ms()
+        core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
+                           "Produce", header.api_version, len(payload), 0.0, 0.0, exempt=True)
+        ms = policy.response_throttle(core.directives, apis.PRODUCE, self.user, header.client_id,
+                                      self.node_id, now)
+        if core.local is not None:
+            ms = max(ms, core.local.request(self.node_id, now, core.listener, self.user,
+                                            header.client_id, self.ip, "Produce", len(payload),
+                                            0.0, True))
+        if ms > 0:
+            core.metrics.throttled(apis.PRODUCE, ms)
+            self._mute_until(now + ms)
+
+    def _mutation(self, header: RequestHeader, context: MutationContext) -> None:
+        """Plan the request's topics against the mutation quota (after looking up the partition
+        counts it charges, if any), then forward the admitted ones and answer the rest."""
+        pending = Pending(HELD, header, len(context.payload), context=context)
+        self._order.append(pending)
+        if not (context.needs_lookup and self._lookup_partitions(pending)):
+            self._decide(pending)  # nothing to look up, or no lookup possible: charge what is known
+
+    def _decide(self, pending: Pending) -> None:
+        context: MutationContext = pending.context
+        core, header, now = self.core, pending.header, self.core.now_ms()
+        plan = context.plan = policy.plan_mutation(
+            core.local, core.directives, header.api_key, header.api_version, context.request,
+            context.charged(), self.user, header.client_id, self.node_id, now)
+        context.throttle_until = now + plan.throttle_ms
+        if plan.rejected:
+            core.metrics.rejected(header.api_key, len(plan.rejected))
+        if len(plan.rejected) == len(context.request.topics) and context.request.topics:
+            pending.kind = LOCAL
+            pending.payload = messages.reject_mutation(header.api_key, header.api_version,
+                                                       header.correlation_id, context.request,
+                                                       plan.reject_ms)
+            pending.ready = True
+            self._mute_until(now + plan.reject_ms)
+            self._flush()
+            return
+        try:
+            payload = context.forwarded_payload()
+        except MessageError:
+            payload, context.plan = context.payload, None
+        pending.kind, pending.sent = FORWARDED, time.perf_counter()
+        self._awaiting.append(pending)
+        assert self.broker is not None
+        self.broker.write(SIZE.pack(len(payload)) + payload)
+
+    def _lookup_partitions(self, held: Pending) -> bool:
+        """An internal Metadata request on this connection, answered before the mutation (the
+        broker answers in order) and never shown to the client. False if it cannot be made."""
+        context: MutationContext = held.context
+        version = self.core.metadata_version
+        names = [t.name for t in context.request.topics if t.name]
+        ids = [t.topic_id for t in context.request.topics if not t.name and t.topic_id]
+        self._internal_ids -= 1
+        try:
+            payload = messages.metadata_request(version, self._internal_ids, "quota-streams-gateway",
+                                                names, ids if version >= 10 else [])
+        except MessageError:
+            return False
+        lookup = RequestHeader(apis.METADATA, version, self._internal_ids, "", -1)
+        self._awaiting.append(Pending(INTERNAL, lookup, len(payload), time.perf_counter(),
+                                      context=held))
+        assert self.broker is not None
+        self.broker.write(SIZE.pack(len(payload)) + payload)
+        return True
+
+    # ------------------------------------------------------------------------- responses
+
+    def upstream_data(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.opaque:
+            if self.client is not None:
+                self.client.write(data)
+            return
+        self._from_broker.feed(data)
+        while not self.closed:
+            try:
+                payload = self._from_broker.next()
+            except FrameError as exc:
+                logger.warning("broker %d sent a bad frame (%s); closing the connection",
+                               self.node_id, exc)
+                self.close()
+                return
+            if payload is None:
+                return
+            if not self._awaiting:
+                logger.warning("broker %d sent a response to no request; closing", self.node_id)
+                self.close()
+                return
+            pending = self._awaiting.popleft()
+            if len(payload) < 4 or correlation_id(payload) != pending.header.correlation_id:
+                logger.warning("broker %d answered out of order; closing the connection", self.node_id)
+                self.close()
+                return
+            self._response(pending, payload)
+
+    def _response(self, pending: Pending, payload: bytes) -> None:
+        arrived = time.perf_counter()
+        service = (arrived - max(pending.sent, self._last_response)) * 1000.0
+        self._last_response = arrived
+        if pending.kind == INTERNAL:
+            self._lookup_answer(pending, payload)
+            return
+        core, header = self.core, pending.header
+        key, version = header.api_key, header.api_version
+        now = core.now_ms()
+        try:
+            out, wait = self._rewrite(pending, payload)
+        except MessageError as exc:
+            core.metrics.undecoded(key)
+            logger.debug("passing a %s v%d response through: %s", apis.api_name(key), version, exc)
+            out, wait = payload, None
+        if wait is not None:  # new brokers to listen for first; the response waits in order
+            wait.add_done_callback(lambda _f: self._finish(pending, out, now, service))
+            return
+        self._finish(pending, out, now, service)
+
+    def _rewrite(self, pending: Pending, payload: bytes) -> tuple[bytes, asyncio.Future[None] | None]:
+        """Addresses and versions a client must see through the gateway."""
+        key, version = pending.header.api_key, pending.header.api_version
+        core = self.core
+        if key == apis.METADATA:
+            out, nodes = messages.rewrite_metadata(payload, version, core.client_address)
+            return out, core.learn(nodes)
+        if key == apis.API_VERSIONS:
+            return messages.narrow_api_versions(payload, version), None
+        if key == apis.FIND_COORDINATOR:
+            return messages.rewrite_find_coordinator(payload, version, core.client_address) or payload, None
+        if key == apis.DESCRIBE_CLUSTER:
+            out2, nodes = messages.rewrite_describe_cluster(payload, version, core.client_address)
+            return out2 or payload, core.learn(nodes)
+        if key == apis.SASL_AUTHENTICATE and pending.context:
+            if messages.sasl_authenticated(payload, version):
+                self.user = pending.context
+        return payload, None
+
+    def _finish(self, pending: Pending, payload: bytes, now: int, service_ms: float) -> None:
+        """Charge the request, apply the throttle in force, queue the response in order."""
+        if self.closed:
+            return
+        core, header = self.core, pending.header
+        key, version, client_id = header.api_key, header.api_version, header.client_id
+        context = pending.context
+        fetch = context if isinstance(context, messages.FetchRequestInfo) else None
+        mutation = context if isinstance(context, MutationContext) else None
+        follower = fetch is not None and fetch.follower
+        charged = key not in apis.UNCHARGED
+        throttle = 0
+        if charged and not follower:
+            throttle = policy.response_throttle(core.directives, key, self.user, client_id,
+                                                self.node_id, now)
+        thread_ms = max(0.0, service_ms - fetch.max_wait_ms) if fetch else service_ms
+        nbytes = pending.size if key == apis.PRODUCE else len(payload) if key == apis.FETCH else 0
+        if charged and core.local is not None:
+            # a fetch the directives throttle sends no data: its bytes are not the consumer's
+            served = 0 if fetch is not None and throttle > 0 else nbytes
+            local = core.local.request(self.node_id, now, core.listener, self.user, client_id,
+                                       self.ip, apis.api_name(key), served, thread_ms, follower)
+            if local or throttle:
+                logger.debug("%s from %s/%s: throttle %d ms (local %d, %d B, %.1f ms)",
+                             apis.api_name(key), self.user, client_id, max(throttle, local),
+                             local, served, thread_ms)
+            throttle = max(throttle, local)
+        if mutation is not None and mutation.plan is not None:
+            throttle = max(throttle, mutation.throttle_until - now,
+                           mutation.plan.reject_ms if mutation.plan.rejected else 0)
+            self._charge_mutations(header, payload, mutation, now)
+        try:
+            if mutation is not None and mutation.plan is not None and mutation.plan.rejected:
+                payload = messages.add_rejections(key, version, payload, mutation.request,
+                                                  mutation.plan.rejected, throttle)
+            if throttle > 0 and fetch is not None:
+                payload = messages.empty_fetch_response(payload, version, throttle, fetch.incremental)
+            else:
+                payload = messages.patch_response(key, version, payload, throttle,
+                                                  core.client_address) or payload
+        except MessageError as exc:
+            core.metrics.undecoded(key)
+            logger.debug("could not patch a %s v%d response: %s", apis.api_name(key), version, exc)
+        if charged:
+            if fetch is not None:
+                nbytes = len(payload)  # what the client got: an empty response if throttled
+            core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
+                               apis.api_name(key), version, nbytes, round(thread_ms, 3), 0.0,
+                               exempt=follower)
+        if throttle > 0:
+            core.metrics.throttled(key, throttle)
+            self._mute_until(now + throttle)
+        core.metrics.response(key, len(payload))
+        pending.payload = payload
+        pending.ready = True
+        self._flush()
+
+    def _charge_mutations(self, header: RequestHeader, payload: bytes, context: MutationContext,
+                          now: int) -> None:
+        """One mutation event per topic the broker admitted, with the partitions it charges."""
+        try:
+            admitted = context.admitted_partitions(payload)
+        except MessageError:
+            return
+        for partitions in admitted:
+            self.core.usage.mutation(self.node_id, now, self.user, header.client_id,
+                                     context.request.api, header.api_version, partitions,
+                                     context.request.validate_only)
+
+    def _lookup_answer(self, internal: Pending, payload: bytes) -> None:
+        held: Pending = internal.context
+        try:
+            held.context.learn(payload, internal.header.api_version)
+        except MessageError as exc:
+            logger.debug("partition lookup failed: %s", exc)
+        self._decide(held)
+
+    def _flush(self) -> None:
+        """Write every response that is ready, in request order; then read the next request."""
+        order, client = self._order, self.client
+        wrote = False
+        while order and order[0].ready:
+            pending = order.popleft()
+            wrote = True
+            if client is not None and not self.closed and pending.payload is not None:
+                client.write(SIZE.pack(len(pending.payload)) + pending.payload)
+        if wrote:
+            self._read_requests()
+
+    # ------------------------------------------------------------------------- muting
+
+    def _mute_until(self, until: int) -> None:
+        """KIP-219: read nothing more from this client until `until` (epoch ms)."""
+        if until > self._muted_until:
+            self._muted_until = until
+        if "mute" in self._pauses and self._unmute is not None:
+            self._unmute.cancel()
+        self._pause("mute")
+        delay = max(0.0, (self._muted_until - self.core.now_ms()) / 1000.0)
+        self._unmute = asyncio.get_running_loop().call_later(delay, self._end_mute)
+
+    def _end_mute(self) -> None:
+        self._unmute = None
+        if self.core.now_ms() < self._muted_until:  # the clock moved less than the timer
+            self._mute_until(self._muted_until)
+            return
+        self._muted_until = 0
+        self._resume("mute")
+
+    @property
+    def muted(self) -> bool:
+        return "mute" in self._pauses
+
+    # ------------------------------------------------------------------------- opaque mode
+
+    def _go_opaque(self, reason: str, first: bytes | None = None) -> None:
+        """From here on, a byte pipe: what cannot be read as Kafka is passed through as it is."""
+        logger.info("connection from %s: %s; passing its bytes through unread", self.ip, reason)
+        self.core.metrics.opaque()
+        self.opaque = True
+        self._flush()
+        rest = (SIZE.pack(len(first)) + first if first is not None else b"") + self._from_client.take_rest()
+        if rest and self.broker is not None:
+            self.broker.write(rest)
+        if self.client is not None:
+            pending = self._from_broker.take_rest()
+            if pending:
+                self.client.write(pending)
+

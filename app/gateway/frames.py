@@ -1,0 +1,155 @@
+"""Kafka framing: size-prefixed frames out of a byte stream, and the headers the gateway reads.
+
+Every Kafka frame is a 4-byte big-endian size and that many bytes. A request starts with its
+header: api_key (int16), api_version (int16), correlation_id (int32), client_id (nullable int16
+string) and, in header v2, tagged fields. A response starts with correlation_id and, in header v1,
+tagged fields. That is all the gateway reads of most frames; the rest passes through as bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from app.gateway import apis
+
+_HEAD = struct.Struct(">hhih")
+_I32 = struct.Struct(">i")
+SIZE = _I32
+
+#: Largest frame accepted, as Kafka's socket.request.max.bytes (100 MiB); larger is an error.
+MAX_FRAME = 100 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """The byte stream is not Kafka framing (or a frame is larger than allowed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str
+    body: int  # offset of the body in the frame (after the size), -1 when the header is unknown
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint at `pos`: (value, position after it)."""
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise FrameError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise FrameError("varint too long")
+
+
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    """Position after a tagged-field section starting at `pos`."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise FrameError("truncated tagged fields")
+    return pos
+
+
+def request_header(frame: bytes) -> RequestHeader:
+    """The header of a request frame (without its size prefix). Raises `FrameError`."""
+    if len(frame) < 10:
+        raise FrameError("request shorter than its header")
+    api_key, version, correlation_id, n = _HEAD.unpack_from(frame, 0)
+    pos = 10
+    client_id = ""
+    if n > 0:
+        if pos + n > len(frame):
+            raise FrameError("truncated client_id")
+        client_id = frame[pos:pos + n].decode("utf-8", "replace")
+        pos += n
+    flexible = apis.flexible_request_header(api_key, version)
+    if flexible is None:
+        body = -1
+    elif flexible:
+        body = skip_tagged_fields(frame, pos)
+    else:
+        body = pos
+    return RequestHeader(api_key, version, correlation_id, client_id, body)
+
+
+def response_body_offset(api_key: int, version: int, frame: bytes) -> int:
+    """Where a response's body starts (after correlation id and header tags); -1 if unknown."""
+    flexible = apis.flexible_response_header(api_key, version)
+    if flexible is None:
+        return -1
+    return skip_tagged_fields(frame, 4) if flexible else 4
+
+
+def correlation_id(frame: bytes) -> int:
+    return int(_I32.unpack_from(frame, 0)[0])
+
+
+def frame(payload: bytes) -> bytes:
+    """`payload` with its size prefix."""
+    return _I32.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """Splits a byte stream into frames (payloads without the size prefix).
+
+    `feed(data)` appends what a socket read returned; `next()` returns the next complete frame or
+    None. Each byte is copied once into the buffer and once into its frame.
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame")
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self.max_frame = max_frame
+
+    def feed(self, data: bytes) -> None:
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[:self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def next(self) -> bytes | None:
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return None
+        (size,) = _I32.unpack_from(buf, pos)
+        if size < 0 or size > self.max_frame:
+            raise FrameError(f"frame of {size} bytes (limit {self.max_frame})")
+        end = pos + 4 + size
+        if len(buf) < end:
+            return None
+        payload = bytes(buf[pos + 4:end])
+        self._pos = end
+        return payload
+
+    def complete(self) -> bool:
+        """True when a whole frame is buffered."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return False
+        return len(buf) - pos - 4 >= _I32.unpack_from(buf, pos)[0]
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def take_rest(self) -> bytes:
+        """Everything buffered, for a connection that stops being framed (opaque mode)."""
+        rest = bytes(self._buf[self._pos:])
+        self._buf.clear()
+        self._pos = 0
+        return rest

@@ -1,0 +1,542 @@
+"""The few Kafka messages the gateway decodes or writes, with `kio`.
+
+Each function takes a frame payload (header and body, no size prefix) and returns the new payload,
+or None when nothing had to change, so the caller forwards the original bytes: a large message the
+gateway does not change is never re-encoded. Decoding is kio's (native, fast); encoding is kio's
+pure-Python writer, used only for small messages (ApiVersions, FindCoordinator, DescribeCluster,
+rejections, an empty Fetch response) or rare ones (a response carrying new leader endpoints).
+Metadata responses can be large, so their brokers array alone is rewritten in place.
+
+Any decode failure raises `MessageError`; the caller then passes the frame through untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+import sys
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from app.gateway import apis
+from app.gateway.frames import FrameError, read_uvarint, response_body_offset, skip_tagged_fields
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+#: Where the gateway sends clients for a node: node id -> (host, port), or None if unmapped.
+Addresses = Callable[[int], tuple[str, int] | None]
+
+THROTTLING_QUOTA_EXCEEDED = 89
+REJECT_MESSAGE = "The throttling quota has been exceeded (quota-streams gateway)."
+
+
+class MessageError(ValueError):
+    """A message the gateway cannot decode; it is passed through as it is."""
+
+
+def _decode(schema: Any, payload: bytes, offset: int) -> Any:
+    try:
+        entity, _size = entity_reader(schema)(payload, offset)
+    except Exception as exc:  # kio raises KeyError, ValueError, struct.error, ... on bad input
+        raise MessageError(f"{schema.__name__}: {exc!r}") from None
+    return entity
+
+
+def _encode(schema: Any, entity: Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(schema)(buf, entity)
+    return buf.getvalue()
+
+
+def _nested(schema: Any, name: str) -> Any:
+    """A nested class of a message version (e.g. `CreatableTopicResult` of CreateTopics v5)."""
+    return getattr(sys.modules[schema.__module__], name)
+
+
+def _body_offset(api_key: int, version: int, payload: bytes) -> int:
+    try:
+        offset = response_body_offset(api_key, version, payload)
+    except FrameError as exc:
+        raise MessageError(str(exc)) from None
+    if offset < 0:
+        raise MessageError(f"unknown response {api_key} v{version}")
+    return offset
+
+
+def _response(api_key: int, version: int, payload: bytes) -> tuple[Any, Any, int]:
+    schema = apis.response_schema(api_key, version)
+    if schema is None:
+        raise MessageError(f"no schema for response {api_key} v{version}")
+    offset = _body_offset(api_key, version, payload)
+    return schema, _decode(schema, payload, offset), offset
+
+
+def _request(api_key: int, version: int, payload: bytes, body: int) -> Any:
+    schema = apis.request_schema(api_key, version)
+    if schema is None or body < 0:
+        raise MessageError(f"no schema for request {api_key} v{version}")
+    return _decode(schema, payload, body)
+
+
+def throttle(ms: int) -> timedelta:
+    return timedelta(milliseconds=max(0, min(ms, 2**31 - 1)))
+
+
+def response_header(correlation_id: int, flexible: bool) -> bytes:
+    return _I32.pack(correlation_id) + (b"\x00" if flexible else b"")
+
+
+# ---------------------------------------------------------------------------------- ApiVersions
+
+
+def narrow_api_versions(payload: bytes, version: int,
+                        supported: Mapping[int, tuple[int, int]] = apis.DECODED,
+                        hidden: Iterable[int] = apis.HIDDEN_APIS) -> bytes:
+    """The broker's ApiVersions answer cut to what the gateway can proxy: APIs it decodes keep
+    the versions both sides know, APIs that hand out addresses it does not rewrite are removed,
+    every other API is offered as the broker offers it (passed through as bytes)."""
+    schema, resp, offset = _response(apis.API_VERSIONS, version, payload)
+    if resp.error_code != ErrorCode.none:
+        return payload  # e.g. UNSUPPORTED_VERSION: the client retries with what the broker says
+    drop = set(hidden)
+    keys = []
+    for item in resp.api_keys:
+        if item.api_key in drop:
+            continue
+        window = supported.get(item.api_key)
+        if window is not None:
+            low, high = max(item.min_version, window[0]), min(item.max_version, window[1])
+            if low > high:
+                continue
+            item = dataclasses.replace(item, min_version=low, max_version=high)
+        keys.append(item)
+    return payload[:offset] + _encode(schema, dataclasses.replace(resp, api_keys=tuple(keys)))
+
+
+def api_version_ranges(payload: bytes, version: int) -> dict[int, tuple[int, int]]:
+    """The (min, max) version per API key of an ApiVersions response."""
+    _schema, resp, _offset = _response(apis.API_VERSIONS, version, payload)
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+
+
+# ------------------------------------------------------------------------- broker addresses
+
+
+def _read_string(buf: bytes, pos: int, compact: bool) -> tuple[str | None, int]:
+    if compact:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        (n,) = _I16.unpack_from(buf, pos)
+        pos += 2
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise FrameError("truncated string")
+    return buf[pos:pos + n].decode("utf-8", "replace"), pos + n
+
+
+def _write_string(value: str | None, compact: bool) -> bytes:
+    if value is None:
+        return b"\x00" if compact else _I16.pack(-1)
+    raw = value.encode()
+    return (_uvarint(len(raw) + 1) if compact else _I16.pack(len(raw))) + raw
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Node:
+    """A broker as the cluster describes it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+def metadata_brokers(payload: bytes, version: int) -> tuple[list[Node], int, int]:
+    """The brokers array of a Metadata response: (nodes, start, end) byte offsets of the array."""
+    offset = _body_offset(apis.METADATA, version, payload)
+    flexible = version >= 9
+    pos = offset + (4 if version >= 3 else 0)  # throttle_time_ms
+    start = pos
+    try:
+        if flexible:
+            count, pos = read_uvarint(payload, pos)
+            count -= 1
+        else:
+            (count,) = _I32.unpack_from(payload, pos)
+            pos += 4
+        nodes = []
+        for _ in range(max(count, 0)):
+            (node_id,) = _I32.unpack_from(payload, pos)
+            host, pos = _read_string(payload, pos + 4, flexible)
+            (port,) = _I32.unpack_from(payload, pos)
+            pos += 4
+            rack = None
+            if version >= 1:
+                rack, pos = _read_string(payload, pos, flexible)
+            if flexible:
+                pos = skip_tagged_fields(payload, pos)
+            nodes.append(Node(node_id, host or "", port, rack))
+    except (struct.error, FrameError) as exc:
+        raise MessageError(f"Metadata v{version} brokers: {exc}") from None
+    return nodes, start, pos
+
+
+def rewrite_metadata(payload: bytes, version: int, addresses: Addresses) -> tuple[bytes, list[Node]]:
+    """Point every broker of a Metadata response at the gateway; returns the new payload and the
+    brokers as the cluster described them. Only the brokers array is re-encoded."""
+    nodes, start, end = metadata_brokers(payload, version)
+    flexible = version >= 9
+    parts = [_uvarint(len(nodes) + 1) if flexible else _I32.pack(len(nodes))]
+    for node in nodes:
+        host, port = addresses(node.node_id) or (node.host, node.port)
+        parts.append(_I32.pack(node.node_id) + _write_string(host, flexible) + _I32.pack(port))
+        if version >= 1:
+            parts.append(_write_string(node.rack, flexible))
+        if flexible:
+            parts.append(b"\x00")
+    return payload[:start] + b"".join(parts) + payload[end:], nodes
+
+
+def rewrite_find_coordinator(payload: bytes, version: int, addresses: Addresses) -> bytes | None:
+    """FindCoordinator: host/port (v0-v3) or each of `coordinators` (v4+) point at the gateway."""
+    schema, resp, offset = _response(apis.FIND_COORDINATOR, version, payload)
+    if version >= 4:
+        coordinators = tuple(_readdress(c, "node_id", addresses) for c in resp.coordinators)
+        if coordinators == resp.coordinators:
+            return None
+        resp = dataclasses.replace(resp, coordinators=coordinators)
+    else:
+        new = _readdress(resp, "node_id", addresses)
+        if new is resp:
+            return None
+        resp = new
+    return payload[:offset] + _encode(schema, resp)
+
+
+def rewrite_describe_cluster(payload: bytes, version: int, addresses: Addresses) -> tuple[bytes | None, list[Node]]:
+    """DescribeCluster: every broker points at the gateway."""
+    schema, resp, offset = _response(apis.DESCRIBE_CLUSTER, version, payload)
+    nodes = [Node(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers]
+    brokers = tuple(_readdress(b, "broker_id", addresses) for b in resp.brokers)
+    if brokers == resp.brokers:
+        return None, nodes
+    return payload[:offset] + _encode(schema, dataclasses.replace(resp, brokers=brokers)), nodes
+
+
+def _readdress(item: Any, id_field: str, addresses: Addresses) -> Any:
+    node_id = getattr(item, id_field)
+    if node_id < 0:
+        return item  # "no coordinator" (-1) and the like carry no address to rewrite
+    mapped = addresses(node_id)
+    if mapped is None or (item.host, item.port) == mapped:
+        return item
+    return dataclasses.replace(item, host=mapped[0], port=mapped[1])
+
+
+# --------------------------------------------------------------------------- Produce / Fetch
+
+
+def produce_acks(payload: bytes, version: int, body: int) -> int:
+    """The `acks` of a Produce request, read without decoding its records."""
+    try:
+        if version >= 9:
+            n, pos = read_uvarint(payload, body)
+            pos += max(n - 1, 0)
+        else:
+            (n,) = _I16.unpack_from(payload, body)
+            pos = body + 2 + max(n, 0)
+        return int(_I16.unpack_from(payload, pos)[0])
+    except (struct.error, FrameError) as exc:
+        raise MessageError(f"Produce v{version}: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchRequestInfo:
+    """What the gateway needs of a Fetch request."""
+
+    max_wait_ms: int
+    follower: bool  # a replica's fetch: exempt from client quotas
+    incremental: bool  # part of an existing fetch session (epoch > 0)
+    max_bytes: int
+
+
+def fetch_request(payload: bytes, version: int, body: int) -> FetchRequestInfo:
+    req = _request(apis.FETCH, version, payload, body)
+    replica = req.replica_state.replica_id if version >= 15 else req.replica_id
+    max_wait = int(req.max_wait.total_seconds() * 1000)
+    epoch = req.session_epoch if version >= 7 else -1
+    return FetchRequestInfo(max_wait, replica >= 0, epoch > 0, int(req.max_bytes))
+
+
+def cap_fetch(payload: bytes, version: int, body: int, max_bytes: int) -> bytes:
+    """A Fetch request asking for at most `max_bytes` (the request is small: re-encoded)."""
+    schema = apis.request_schema(apis.FETCH, version)
+    req = _request(apis.FETCH, version, payload, body)
+    return payload[:body] + _encode(schema, dataclasses.replace(req, max_bytes=max_bytes))
+
+
+def patch_response(api_key: int, version: int, payload: bytes, throttle_ms: int,
+                   addresses: Addresses) -> bytes | None:
+    """A response with `throttle_time_ms = max(its own, throttle_ms)` and, for Produce v10+ and
+    Fetch v16+, its `node_endpoints` pointed at the gateway. None when nothing changes.
+
+    Most responses start with throttle_time_ms and are patched in place; Produce's comes after
+    its partition results and is re-encoded (Produce responses are small)."""
+    if api_key == apis.PRODUCE:
+        return _patch_produce(version, payload, throttle_ms, addresses)
+    out: bytes | None = None
+    if api_key == apis.FETCH and version >= 16:
+        out = _fetch_endpoints(version, payload, addresses)
+    if throttle_ms > 0 and apis.throttle_first(api_key, version):
+        base = out if out is not None else payload
+        offset = _body_offset(api_key, version, base)
+        if len(base) < offset + 4:
+            raise MessageError("response shorter than throttle_time_ms")
+        (own,) = _I32.unpack_from(base, offset)
+        if throttle_ms > own:
+            out = base[:offset] + _I32.pack(min(throttle_ms, 2**31 - 1)) + base[offset + 4:]
+    return out
+
+
+def _patch_produce(version: int, payload: bytes, throttle_ms: int,
+                   addresses: Addresses) -> bytes | None:
+    if throttle_ms <= 0 and version < 10:
+        return None
+    schema, resp, offset = _response(apis.PRODUCE, version, payload)
+    new = resp
+    if version >= 10 and resp.node_endpoints:
+        new = dataclasses.replace(new, node_endpoints=tuple(
+            _readdress(e, "node_id", addresses) for e in resp.node_endpoints))
+    if throttle_ms > resp.throttle_time.total_seconds() * 1000:
+        new = dataclasses.replace(new, throttle_time=throttle(throttle_ms))
+    if new is resp:
+        return None
+    return payload[:offset] + _encode(schema, new)
+
+
+def _fetch_endpoints(version: int, payload: bytes, addresses: Addresses) -> bytes | None:
+    schema, resp, offset = _response(apis.FETCH, version, payload)
+    if not resp.node_endpoints:
+        return None
+    endpoints = tuple(_readdress(e, "node_id", addresses) for e in resp.node_endpoints)
+    return payload[:offset] + _encode(schema, dataclasses.replace(resp, node_endpoints=endpoints))
+
+
+def empty_fetch_response(payload: bytes, version: int, throttle_ms: int, incremental: bool) -> bytes:
+    """What a broker sends a throttled consumer instead of data (KIP-219: `getThrottledResponse`):
+    no partitions, `throttle_time_ms` set. An incremental session keeps its id, so its next
+    request still fits; a full fetch gets session 0, as Kafka's, and starts over."""
+    schema, resp, offset = _response(apis.FETCH, version, payload)
+    fields: dict[str, Any] = {"throttle_time": throttle(throttle_ms), "responses": ()}
+    if version >= 7:
+        fields["error_code"] = ErrorCode.none
+        fields["session_id"] = resp.session_id if incremental else 0
+    if version >= 16:
+        fields["node_endpoints"] = ()
+    return payload[:offset] + _encode(schema, dataclasses.replace(resp, **fields))
+
+
+# ------------------------------------------------------------------------- mutations (KIP-599)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MutationTopic:
+    """One topic of a CreateTopics/DeleteTopics/CreatePartitions request."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+    partitions: int  # CreateTopics: asked for (-1: broker default); CreatePartitions: new total
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MutationRequest:
+    api: str  # contract name
+    topics: tuple[MutationTopic, ...]
+    validate_only: bool
+
+
+def mutation_request(api_key: int, version: int, payload: bytes, body: int) -> MutationRequest:
+    req = _request(api_key, version, payload, body)
+    if api_key == apis.CREATE_TOPICS:
+        topics = tuple(MutationTopic(t.name, None, len(t.assignments) if t.assignments
+                                     else int(t.num_partitions)) for t in req.topics)
+        return MutationRequest("CreateTopics", topics, bool(getattr(req, "validate_only", False)))
+    if api_key == apis.DELETE_TOPICS:
+        if version >= 6:
+            topics = tuple(MutationTopic(t.name, t.topic_id, 0) for t in req.topics)
+        else:
+            topics = tuple(MutationTopic(name, None, 0) for name in req.topic_names)
+        return MutationRequest("DeleteTopics", topics, False)
+    if api_key == apis.CREATE_PARTITIONS:
+        topics = tuple(MutationTopic(t.name, None, int(t.count)) for t in req.topics)
+        return MutationRequest("CreatePartitions", topics, bool(req.validate_only))
+    raise MessageError(f"not a mutation API: {api_key}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicResult:
+    name: str | None
+    topic_id: uuid.UUID | None
+    error_code: int
+    partitions: int  # CreateTopics v5+: the partitions created; -1 when the response does not say
+
+
+def mutation_results(api_key: int, version: int, payload: bytes) -> list[TopicResult]:
+    """Per-topic outcome of a mutation response, in response order."""
+    _schema, resp, _offset = _response(api_key, version, payload)
+    if api_key == apis.CREATE_TOPICS:
+        return [TopicResult(t.name, getattr(t, "topic_id", None), int(t.error_code),
+                            int(getattr(t, "num_partitions", -1))) for t in resp.topics]
+    if api_key == apis.DELETE_TOPICS:
+        return [TopicResult(t.name, getattr(t, "topic_id", None), int(t.error_code), -1)
+                for t in resp.responses]
+    return [TopicResult(t.name, None, int(t.error_code), -1) for t in resp.results]
+
+
+def _rejections(schema: Any, api_key: int, topics: Iterable[MutationTopic]) -> list[Any]:
+    """Result entries saying THROTTLING_QUOTA_EXCEEDED for `topics`, in a response version's
+    own classes."""
+    error = ErrorCode(THROTTLING_QUOTA_EXCEEDED)
+    name = {apis.CREATE_TOPICS: "CreatableTopicResult", apis.DELETE_TOPICS: "DeletableTopicResult",
+            apis.CREATE_PARTITIONS: "CreatePartitionsTopicResult"}[api_key]
+    result = _nested(schema, name)
+    fields = {f.name for f in dataclasses.fields(result)}
+    items = []
+    for t in topics:
+        kw: dict[str, Any] = {"name": t.name, "error_code": error}
+        if "topic_id" in fields:
+            kw["topic_id"] = t.topic_id
+        if "error_message" in fields:
+            kw["error_message"] = REJECT_MESSAGE
+        if "configs" in fields:
+            kw["configs"] = None
+        items.append(result(**kw))
+    return items
+
+
+_RESULTS = {apis.CREATE_TOPICS: "topics", apis.DELETE_TOPICS: "responses",
+            apis.CREATE_PARTITIONS: "results"}
+
+
+def reject_mutation(api_key: int, version: int, correlation_id: int, request: MutationRequest,
+                    throttle_ms: int) -> bytes:
+    """The response a broker sends a strict mutation request while its quota is in debt: every
+    topic THROTTLING_QUOTA_EXCEEDED, nothing forwarded to the controller."""
+    schema = apis.response_schema(api_key, version)
+    if schema is None or api_key not in _RESULTS:
+        raise MessageError(f"no mutation response schema {api_key} v{version}")
+    flexible = bool(apis.flexible_response_header(api_key, version))
+    body = schema(throttle_time=throttle(throttle_ms),
+                  **{_RESULTS[api_key]: tuple(_rejections(schema, api_key, request.topics))})
+    return response_header(correlation_id, flexible) + _encode(schema, body)
+
+
+def keep_topics(api_key: int, version: int, payload: bytes, body: int, keep: list[int]) -> bytes:
+    """A mutation request with only the topics at indexes `keep` (the others were rejected)."""
+    schema = apis.request_schema(api_key, version)
+    req = _request(api_key, version, payload, body)
+    field = "topic_names" if api_key == apis.DELETE_TOPICS and version < 6 else "topics"
+    topics = getattr(req, field)
+    return payload[:body] + _encode(schema, dataclasses.replace(
+        req, **{field: tuple(topics[i] for i in keep)}))
+
+
+def add_rejections(api_key: int, version: int, payload: bytes, request: MutationRequest,
+                   rejected: Iterable[int], throttle_ms: int) -> bytes:
+    """The broker's answer to the admitted topics, with the rejected ones put back in request
+    order as THROTTLING_QUOTA_EXCEEDED, and the larger throttle of the two."""
+    schema, resp, offset = _response(api_key, version, payload)
+    rejected = set(rejected)
+    answered = iter(getattr(resp, _RESULTS[api_key]))
+    refusals = iter(_rejections(schema, api_key, [request.topics[i] for i in sorted(rejected)]))
+    merged = []
+    for i in range(len(request.topics)):
+        item = next(refusals if i in rejected else answered, None)
+        if item is not None:
+            merged.append(item)
+    merged.extend(answered)  # anything the broker added beyond the request, kept
+    own = int(resp.throttle_time.total_seconds() * 1000)
+    return payload[:offset] + _encode(schema, dataclasses.replace(
+        resp, throttle_time=throttle(max(own, throttle_ms)), **{_RESULTS[api_key]: tuple(merged)}))
+
+
+# ------------------------------------------------------------------- internal Metadata lookups
+
+
+def metadata_request(version: int, correlation_id: int, client_id: str,
+                     names: Iterable[str], topic_ids: Iterable[uuid.UUID] = ()) -> bytes:
+    """A Metadata request for some topics (by name, or by id from v10), no auto-creation."""
+    schema = apis.request_schema(apis.METADATA, version)
+    if schema is None:
+        raise MessageError(f"no schema for Metadata v{version}")
+    topic_cls = _nested(schema, "MetadataRequestTopic")
+    fields = {f.name for f in dataclasses.fields(topic_cls)}
+    topics = [topic_cls(name=n, **({"topic_id": None} if "topic_id" in fields else {}))
+              for n in names]
+    if "topic_id" in fields:
+        topics += [topic_cls(name=None, topic_id=t) for t in topic_ids]
+    kwargs: dict[str, Any] = {"topics": tuple(topics)}
+    for f in dataclasses.fields(schema):  # no auto-creation, no authorized operations
+        if f.name != "topics" and f.default is dataclasses.MISSING:
+            kwargs[f.name] = False
+    body = _encode(schema, schema(**kwargs))
+    header_cls = schema.__header_schema__
+    head = _encode(header_cls, header_cls(request_api_key=apis.METADATA, request_api_version=version,
+                                          correlation_id=correlation_id, client_id=client_id))
+    return head + body
+
+
+def topic_partition_counts(payload: bytes, version: int) -> tuple[dict[str, int], dict[uuid.UUID, int]]:
+    """Partition counts per topic name and per topic id of a Metadata response (found topics)."""
+    _schema, resp, _offset = _response(apis.METADATA, version, payload)
+    by_name: dict[str, int] = {}
+    by_id: dict[uuid.UUID, int] = {}
+    for t in resp.topics:
+        if t.error_code != ErrorCode.none:
+            continue
+        if t.name:
+            by_name[t.name] = len(t.partitions)
+        topic_id = getattr(t, "topic_id", None)
+        if topic_id:
+            by_id[topic_id] = len(t.partitions)
+    return by_name, by_id
+
+
+# ---------------------------------------------------------------------------------------- SASL
+
+
+def sasl_mechanism(payload: bytes, version: int, body: int) -> str:
+    """The mechanism a SaslHandshake request asks for."""
+    return str(_request(apis.SASL_HANDSHAKE, version, payload, body).mechanism)
+
+
+def sasl_auth_bytes(payload: bytes, version: int, body: int) -> bytes:
+    """The client's token in a SaslAuthenticate request."""
+    return bytes(_request(apis.SASL_AUTHENTICATE, version, payload, body).auth_bytes)
+
+
+def sasl_authenticated(payload: bytes, version: int) -> bool:
+    """True when a SaslAuthenticate response carries no error."""
+    _schema, resp, _offset = _response(apis.SASL_AUTHENTICATE, version, payload)
+    return bool(resp.error_code == ErrorCode.none)

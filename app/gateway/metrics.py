@@ -1,0 +1,67 @@
+"""The gateway's Prometheus metrics, in a registry of its own (several gateways can share a
+process in tests). Entity names never appear in labels: those are unbounded."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from app.gateway import apis
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("quota_streams_gateway_requests", "Requests read from clients", ["api"], registry=r)
+        self.response_bytes = Counter("quota_streams_gateway_response_bytes", "Response bytes written to clients",
+                                      ["api"], registry=r)
+        self.throttles = Counter("quota_streams_gateway_throttled_responses",
+                                 "Responses throttled by a directive (then the connection is muted)",
+                                 ["api"], registry=r)
+        self.throttle_ms = Counter("quota_streams_gateway_throttle_ms", "Milliseconds of throttle applied",
+                                   ["api"], registry=r)
+        self.rejections = Counter("quota_streams_gateway_rejected_topics",
+                                  "Topics of strict mutation requests answered THROTTLING_QUOTA_EXCEEDED",
+                                  ["api"], registry=r)
+        self.connections = Counter("quota_streams_gateway_connections",
+                                   "New client connections by outcome", ["outcome"], registry=r)
+        self.open = Gauge("quota_streams_gateway_open_connections", "Client connections open", registry=r)
+        self.undecoded_frames = Counter("quota_streams_gateway_undecoded",
+                                        "Frames passed through because they could not be decoded",
+                                        ["api"], registry=r)
+        self.opaque_connections = Counter("quota_streams_gateway_opaque_connections",
+                                          "Connections passed through as bytes (not Kafka framing, "
+                                          "or SASL v0 tokens)", registry=r)
+        self.events = Counter("quota_streams_gateway_events", "Usage events recorded", registry=r)
+        self.events_dropped = Counter("quota_streams_gateway_events_dropped",
+                                      "Usage events dropped (the event topics could not be written "
+                                      "fast enough)", registry=r)
+        self.records = Counter("quota_streams_gateway_event_records", "Batch records sent to the event topics",
+                               registry=r)
+        self.send_errors = Counter("quota_streams_gateway_event_send_errors", "Failed sends of event batches",
+                                   registry=r)
+        self.upstream_errors = Counter("quota_streams_gateway_upstream_connect_errors",
+                                       "Failed connections to a broker", registry=r)
+        self.directives = Gauge("quota_streams_gateway_directives_active", "Directives in force", registry=r)
+        self.directives_ready = Gauge("quota_streams_gateway_directives_ready",
+                                      "1 once the directives were rebuilt from the control topic",
+                                      registry=r)
+
+    def request(self, api_key: int) -> None:
+        self.requests.labels(apis.api_name(api_key)).inc()
+
+    def response(self, api_key: int, nbytes: int) -> None:
+        self.response_bytes.labels(apis.api_name(api_key)).inc(nbytes)
+
+    def throttled(self, api_key: int, ms: int) -> None:
+        name = apis.api_name(api_key)
+        self.throttles.labels(name).inc()
+        self.throttle_ms.labels(name).inc(ms)
+
+    def rejected(self, api_key: int, topics: int) -> None:
+        self.rejections.labels(apis.api_name(api_key)).inc(topics)
+
+    def undecoded(self, api_key: int) -> None:
+        self.undecoded_frames.labels(apis.api_name(api_key)).inc()
+
+    def opaque(self) -> None:
+        self.opaque_connections.inc()

@@ -1,0 +1,440 @@
+"""The gateway process: its listeners, connection admission, the directives it obeys and the usage
+events it publishes.
+
+Start-up: probe the cluster (ApiVersions and Metadata on `--upstream`) to learn its brokers and
+the versions it speaks; rebuild the directives from the control topic (bounded by
+`directives_timeout`: the gateway serves without them rather than not at all, and says so);
+open the event producer; listen on the bootstrap port and one port per broker (`nodes.PortRule`).
+A broker that appears later (in a Metadata or DescribeCluster response) gets its port before the
+response that names it reaches the client.
+
+Admission (KIP-612, per broker port, as a broker's acceptor): a `delay_connection` in force for
+the broker or listener holds this port's acceptor for its throttle (later connections queue
+behind it), then the connection is accepted; an IP under `close_connection` gets its socket held,
+unread, and closed when the throttle ends, never reaching a broker. Only accepted connections are
+events.
+
+When the control topic cannot be read, the directives already known stay in force until their
+`until`, and nothing new is learned: the gateway fails open, as a broker without the quota
+processor would. When the event topics cannot be written, usage is kept up to `max_pending`
+events, then dropped and counted (`quota_streams_gateway_events_dropped_total`); requests are
+never held back for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import struct
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.engine import EngineSettings
+from app.gateway import messages
+from app.gateway.connection import Session
+from app.gateway.local import LocalQuotas
+from app.gateway.frames import SIZE, frame
+from app.gateway.messages import MessageError, Node
+from app.gateway.metrics import GatewayMetrics
+from app.gateway.nodes import NodeMap, PortRule
+from app.gateway.policy import Directives
+from app.usage.publisher import EventPublisher
+from app.usage.recorder import UsageRecorder
+
+logger = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+
+
+class GatewayError(RuntimeError):
+    """The gateway cannot start; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    upstream: tuple[Address, ...]
+    listen: Address
+    advertised_host: str
+    kafka_bootstrap: str  # the gateway's own connection: events out, directives in
+    topics: Mapping[str, str]  # event kind -> topic
+    directives_topic: str
+    configs_topic: str = "quota.configs"
+    #: the gateway's own quota decisions (`LocalQuotas`); None: directives only
+    local: EngineSettings | None = None
+    listener: str = "PLAINTEXT"
+    node_port_base: int | None = None  # default: listen port + 1
+    first_node_id: int | None = None  # default: the lowest node id at start
+    bootstrap_node_id: int | None = None  # default: the upstream address's node, else the lowest
+    max_nodes: int = 64
+    flush_ms: int = 5
+    aggregate: bool = False
+    max_in_flight: int = 1  # requests per connection the broker sees at once (Kafka's: 1)
+    max_pending: int = 1_000_000
+    directives_timeout: float = 30.0
+    probe_timeout: float = 10.0
+    client_tls: ssl.SSLContext | None = None
+    upstream_tls: ssl.SSLContext | None = None
+    kafka_options: Mapping[str, Any] = field(default_factory=dict)  # security settings etc.
+
+
+@dataclass
+class ClusterInfo:
+    """What the start-up probe learned."""
+
+    nodes: list[Node]
+    versions: dict[int, tuple[int, int]]
+    answered_by: Address
+
+
+async def probe_cluster(upstream: tuple[Address, ...], tls: ssl.SSLContext | None,
+                        timeout: float) -> ClusterInfo:
+    """ApiVersions, then Metadata (no topics), on the first upstream address that answers."""
+    reasons = []
+    for host, port in upstream:
+        try:
+            async with asyncio.timeout(timeout):
+                return await _probe_one(host, port, tls)
+        except (OSError, TimeoutError, MessageError, struct.error, asyncio.IncompleteReadError) as exc:
+            reasons.append(f"{host}:{port}: {exc or type(exc).__name__}")
+    raise GatewayError("cannot reach the upstream cluster (" + "; ".join(reasons) + "); check "
+                       "--upstream (and its TLS settings)")
+
+
+async def _probe_one(host: str, port: int, tls: ssl.SSLContext | None) -> ClusterInfo:
+    reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+    try:
+        client_id = b"quota-streams-gateway"
+        writer.write(SIZE.pack(10 + len(client_id)) + struct.pack(">hhih", 18, 0, 1, len(client_id))
+                     + client_id)
+        versions = messages.api_version_ranges(await _read_frame(reader), 0)
+        if 3 not in versions:
+            raise MessageError("the upstream does not offer Metadata")
+        version = min(versions[3][1], 12)
+        writer.write(frame(messages.metadata_request(version, 2, client_id.decode(), [])))
+        payload = await _read_frame(reader)
+        nodes, _start, _end = messages.metadata_brokers(payload, version)
+        if not nodes:
+            raise MessageError("the upstream answered Metadata without brokers (does it require "
+                               "SASL? then give --first-node-id and --bootstrap-node-id)")
+        return ClusterInfo(nodes, versions, (host, port))
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = SIZE.unpack(await reader.readexactly(4))
+    if not 0 <= size <= 64 * 1024 * 1024:
+        raise MessageError(f"not a Kafka answer (frame size {size})")
+    return await reader.readexactly(size)
+
+
+class Acceptor:
+    """One broker port's acceptor: connections are admitted in arrival order; a broker or listener
+    `delay_connection` holds it (and those queued behind)."""
+
+    def __init__(self, gateway: Gateway, node_id: int) -> None:
+        self.gateway = gateway
+        self.node_id = node_id
+        self.queue: deque[list[Any]] = deque()  # [session, None or its local IP close_ms]
+        self.busy = False
+
+    def arrive(self, session: Session) -> None:
+        self.queue.append([session, None])
+        if not self.busy:
+            self.run()
+
+    def run(self) -> None:
+        gw = self.gateway
+        self.busy = False
+        while self.queue:
+            item = self.queue[0]
+            session, local_close = item
+            if session.closed:
+                self.queue.popleft()
+                continue
+            now = gw.now_ms()
+            decision = gw.directives.connection(session.ip, gw.config.listener, now,
+                                                broker=self.node_id)
+            if local_close is None:  # first time at the head: the local rates record it now
+                local_delay, local_close = (0, 0) if gw.local is None else gw.local.connection(
+                    self.node_id, now, gw.config.listener, session.ip)
+                item[1] = local_close
+                delay = max(decision.delay_ms, local_delay)
+                if delay > 0:
+                    self.busy = True
+                    gw.metrics.connections.labels("delayed").inc()
+                    asyncio.get_running_loop().call_later(delay / 1000.0, self.run)
+                    return
+            self.queue.popleft()
+            close_ms = max(decision.close_ms, local_close)
+            if close_ms > 0:  # Kafka closes an IP-throttled connection when its throttle ends
+                gw.metrics.connections.labels("closed").inc()
+                asyncio.get_running_loop().call_later(close_ms / 1000.0, session.close)
+                continue
+            gw.metrics.connections.labels("accepted").inc()
+            gw.usage.connection(self.node_id, now, gw.config.listener, session.ip)
+            gw.connect(session)
+
+
+class Gateway:
+    """One gateway instance: what every `Session` shares."""
+
+    def __init__(self, config: GatewayConfig, directives: Directives | None = None,
+                 local: LocalQuotas | None = None) -> None:
+        self.config = config
+        self.local = local if local is not None or config.local is None else LocalQuotas(config.local)
+        self._follower: Any = None
+        self.listener = config.listener
+        self.max_in_flight = config.max_in_flight
+        self.metrics = GatewayMetrics()
+        self.usage = UsageRecorder(config.aggregate, config.max_pending)
+        self._own_directives = directives is None
+        self.directives: Any = directives
+        self.nodes: NodeMap | None = None  # set by start()
+        self.metadata_version = 4
+        self.bootstrap_node = 0
+        self.sessions: set[Session] = set()
+        self._servers: dict[int | None, asyncio.base_events.Server] = {}
+        self._binding: dict[int, asyncio.Future[None]] = {}
+        self._acceptors: dict[int, Acceptor] = {}
+        self._bootstrap_targets: list[Address] = list(config.upstream)
+        self._producer: Any = None
+        self._publisher: EventPublisher | None = None
+        self._publish_task: asyncio.Task[None] | None = None
+        self._recorded = 0
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    # ------------------------------------------------------------------------- start / stop
+
+    async def start(self) -> None:
+        cfg = self.config
+        info = await probe_cluster(cfg.upstream, cfg.upstream_tls, cfg.probe_timeout)
+        self.metadata_version = min(info.versions.get(3, (0, 4))[1], 12)
+        lowest = min(n.node_id for n in info.nodes)
+        rule = PortRule(cfg.advertised_host,
+                        cfg.node_port_base if cfg.node_port_base is not None else cfg.listen[1] + 1,
+                        cfg.first_node_id if cfg.first_node_id is not None else lowest,
+                        cfg.max_nodes)
+        self.nodes = NodeMap(rule)
+        self.nodes.learn(info.nodes)
+        if cfg.bootstrap_node_id is not None:
+            self.bootstrap_node = cfg.bootstrap_node_id
+        else:
+            named = [n.node_id for n in info.nodes if (n.host, n.port) == info.answered_by]
+            self.bootstrap_node = named[0] if named else lowest
+        self._bootstrap_targets = [info.answered_by] + [a for a in cfg.upstream if a != info.answered_by]
+        if self._own_directives:
+            await self._start_directives()
+        if self.local is not None and cfg.local is not None:
+            await self._start_configs()
+        await self._start_events()
+        await self._listen(None, cfg.listen[1])
+        for node_id in self.nodes.node_ids:
+            await self._bind(node_id)
+        logger.info("gateway listening on %s:%d for %s; brokers: %s", cfg.listen[0], cfg.listen[1],
+                    ",".join(f"{h}:{p}" for h, p in cfg.upstream), self.describe_ports())
+
+    def describe_ports(self) -> str:
+        assert self.nodes is not None
+        parts = []
+        for node_id in self.nodes.node_ids:
+            client = self.nodes.client_address(node_id)
+            parts.append(f"{node_id} at :{client[1]}" if client else f"{node_id} (no port)")
+        return ", ".join(parts)
+
+    async def _start_directives(self) -> None:
+        from app.subscriber.consumer import DirectiveSubscriber, SubscriberError
+
+        cfg = self.config
+        sub = DirectiveSubscriber(cfg.kafka_bootstrap, None, topic=cfg.directives_topic,
+                                  poll_timeout_ms=100, start_timeout=cfg.directives_timeout,
+                                  consumer_options={"fetch_max_wait_ms": 50, **cfg.kafka_options})
+        try:
+            await sub.start()
+        except SubscriberError as exc:
+            raise GatewayError(f"{exc}: check KAFKA_BOOTSTRAP_SERVERS and that the control topic "
+                               f"{cfg.directives_topic!r} exists") from None
+        self.directives = sub
+        try:
+            await sub.wait_ready(timeout=cfg.directives_timeout)
+        except TimeoutError:
+            logger.warning("directives not rebuilt within %.0f s: serving with what was read so "
+                           "far, the rest follows", cfg.directives_timeout)
+
+    async def _start_configs(self) -> None:
+        """Follow the config topic into the local engine, as every worker does."""
+        from app.pipeline.config_follower import ConfigFollower
+
+        cfg = self.config
+        assert self.local is not None
+        follower = ConfigFollower(cfg.kafka_bootstrap, cfg.configs_topic, self.local.configs)
+        try:
+            async with asyncio.timeout(cfg.directives_timeout):
+                await follower.start()
+                await follower.ready.wait()
+        except TimeoutError:
+            logger.warning("quota configs not loaded within %.0f s: local quotas start with what "
+                           "was read so far", cfg.directives_timeout)
+        self._follower = follower
+
+    async def _start_events(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        cfg = self.config
+        producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka_bootstrap, acks="all",
+                                    linger_ms=cfg.flush_ms, request_timeout_ms=15_000,
+                                    **cfg.kafka_options)
+        try:
+            async with asyncio.timeout(cfg.probe_timeout):
+                await producer.start()
+        except BaseException as exc:
+            await producer.stop()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise GatewayError(f"cannot reach Kafka at {cfg.kafka_bootstrap} for the usage events "
+                               f"({type(exc).__name__}); check KAFKA_BOOTSTRAP_SERVERS") from None
+        self._producer = producer
+        self._publisher = EventPublisher(producer, cfg.topics)
+        self._publish_task = asyncio.create_task(self._publish_loop(), name="gateway-events")
+
+    async def stop(self) -> None:
+        for server in self._servers.values():
+            server.close()
+        for session in list(self.sessions):
+            session.close()
+        if self._publish_task is not None:
+            self._publish_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._publish_task
+            await self._publish()  # what was recorded last still goes out
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+        if self._own_directives and self.directives is not None:
+            await self.directives.stop()
+        if self._follower is not None:
+            await self._follower.stop()
+
+    # ------------------------------------------------------------------------- listeners
+
+    async def _listen(self, node_id: int | None, port: int) -> None:
+        cfg = self.config
+        server = await asyncio.get_running_loop().create_server(
+            lambda: self._session(node_id).client_protocol(), cfg.listen[0], port,
+            ssl=cfg.client_tls, reuse_address=True)
+        self._servers[node_id] = server
+
+    def _session(self, node_id: int | None) -> Session:
+        if node_id is None:
+            return Session(self, self.bootstrap_node, bootstrap=True)
+        return Session(self, node_id)
+
+    async def _bind(self, node_id: int) -> None:
+        assert self.nodes is not None
+        port = self.nodes.rule.port(node_id)
+        if port is None or node_id in self._servers:
+            return
+        try:
+            await self._listen(node_id, port)
+        except OSError as exc:
+            logger.error("cannot listen for broker %d on port %d: %s", node_id, port, exc)
+
+    def client_address(self, node_id: int) -> tuple[str, int] | None:
+        """Where clients reach broker `node_id` through this gateway (None: not through it)."""
+        return None if self.nodes is None else self.nodes.client_address(node_id)
+
+    def learn(self, nodes: list[Node]) -> asyncio.Future[None] | None:
+        """Brokers a response named: a future to wait on when some need a port first."""
+        assert self.nodes is not None
+        self.nodes.learn(nodes)
+        missing = [n.node_id for n in nodes if n.node_id not in self._servers
+                   and self.nodes.rule.port(n.node_id) is not None]
+        if not missing:
+            return None
+        for node_id in missing:
+            if node_id not in self._binding:
+                self._binding[node_id] = asyncio.ensure_future(self._bind(node_id))
+        return asyncio.ensure_future(self._bound([self._binding[n] for n in missing]))
+
+    @staticmethod
+    async def _bound(binding: list[asyncio.Future[None]]) -> None:
+        await asyncio.gather(*binding, return_exceptions=True)  # a port that fails is logged
+
+    # ------------------------------------------------------------------------- connections
+
+    def admit(self, session: Session) -> None:
+        self.sessions.add(session)
+        self.metrics.open.set(len(self.sessions))
+        acceptor = self._acceptors.get(session.node_id)
+        if acceptor is None:
+            acceptor = self._acceptors[session.node_id] = Acceptor(self, session.node_id)
+        acceptor.arrive(session)
+
+    def forget(self, session: Session) -> None:
+        self.sessions.discard(session)
+        self.metrics.open.set(len(self.sessions))
+
+    def connect(self, session: Session) -> None:
+        asyncio.ensure_future(self._connect(session))
+
+    async def _connect(self, session: Session) -> None:
+        assert self.nodes is not None
+        targets = self._bootstrap_targets if session.bootstrap else []
+        address = self.nodes.upstream(session.node_id)
+        if not session.bootstrap and address is not None:
+            targets = [address]
+        loop = asyncio.get_running_loop()
+        for host, port in targets:
+            try:
+                await loop.create_connection(session.broker_protocol, host, port,
+                                             ssl=self.config.upstream_tls)
+            except OSError as exc:
+                self.metrics.upstream_errors.inc()
+                logger.warning("cannot connect to broker %d at %s:%d: %s", session.node_id, host,
+                               port, exc)
+                continue
+            session.accepted()
+            return
+        session.close()
+
+    # ------------------------------------------------------------------------- usage events
+
+    async def _publish_loop(self) -> None:
+        interval = self.config.flush_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            await self._publish()
+
+    async def _publish(self) -> None:
+        usage = self.usage
+        self.metrics.events.inc(usage.recorded - self._recorded)
+        self._recorded = usage.recorded
+        if usage.dropped:
+            self.metrics.events_dropped.inc(usage.dropped)
+            usage.dropped = 0
+        batches = usage.flush()
+        if self.directives is not None:
+            self.metrics.directives.set(len(self.directives))
+            ready = getattr(self.directives, "is_ready", True)
+            self.metrics.directives_ready.set(1 if ready else 0)
+        if not batches or self._publisher is None:
+            return
+        try:
+            self.metrics.records.inc(await self._publisher.send(batches))
+        except Exception as exc:  # the producer retries by itself; a batch it gave up on is lost
+            self.metrics.send_errors.inc()
+            self.metrics.events_dropped.inc(sum(len(r["events"]) for _, _, r in batches))
+            logger.warning("usage events not sent: %r", exc)
+
+
+__all__ = ["Acceptor", "ClusterInfo", "Gateway", "GatewayConfig", "GatewayError", "probe_cluster"]

@@ -1,0 +1,356 @@
+"""The gateway with real clients (confluent-kafka, kafka-python, aiokafka) on the embedded broker.
+
+One worker (cluster scope, `served` accounting: the gateway reports what it served) and two
+gateway processes in front of the session's broker. The closed-loop checks run together, as
+separate client processes (`python -m app.clients`), because each needs a few quota windows of
+steady state: producers of each library offering 4x their `producer_byte_rate`, the same client
+id through both gateways, and consumers of each library over their `consumer_byte_rate`.
+
+Quota windows are 11 x 500 ms. A greedy consumer under Kafka's windowed rate takes the
+window's whole allowance in a burst, then waits until that sample leaves the window, so what it
+gets is a staircase with a step every ~N x W = 5.5 s; a plain average over the 34 s measured is
+off by up to one step (16%). The rate is therefore the least-squares slope of the cumulative
+bytes: within 2% of a 5.5 s staircase's true rate over 34 s, whatever its phase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from app.admin.config_topic import write_records
+from app.admin.entities import canonical_record
+from app.engine.configs import parse_config_record
+from app.launcher import GatewayProcess, LocalCluster
+from tests.unit.kafka_frames import nested, request_body
+from tests.unit.kafka_frames import request as kafka_request
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+QUOTA = 200_000  # bytes/s, every byte-rate quota here
+LOOP_S, WARMUP_S = 42.0, 8.0
+LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka")
+DESCRIBE_CONFIGS = 32  # an API the gateway passes through without decoding
+
+
+@dataclass
+class Stack:
+    cluster: LocalCluster
+    env: dict[str, str]
+    a: GatewayProcess
+    b: GatewayProcess
+    topic: str
+    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def broker(self) -> str:
+        return str(self.cluster.bootstrap)
+
+
+def quota(entity: dict[str, str], **values: float) -> dict[str, Any]:
+    return {"type": "quota_config", "v": 1, "ts": int(time.time() * 1000), "entity": entity,
+            "quotas": values}
+
+
+QUOTAS = [
+    *(quota({"client_id": f"p-{lib}"}, producer_byte_rate=QUOTA) for lib in LIBRARIES),
+    *(quota({"client_id": f"c-{lib}"}, consumer_byte_rate=QUOTA) for lib in LIBRARIES),
+    quota({"client_id": "shared"}, producer_byte_rate=QUOTA),
+    quota({"client_id": "storm"}, controller_mutation_rate=2),
+    quota({"ip": "127.0.0.5"}, connection_creation_rate=5),
+]
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("gateway")
+    prefix = f"g{uuid.uuid4().hex[:8]}"
+    env = {
+        "QS_APP_ID": prefix, "QS_PARTITIONS": "2", "QS_SCOPE": "cluster", "QS_ACCOUNTING": "served",
+        "QS_QUOTA_WINDOW_SIZE_MS": "500", "QS_CONTROLLER_WINDOW_SIZE_MS": "500",
+        "QS_TOPIC_REQUEST": f"{prefix}.request", "QS_TOPIC_CONNECTION": f"{prefix}.connection",
+        "QS_TOPIC_MUTATION": f"{prefix}.mutation", "QS_TOPIC_CONFIGS": f"{prefix}.configs",
+        "QS_TOPIC_DIRECTIVES": f"{prefix}.directives", "QS_TOPIC_DEADLETTER": f"{prefix}.deadletter",
+        "QS_VERIFY_END_OFFSETS": "1",
+    }
+    cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp, env=env)
+    try:
+        cluster.start()
+        updates = [parse_config_record(q) for q in QUOTAS]
+        asyncio.run(write_records(kafka_bootstrap, env["QS_TOPIC_CONFIGS"],
+                                  [(canonical_record(u), u) for u in updates], None))
+        cluster.wait_ready(timeout=120)
+        a = cluster.start_gateway()
+        b = cluster.start_gateway()
+        topic = f"{prefix}-data"
+        _create_topic(kafka_bootstrap, topic, 2)
+        yield Stack(cluster, env, a, b, topic)
+    finally:
+        cluster.stop()
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from app.broker import create_topics_sync
+
+    create_topics_sync(bootstrap, [(topic, partitions, {})])
+
+
+def clients(*specs: tuple[str, list[str]], seconds: float, timeout: float = 120) -> dict[str, list[dict[str, Any]]]:
+    """Run client programs (name, arguments) together; each one's JSON lines by name."""
+    procs = {name: subprocess.Popen(
+        [sys.executable, "-m", "app.clients", "--name", name, "--seconds", str(seconds), *argv],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name, argv in specs}
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, f"{name}: {stderr.decode(errors='replace')[-2000:]}"
+        out[name] = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
+    return out
+
+
+def rate_after(lines: list[dict[str, Any]], warmup: float, seconds: float,
+               counter: str = "bytes") -> float:
+    """`counter` per second over the whole seconds in [warmup, seconds): the least-squares
+    slope of its running total."""
+    per_second = {line["t"]: line.get(counter, 0) for line in lines if "t" in line}
+    ts = [t for t in range(int(warmup), int(seconds))]
+    totals, total = [], 0.0
+    for t in ts:
+        total += per_second.get(t, 0)
+        totals.append(total)
+    mean_t, mean_y = sum(ts) / len(ts), sum(totals) / len(totals)
+    return sum((t - mean_t) * (y - mean_y) for t, y in zip(ts, totals)) / \
+        sum((t - mean_t) ** 2 for t in ts)
+
+
+# ---------------------------------------------------------------------------- transparency
+
+
+def test_clients_of_each_library_produce_consume_and_commit_through_the_gateway(stack: Stack) -> None:
+    for lib in LIBRARIES:
+        topic = f"{stack.env['QS_APP_ID']}-{lib}"
+        _create_topic(stack.broker, topic, 2)
+        sent = {f"k{i}".encode(): f"v{i}-{uuid.uuid4().hex}".encode() for i in range(300)}
+        got = ROUND_TRIP[lib](stack.a.bootstrap, topic, f"group-{lib}", sent)
+        assert got == sent, lib
+
+
+def _confluent_round_trip(bootstrap: str, topic: str, group: str, sent: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for k, v in sent.items():
+        producer.produce(topic, v, key=k)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    consumer.subscribe([topic])
+    got: dict[bytes, bytes] = {}
+    deadline = time.monotonic() + 60
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        for m in consumer.consume(500, 0.5):
+            if m.error() is None:
+                got[m.key()] = m.value()
+    consumer.commit(asynchronous=False)
+    committed = sum(tp.offset for tp in consumer.committed(consumer.assignment(), timeout=10))
+    consumer.close()
+    assert committed == len(sent)
+    return got
+
+
+def _kafka_python_round_trip(bootstrap: str, topic: str, group: str, sent: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for k, v in sent.items():
+        producer.send(topic, v, key=k)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             session_timeout_ms=6000, heartbeat_interval_ms=500)
+    got: dict[bytes, bytes] = {}
+    deadline = time.monotonic() + 60
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            got.update((r.key, r.value) for r in records)
+    consumer.commit()
+    committed = sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in (0, 1))
+    consumer.close()
+    assert committed == len(sent)
+    return got
+
+
+def _aiokafka_round_trip(bootstrap: str, topic: str, group: str, sent: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    async def run() -> dict[bytes, bytes]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            for k, v in sent.items():
+                await producer.send(topic, v, key=k)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    session_timeout_ms=6000, heartbeat_interval_ms=500)
+        await consumer.start()
+        got: dict[bytes, bytes] = {}
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < len(sent) and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    got.update((r.key, r.value) for r in records)
+            await consumer.commit()
+            committed = sum([await consumer.committed(TopicPartition(topic, p)) or 0 for p in (0, 1)])
+        finally:
+            await consumer.stop()
+        assert committed == len(sent)
+        return got
+
+    return asyncio.run(run())
+
+
+ROUND_TRIP = {"confluent-kafka": _confluent_round_trip, "kafka-python": _kafka_python_round_trip,
+              "aiokafka": _aiokafka_round_trip}
+
+
+def test_a_request_the_gateway_does_not_decode_passes_through_unchanged(stack: Stack) -> None:
+    """DescribeConfigs is not decoded by the gateway: the same request gets the same answer,
+    byte for byte, through the gateway as straight from the broker."""
+    resource = nested(DESCRIBE_CONFIGS, 1, "DescribeConfigsResource", response=False)
+    request = kafka_request(DESCRIBE_CONFIGS, 1, request_body(
+        DESCRIBE_CONFIGS, 1, resources=(resource(resource_type=2, resource_name=stack.topic,
+                                                  configuration_keys=None),)), correlation_id=99)
+    direct, through = _ask(stack.broker, request), _ask(stack.a.bootstrap, request)
+    assert through == direct and through[:4] == struct.pack(">i", 99)
+
+
+def _ask(address: str, payload: bytes) -> bytes:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        return _recv(sock, size)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "connection closed"
+        data += chunk
+    return data
+
+
+# ---------------------------------------------------------------------------- closed loop
+
+
+@pytest.fixture(scope="module")
+def loop_results(stack: Stack) -> dict[str, list[dict[str, Any]]]:
+    """Producers, consumers and the two-gateway pair, together for LOOP_S seconds."""
+    source = f"{stack.env['QS_APP_ID']}-source"
+    _create_topic(stack.broker, source, 2)
+    _fill(stack.broker, source, 16 * 1024 * 1024)
+    produce = lambda lib, client_id, gateway, rate: [  # noqa: E731
+        "produce", "--library", lib, "--bootstrap", gateway.bootstrap, "--topic", stack.topic,
+        "--client-id", client_id, "--rate", str(rate)]
+    consume = lambda lib: ["consume", "--library", lib, "--bootstrap", stack.a.bootstrap,  # noqa: E731
+                           "--topic", source, "--client-id", f"c-{lib}", "--group", f"cg-{lib}"]
+    return clients(
+        *((f"p-{lib}", produce(lib, f"p-{lib}", stack.a, 4 * QUOTA)) for lib in LIBRARIES),
+        ("shared-a", produce("confluent-kafka", "shared", stack.a, 2 * QUOTA)),
+        ("shared-b", produce("confluent-kafka", "shared", stack.b, 2 * QUOTA)),
+        *((f"c-{lib}", consume(lib)) for lib in LIBRARIES),
+        seconds=LOOP_S)
+
+
+def _fill(bootstrap: str, topic: str, nbytes: int) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            value = b"y" * 1000
+            for _ in range(nbytes // len(value)):
+                await producer.send(topic, value)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_producer_offering_four_times_its_quota_gets_it(loop_results: dict[str, Any], library: str) -> None:
+    rate = rate_after(loop_results[f"p-{library}"], WARMUP_S, LOOP_S)
+    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_consumer_over_its_quota_gets_it(loop_results: dict[str, Any], library: str) -> None:
+    rate = rate_after(loop_results[f"c-{library}"], WARMUP_S, LOOP_S)
+    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate)
+
+
+def test_one_client_id_through_two_gateways_shares_its_quota(loop_results: dict[str, Any]) -> None:
+    a = rate_after(loop_results["shared-a"], WARMUP_S, LOOP_S)
+    b = rate_after(loop_results["shared-b"], WARMUP_S, LOOP_S)
+    assert 0.9 * QUOTA <= a + b <= 1.1 * QUOTA, (a, b)
+    assert a > 0.2 * QUOTA and b > 0.2 * QUOTA  # both made progress: neither was starved
+
+
+# ------------------------------------------------------------------------- storms
+
+
+def test_a_strict_create_topics_storm_is_rejected_and_nothing_rejected_is_created(stack: Stack) -> None:
+    prefix = f"{stack.env['QS_APP_ID']}-storm"
+    out = clients(("storm", ["topic-storm", "--library", "kafka-python", "--bootstrap",
+                             stack.a.bootstrap, "--client-id", "storm", "--rate", "3",
+                             "--partitions", "4", "--prefix", prefix]), seconds=10)["storm"]
+    final = out[-1]
+    assert final.get("rejected", 0) >= 5, final
+    assert final.get("created", 0) >= 1, final
+    created = _topics(stack.broker, prefix)
+    assert len(created) == final["created"], (created, final)
+
+
+def _topics(bootstrap: str, prefix: str) -> list[str]:
+    from app.kafka_io import consumer
+
+    async def run() -> list[str]:
+        async with consumer(bootstrap) as c:
+            return sorted(t for t in await c.topics() if t.startswith(prefix))
+
+    return asyncio.run(run())
+
+
+def test_an_ip_over_its_connection_rate_has_its_excess_connections_closed(stack: Stack) -> None:
+    host, port = stack.a.bootstrap.rsplit(":", 1)
+    out = clients(("ip-storm", ["connection-storm", "--host", host, "--port", port,
+                                "--sources", "127.0.0.5", "--rate", "40"]), seconds=10)["ip-storm"]
+    final = out[-1]
+    assert final["attempts"] >= 300, final
+    assert final.get("closed", 0) >= final["attempts"] / 2, final
+    # the gateway's own decisions are Kafka's: a window's allowance (10 x 0.5 s x 5/s), then
+    # 5/s; the workers' directives only add to that
+    assert 5 * 10 * 0.8 <= final.get("accepted", 0) <= 25 + 5 * 10 * 1.1, final
+    other = clients(("other-ip", ["connection-storm", "--host", host, "--port", port,
+                                  "--sources", "127.0.0.6", "--rate", "5"]), seconds=2)["other-ip"]
+    assert other[-1].get("accepted", 0) == other[-1]["attempts"]  # other addresses are not held

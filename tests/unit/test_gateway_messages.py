@@ -1,0 +1,344 @@
+"""The gateway's protocol layer: framing, headers, and each message it decodes or writes, checked
+by decoding its output with kio (the schemas of Apache Kafka's message definitions)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+import orjson
+import pytest
+from kio.schema.errors import ErrorCode
+
+from app.gateway import apis, messages, sasl
+from app.gateway.frames import FrameError, FrameReader, correlation_id, frame, request_header
+from tests.unit.kafka_frames import (
+    NONE,
+    decode_response,
+    header_size,
+    metadata_response,
+    ms,
+    nested,
+    request,
+    request_body,
+    response,
+)
+
+GATEWAY = {111: ("gw.example", 9193), 112: ("gw.example", 9194)}
+addresses = GATEWAY.get
+
+
+# ------------------------------------------------------------------------------------ framing
+
+
+@pytest.mark.parametrize("version", [5, 12])  # request header v1, v2 (tagged fields)
+def test_request_header_finds_the_body_of_either_header_version(version: int) -> None:
+    body = request_body(apis.METADATA, version, topics=None, allow_auto_topic_creation=False,
+                        **({"include_topic_authorized_operations": False} if version >= 8 else {}),
+                        **({"include_cluster_authorized_operations": False} if 8 <= version <= 10 else {}))
+    payload = request(apis.METADATA, version, body, correlation_id=42, client_id="billing-app")
+    header = request_header(payload)
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (
+        apis.METADATA, version, 42, "billing-app")
+    assert header.body == header_size(apis.METADATA, version, "billing-app")  # where kio's ends
+
+
+def test_an_unknown_api_keeps_its_header_fields_and_has_no_known_body() -> None:
+    payload = b"\x03\xe7\x00\x01\x00\x00\x00\x05\x00\x02ab" + b"rest"
+    header = request_header(payload)
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id,
+            header.body) == (999, 1, 5, "ab", -1)
+
+
+def test_frame_reader_splits_a_stream_cut_anywhere() -> None:
+    frames = [b"a" * 3, b"", b"b" * 70_000, b"c"]
+    stream = b"".join(frame(f) for f in frames)
+    for cut in (1, 3, 5, 4096):
+        reader, got = FrameReader(), []
+        for i in range(0, len(stream), cut):
+            reader.feed(stream[i:i + cut])
+            while (f := reader.next()) is not None:
+                got.append(f)
+        assert got == frames and reader.buffered == 0
+
+
+def test_frame_reader_refuses_a_frame_over_its_limit() -> None:
+    reader = FrameReader(max_frame=100)
+    reader.feed(frame(b"x" * 101)[:8])
+    assert not reader.complete()
+    with pytest.raises(FrameError):
+        reader.next()
+
+
+# -------------------------------------------------------------------------------- ApiVersions
+
+
+def test_api_versions_are_narrowed_to_what_the_gateway_can_proxy() -> None:
+    ver = nested(apis.API_VERSIONS, 3, "ApiVersion")
+    keys = (ver(api_key=apis.PRODUCE, min_version=0, max_version=11),  # kio: 3..13
+            ver(api_key=apis.SASL_HANDSHAKE, min_version=0, max_version=1),  # v0 is not framed
+            ver(api_key=apis.DESCRIBE_QUORUM, min_version=0, max_version=2),  # addresses: hidden
+            ver(api_key=apis.FETCH, min_version=4, max_version=17),
+            ver(api_key=999, min_version=0, max_version=3))  # unknown: passed through as is
+    payload = response(apis.API_VERSIONS, 3, error_code=NONE, api_keys=keys, throttle_time=ms(0))
+    out = decode_response(apis.API_VERSIONS, 3, messages.narrow_api_versions(payload, 3))
+    got = {k.api_key: (k.min_version, k.max_version) for k in out.api_keys}
+    assert got == {apis.PRODUCE: (3, 11), apis.SASL_HANDSHAKE: (1, 1), apis.FETCH: (4, 17),
+                   999: (0, 3)}
+
+
+# ---------------------------------------------------------------------------------- addresses
+
+
+@pytest.mark.parametrize("version", [0, 1, 5, 9, 12])
+def test_metadata_brokers_point_at_the_gateway_and_nothing_else_changes(version: int) -> None:
+    brokers = [(111, "broker-1.internal", 9092), (112, "broker-2.internal", 9092)]
+    payload = metadata_response(version, brokers, {"orders": 3, "payments": 12})
+    out, nodes = messages.rewrite_metadata(payload, version, addresses)
+    assert [(n.node_id, n.host, n.port) for n in nodes] == brokers
+    before = decode_response(apis.METADATA, version, payload)
+    after = decode_response(apis.METADATA, version, out)
+    assert [(b.node_id, b.host, b.port) for b in after.brokers] == [
+        (111, "gw.example", 9193), (112, "gw.example", 9194)]
+    assert after.topics == before.topics
+    if version >= 1:
+        assert [b.rack for b in after.brokers] == ["r1", "r1"]
+
+
+def test_metadata_broker_without_a_gateway_port_keeps_its_address() -> None:
+    payload = metadata_response(12, [(111, "b1", 9092), (500, "b500", 9092)])
+    out, _ = messages.rewrite_metadata(payload, 12, addresses)
+    after = decode_response(apis.METADATA, 12, out)
+    assert [(b.host, b.port) for b in after.brokers] == [("gw.example", 9193), ("b500", 9092)]
+
+
+@pytest.mark.parametrize("version", [2, 4])
+def test_find_coordinator_points_at_the_gateway(version: int) -> None:
+    if version >= 4:
+        coord = nested(apis.FIND_COORDINATOR, version, "Coordinator")
+        payload = response(apis.FIND_COORDINATOR, version, throttle_time=ms(0), coordinators=(
+            coord(key="g1", node_id=112, host="b2", port=9092, error_code=NONE, error_message=None),
+            coord(key="g2", node_id=-1, host="", port=-1, error_code=NONE, error_message=None)))
+    else:
+        payload = response(apis.FIND_COORDINATOR, version, throttle_time=ms(0), error_code=NONE,
+                           error_message=None, node_id=112, host="b2", port=9092)
+    out = messages.rewrite_find_coordinator(payload, version, addresses)
+    assert out is not None
+    got = decode_response(apis.FIND_COORDINATOR, version, out)
+    if version >= 4:
+        assert [(c.key, c.host, c.port) for c in got.coordinators] == [
+            ("g1", "gw.example", 9194), ("g2", "", -1)]
+    else:
+        assert (got.host, got.port) == ("gw.example", 9194)
+
+
+def test_describe_cluster_points_at_the_gateway() -> None:
+    broker = nested(apis.DESCRIBE_CLUSTER, 1, "DescribeClusterBroker")
+    payload = response(apis.DESCRIBE_CLUSTER, 1, throttle_time=ms(0), error_code=NONE,
+                       cluster_id="c", controller_id=111,
+                       brokers=(broker(broker_id=111, host="b1", port=9092),))
+    out, nodes = messages.rewrite_describe_cluster(payload, 1, addresses)
+    assert out is not None and [(n.node_id, n.host) for n in nodes] == [(111, "b1")]
+    got = decode_response(apis.DESCRIBE_CLUSTER, 1, out)
+    assert [(b.host, b.port) for b in got.brokers] == [("gw.example", 9193)]
+
+
+# ---------------------------------------------------------------------------- Produce / Fetch
+
+
+def _fetch_response(version: int, throttle: int = 0, endpoints: bool = False) -> bytes:
+    part = nested(apis.FETCH, version, "PartitionData")
+    topic = nested(apis.FETCH, version, "FetchableTopicResponse")
+    p = part(partition_index=0, error_code=NONE, high_watermark=10, aborted_transactions=None,
+             records=b"\x00" * 500)
+    t = topic(topic_id=uuid.uuid4(), partitions=(p,)) if version >= 13 else topic(topic="t", partitions=(p,))
+    fields = {"throttle_time": ms(throttle), "error_code": NONE, "session_id": 77, "responses": (t,)}
+    if version >= 16 and endpoints:
+        node = nested(apis.FETCH, version, "NodeEndpoint")
+        fields["node_endpoints"] = (node(node_id=112, host="b2", port=9092),)
+    return response(apis.FETCH, version, **fields)
+
+
+@pytest.mark.parametrize("version", [11, 12, 17])  # header v0 / v1; v17 decoded for endpoints
+def test_fetch_throttle_is_set_in_place_and_the_data_is_kept(version: int) -> None:
+    payload = _fetch_response(version)
+    out = messages.patch_response(apis.FETCH, version, payload, 1500, addresses)
+    assert out is not None and len(out) == len(payload)
+    got, before = decode_response(apis.FETCH, version, out), decode_response(apis.FETCH, version, payload)
+    assert got.throttle_time == ms(1500) and got.responses == before.responses
+    # the broker's own larger throttle wins (max of both)
+    own = _fetch_response(version, throttle=3000)
+    assert messages.patch_response(apis.FETCH, version, own, 1500, addresses) is None
+
+
+def test_fetch_node_endpoints_point_at_the_gateway() -> None:
+    out = messages.patch_response(apis.FETCH, 17, _fetch_response(17, endpoints=True), 0, addresses)
+    assert out is not None
+    got = decode_response(apis.FETCH, 17, out)
+    assert [(e.node_id, e.host, e.port) for e in got.node_endpoints] == [(112, "gw.example", 9194)]
+
+
+@pytest.mark.parametrize("incremental, session", [(True, 77), (False, 0)])
+def test_a_throttled_fetch_gets_an_empty_response(incremental: bool, session: int) -> None:
+    out = messages.empty_fetch_response(_fetch_response(12), 12, 800, incremental)
+    got = decode_response(apis.FETCH, 12, out)
+    assert (got.throttle_time, got.responses, got.session_id) == (ms(800), (), session)
+
+
+def _produce_response(version: int, endpoints: bool = False) -> bytes:
+    part = nested(apis.PRODUCE, version, "PartitionProduceResponse")
+    topic = nested(apis.PRODUCE, version, "TopicProduceResponse")
+    p = part(index=0, error_code=NONE, base_offset=5, log_append_time=None, record_errors=())
+    fields = {"responses": (topic(name="t", partition_responses=(p,)),), "throttle_time": ms(0)}
+    if endpoints:
+        node = nested(apis.PRODUCE, version, "NodeEndpoint")
+        fields["node_endpoints"] = (node(node_id=111, host="b1", port=9092),)
+    return response(apis.PRODUCE, version, **fields)
+
+
+@pytest.mark.parametrize("version", [9, 11])
+def test_produce_throttle_and_endpoints(version: int) -> None:
+    payload = _produce_response(version, endpoints=version >= 10)
+    out = messages.patch_response(apis.PRODUCE, version, payload, 250, addresses)
+    got = decode_response(apis.PRODUCE, version, out)
+    assert got.throttle_time == ms(250)
+    assert got.responses == decode_response(apis.PRODUCE, version, payload).responses
+    if version >= 10:
+        assert [(e.host, e.port) for e in got.node_endpoints] == [("gw.example", 9193)]
+    assert messages.patch_response(apis.PRODUCE, 9, _produce_response(9), 0, addresses) is None
+
+
+@pytest.mark.parametrize("version, transactional_id", [(3, None), (8, "tx-1"), (9, None), (11, "tx-1")])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_produce_acks_are_read_without_decoding_the_records(version: int, transactional_id: str | None,
+                                                           acks: int) -> None:
+    data = nested(apis.PRODUCE, version, "PartitionProduceData", response=False)
+    topic = nested(apis.PRODUCE, version, "TopicProduceData", response=False)
+    body = request_body(apis.PRODUCE, version, transactional_id=transactional_id, acks=acks,
+                        timeout=ms(1000), topic_data=(topic(name="t", partition_data=(
+                            data(index=0, records=b"\x01" * 100),)),))
+    payload = request(apis.PRODUCE, version, body)
+    assert messages.produce_acks(payload, version, request_header(payload).body) == acks
+
+
+@pytest.mark.parametrize("version", [11, 15, 17])
+@pytest.mark.parametrize("follower", [False, True])
+def test_fetch_request_wait_follower_and_session(version: int, follower: bool) -> None:
+    fields = {"max_wait": ms(500), "min_bytes": 1, "session_id": 9, "session_epoch": 3,
+              "topics": (), "forgotten_topics_data": ()}
+    if version >= 15:
+        state = nested(apis.FETCH, version, "ReplicaState", response=False)
+        fields["replica_state"] = state(replica_id=2 if follower else -1)
+    else:
+        fields["replica_id"] = 2 if follower else -1
+    payload = request(apis.FETCH, version, request_body(apis.FETCH, version, **fields))
+    info = messages.fetch_request(payload, version, request_header(payload).body)
+    assert (info.max_wait_ms, info.follower, info.incremental) == (500, follower, True)
+
+
+# ------------------------------------------------------------------------------- mutations
+
+
+def _create_topics(version: int, topics: dict[str, int], validate_only: bool = False) -> bytes:
+    topic = nested(apis.CREATE_TOPICS, version, "CreatableTopic", response=False)
+    body = request_body(apis.CREATE_TOPICS, version, timeout=ms(1000), validate_only=validate_only,
+                        topics=tuple(topic(name=n, num_partitions=p, replication_factor=1,
+                                           assignments=(), configs=()) for n, p in topics.items()))
+    return request(apis.CREATE_TOPICS, version, body, correlation_id=31)
+
+
+@pytest.mark.parametrize("version", [4, 7])
+def test_create_topics_request_and_its_rejection(version: int) -> None:
+    payload = _create_topics(version, {"a": 3, "b": 10}, validate_only=True)
+    req = messages.mutation_request(apis.CREATE_TOPICS, version, payload, request_header(payload).body)
+    assert (req.api, req.validate_only, [(t.name, t.partitions) for t in req.topics]) == (
+        "CreateTopics", True, [("a", 3), ("b", 10)])
+    out = messages.reject_mutation(apis.CREATE_TOPICS, version, 31, req, 4200)
+    assert correlation_id(out) == 31
+    got = decode_response(apis.CREATE_TOPICS, version, out)
+    assert got.throttle_time == ms(4200)
+    assert [(t.name, int(t.error_code)) for t in got.topics] == [("a", 89), ("b", 89)]
+
+
+@pytest.mark.parametrize("version", [4, 6])
+def test_delete_topics_request_and_its_rejection(version: int) -> None:
+    topic_id = uuid.uuid4()
+    if version >= 6:
+        state = nested(apis.DELETE_TOPICS, version, "DeleteTopicState", response=False)
+        body = request_body(apis.DELETE_TOPICS, version, timeout=ms(1000), topics=(
+            state(name="a", topic_id=None), state(name=None, topic_id=topic_id)))
+    else:
+        body = request_body(apis.DELETE_TOPICS, version, timeout=ms(1000), topic_names=("a", "b"))
+    payload = request(apis.DELETE_TOPICS, version, body)
+    req = messages.mutation_request(apis.DELETE_TOPICS, version, payload, request_header(payload).body)
+    expected = [("a", None), (None, topic_id)] if version >= 6 else [("a", None), ("b", None)]
+    assert [(t.name, t.topic_id) for t in req.topics] == expected
+    got = decode_response(apis.DELETE_TOPICS, version,
+                          messages.reject_mutation(apis.DELETE_TOPICS, version, 7, req, 900))
+    assert [int(r.error_code) for r in got.responses] == [89, 89]
+    if version >= 6:
+        assert got.responses[1].topic_id == topic_id
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_create_partitions_request_and_its_rejection(version: int) -> None:
+    topic = nested(apis.CREATE_PARTITIONS, version, "CreatePartitionsTopic", response=False)
+    body = request_body(apis.CREATE_PARTITIONS, version, timeout=ms(1000), validate_only=False,
+                        topics=(topic(name="a", count=8, assignments=None),))
+    payload = request(apis.CREATE_PARTITIONS, version, body)
+    req = messages.mutation_request(apis.CREATE_PARTITIONS, version, payload, request_header(payload).body)
+    assert [(t.name, t.partitions) for t in req.topics] == [("a", 8)]
+    got = decode_response(apis.CREATE_PARTITIONS, version,
+                          messages.reject_mutation(apis.CREATE_PARTITIONS, version, 7, req, 900))
+    assert [(r.name, int(r.error_code)) for r in got.results] == [("a", 89)]
+
+
+def test_create_topics_results_give_the_partitions_created() -> None:
+    result = nested(apis.CREATE_TOPICS, 7, "CreatableTopicResult")
+    payload = response(apis.CREATE_TOPICS, 7, throttle_time=ms(0), topics=(
+        result(name="a", topic_id=None, error_code=NONE, error_message=None, num_partitions=6,
+               configs=None),
+        result(name="b", topic_id=None, error_code=ErrorCode.topic_already_exists,
+               error_message="exists", configs=None)))
+    got = messages.mutation_results(apis.CREATE_TOPICS, 7, payload)
+    assert [(r.name, r.error_code, r.partitions) for r in got] == [("a", 0, 6), ("b", 36, -1)]
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_partition_counts_lookup(version: int) -> None:
+    payload = messages.metadata_request(version, -1, "gw", ["orders", "gone"])
+    header = request_header(payload)
+    assert (header.api_key, header.api_version, header.correlation_id) == (apis.METADATA, version, -1)
+    answer = metadata_response(version, [(111, "b1", 9092)], {"orders": 6})
+    by_name, by_id = messages.topic_partition_counts(answer, version)
+    assert by_name == {"orders": 6}
+    assert list(by_id.values()) == ([6] if version >= 10 else [])
+
+
+# ------------------------------------------------------------------------------------- SASL
+
+
+def test_sasl_usernames_from_each_mechanism() -> None:
+    assert sasl.username("PLAIN", b"\x00alice\x00secret") == "alice"
+    assert sasl.username("PLAIN", b"admin\x00alice\x00secret") == "alice"
+    assert sasl.username("SCRAM-SHA-256", b"n,,n=bob=2Cjr=3D,r=abc123") == "bob,jr="
+    assert sasl.username("SCRAM-SHA-512", b"n,a=carol,n=carol,r=x") == "carol"
+    claims = base64.urlsafe_b64encode(orjson.dumps({"sub": "svc-etl"})).rstrip(b"=")
+    token = b"eyJhbGciOiJub25lIn0." + claims + b"."
+    assert sasl.username("OAUTHBEARER", b"n,,\x01auth=Bearer " + token + b"\x01\x01") == "svc-etl"
+
+
+@pytest.mark.parametrize("mechanism, auth", [
+    ("PLAIN", b"no-nul-bytes"), ("PLAIN", b"\x00\x00pw"), ("SCRAM-SHA-256", b"garbage"),
+    ("SCRAM-SHA-256", b"\xff\xfe"), ("OAUTHBEARER", b"n,,\x01auth=Bearer not-a-jwt\x01\x01"),
+    ("GSSAPI", b"\x60\x82"),
+])
+def test_sasl_names_it_cannot_read_are_none(mechanism: str, auth: bytes) -> None:
+    assert sasl.username(mechanism, auth) is None
+
+
+def test_undecodable_responses_raise_message_error_for_pass_through() -> None:
+    with pytest.raises(messages.MessageError):
+        messages.rewrite_metadata(b"\x00\x00\x00\x07\x00\x00\x00\x00\xff\xff\xff", 4, addresses)
+    with pytest.raises(messages.MessageError):
+        messages.narrow_api_versions(b"\x00\x00\x00\x07\x00", 3)

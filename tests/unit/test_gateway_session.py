@@ -1,0 +1,435 @@
+"""One client connection through the gateway, with in-memory sockets: what is forwarded, in what
+order answers come back, what is throttled and muted, and which usage events are recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from app.gateway import apis, messages
+from app.gateway.connection import Session
+from app.gateway.frames import SIZE, FrameReader, frame, request_header
+from app.gateway.messages import Node
+from app.gateway.nodes import NodeMap, PortRule
+from app.engine.configs import parse_config_record
+from app.engine.engine import EngineSettings
+from app.gateway.local import LocalQuotas
+from app.gateway.server import Gateway, GatewayConfig
+from app.subscriber.active_set import ActiveSet
+from tests.unit.kafka_frames import (
+    NONE,
+    decode_response,
+    metadata_response,
+    ms,
+    nested,
+    request,
+    request_body,
+    response,
+)
+
+BROKER = 111
+
+
+class FakeSocket:
+    """An asyncio transport that keeps what is written and whether reading is paused."""
+
+    def __init__(self, peer: tuple[str, int] = ("10.0.0.7", 50000)) -> None:
+        self.peer = peer
+        self.written = bytearray()
+        self.paused = False
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> Any:
+        return self.peer if name == "peername" else None
+
+    def frames(self) -> list[bytes]:
+        """The frames written since the last call."""
+        reader = FrameReader()
+        reader.feed(bytes(self.written))
+        self.written.clear()
+        out = []
+        while (f := reader.next()) is not None:
+            out.append(f)
+        return out
+
+
+class Harness:
+    def __init__(self, max_in_flight: int = 1, quotas: list[dict[str, Any]] | None = None) -> None:
+        """A session on a gateway with directives only, or with `quotas` its own local engine
+        enforces (windows 11 x 100 ms, so tests wait little)."""
+        self.active = ActiveSet(None)
+        config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
+                               advertised_host="gw", kafka_bootstrap="", topics={},
+                               directives_topic="", max_in_flight=max_in_flight)
+        local = None
+        if quotas is not None:
+            local = LocalQuotas(EngineSettings(window_ms=100, controller_window_ms=100))
+            for q in quotas:
+                local.configs.apply(parse_config_record(
+                    {"type": "quota_config", "v": 1, "ts": 0, **q}))
+        self.gateway = gw = Gateway(config, directives=self.active, local=local)
+        gw.nodes = NodeMap(PortRule("gw", 9193, BROKER))
+        gw.nodes.learn([Node(BROKER, "b1", 9092)])
+        self.client, self.broker = FakeSocket(), FakeSocket()
+        self.session = Session(gw, BROKER)
+        gw.connect = self._connect  # type: ignore[method-assign]
+        gw.learn = self._learn  # type: ignore[method-assign]
+        self.session.client_made(self.client)  # type: ignore[arg-type]
+
+    def _learn(self, nodes: list[Node]) -> None:
+        """Brokers named by a response; every one already has its port here."""
+        assert self.gateway.nodes is not None
+        self.gateway.nodes.learn(nodes)
+
+    def _connect(self, session: Session) -> None:
+        session.upstream_made(self.broker)  # type: ignore[arg-type]
+        session.accepted()
+
+    def send(self, payload: bytes) -> None:
+        self.session.client_data(frame(payload))
+
+    def answer(self, payload: bytes) -> None:
+        self.session.upstream_data(frame(payload))
+
+    def events(self, kind: str = "request") -> list[dict[str, Any]]:
+        """The usage events of `kind` recorded since the last call (a flush)."""
+        return [e for k, _, record in self.gateway.usage.flush() if k == kind
+                for e in record["events"]]
+
+    def throttle(self, quota: str, ms_: int, **entity: str) -> None:
+        now = Gateway.now_ms()
+        self.active.apply({"v": 1, "ts": now, "scope": "cluster", "broker": None,
+                           "entity": {"user": "", "client_id": "", **entity}, "quota": quota,
+                           "action": "reject" if quota == "controller_mutation_rate" else "throttle",
+                           "throttle_time_ms": ms_, "until": now + ms_})
+
+
+def api_versions_request(corr: int) -> bytes:
+    return request(apis.API_VERSIONS, 2, request_body(apis.API_VERSIONS, 2), correlation_id=corr)
+
+
+def api_versions_response(corr: int) -> bytes:
+    ver = nested(apis.API_VERSIONS, 2, "ApiVersion")
+    return response(apis.API_VERSIONS, 2, corr, error_code=NONE, throttle_time=ms(0),
+                    api_keys=(ver(api_key=0, min_version=0, max_version=11),))
+
+
+def produce_request(corr: int, acks: int = 1, client_id: str = "app", size: int = 1000) -> bytes:
+    data = nested(apis.PRODUCE, 9, "PartitionProduceData", response=False)
+    topic = nested(apis.PRODUCE, 9, "TopicProduceData", response=False)
+    body = request_body(apis.PRODUCE, 9, transactional_id=None, acks=acks, timeout=ms(1000),
+                        topic_data=(topic(name="t", partition_data=(
+                            data(index=0, records=b"\x01" * size),)),))
+    return request(apis.PRODUCE, 9, body, correlation_id=corr, client_id=client_id)
+
+
+def produce_response(corr: int) -> bytes:
+    part = nested(apis.PRODUCE, 9, "PartitionProduceResponse")
+    topic = nested(apis.PRODUCE, 9, "TopicProduceResponse")
+    return response(apis.PRODUCE, 9, corr, throttle_time=ms(0), responses=(topic(
+        name="t", partition_responses=(part(index=0, error_code=NONE, base_offset=1,
+                                            log_append_time=None, record_errors=()),)),))
+
+
+def fetch_request(corr: int, max_wait: int = 500) -> bytes:
+    body = request_body(apis.FETCH, 12, max_wait=ms(max_wait), min_bytes=1, session_id=0,
+                        session_epoch=-1, topics=(), forgotten_topics_data=())
+    return request(apis.FETCH, 12, body, correlation_id=corr)
+
+
+def fetch_response(corr: int, nbytes: int = 5000) -> bytes:
+    part = nested(apis.FETCH, 12, "PartitionData")
+    topic = nested(apis.FETCH, 12, "FetchableTopicResponse")
+    return response(apis.FETCH, 12, corr, throttle_time=ms(0), error_code=NONE, session_id=0,
+                    responses=(topic(topic="t", partitions=(part(
+                        partition_index=0, error_code=NONE, high_watermark=1,
+                        aborted_transactions=None, records=b"\x02" * nbytes),)),))
+
+
+def create_topics_request(corr: int, version: int = 7, partitions: int = 4,
+                          names: tuple[str, ...] = ("new",)) -> bytes:
+    topic = nested(apis.CREATE_TOPICS, version, "CreatableTopic", response=False)
+    body = request_body(apis.CREATE_TOPICS, version, timeout=ms(1000), validate_only=False,
+                        topics=tuple(topic(name=n, num_partitions=partitions, replication_factor=1,
+                                           assignments=(), configs=()) for n in names))
+    return request(apis.CREATE_TOPICS, version, body, correlation_id=corr, client_id="ops")
+
+
+def create_topics_response(corr: int, names: tuple[str, ...], version: int = 7) -> bytes:
+    result = nested(apis.CREATE_TOPICS, version, "CreatableTopicResult")
+    return response(apis.CREATE_TOPICS, version, corr, throttle_time=ms(0), topics=tuple(
+        result(name=n, topic_id=None, error_code=NONE, error_message=None, configs=None)
+        for n in names))
+
+
+def sent(frames: list[bytes]) -> list[int]:
+    """Correlation ids of request frames."""
+    return [request_header(f).correlation_id for f in frames]
+
+
+def answered(frames: list[bytes]) -> list[int]:
+    """Correlation ids of response frames."""
+    return [SIZE.unpack_from(f, 0)[0] for f in frames]
+
+
+# ----------------------------------------------------------------------------------- order
+
+
+async def test_a_connection_has_one_request_at_the_broker_at_a_time() -> None:
+    h = Harness()
+    h.send(produce_request(1))
+    h.send(produce_request(2))
+    assert sent(h.broker.frames()) == [1]  # the second waits, as a broker reads it later
+    h.answer(produce_response(1))
+    assert answered(h.client.frames()) == [1]
+    assert sent(h.broker.frames()) == [2]
+    h.answer(produce_response(2))
+    assert answered(h.client.frames()) == [2]
+
+
+async def test_a_gateway_answer_waits_behind_the_requests_before_it() -> None:
+    h = Harness(max_in_flight=2)
+    h.throttle("controller_mutation_rate", 3000, client_id="ops")
+    h.send(api_versions_request(1))
+    h.send(create_topics_request(2))  # strict (v7) under `reject`: answered by the gateway
+    assert sent(h.broker.frames()) == [1]
+    assert h.client.frames() == []  # not before the ApiVersions answer
+    h.answer(api_versions_response(1))
+    frames = h.client.frames()
+    assert answered(frames) == [1, 2]
+    rejected = decode_response(apis.CREATE_TOPICS, 7, frames[1])
+    assert [int(t.error_code) for t in rejected.topics] == [89]
+    assert 2900 <= rejected.throttle_time.total_seconds() * 1000 <= 3000
+
+
+async def test_a_permissive_create_topics_is_forwarded_and_charged_from_the_response() -> None:
+    h = Harness()
+    h.throttle("controller_mutation_rate", 3000, client_id="ops")
+    h.send(create_topics_request(5, version=4, partitions=6))  # v4: permissive, never rejected
+    assert sent(h.broker.frames()) == [5]
+    result = nested(apis.CREATE_TOPICS, 4, "CreatableTopicResult")
+    h.answer(response(apis.CREATE_TOPICS, 4, 5, throttle_time=ms(0), topics=(
+        result(name="new", error_code=NONE, error_message=None),)))
+    (answer,) = h.client.frames()
+    assert decode_response(apis.CREATE_TOPICS, 4, answer).throttle_time > ms(2900)
+    assert h.session.muted
+    (mutation,) = h.events("mutation")
+    assert (mutation["api"], mutation["api_version"], mutation["partitions"],
+            mutation["client_id"]) == ("CreateTopics", 4, 6, "ops")
+
+
+async def test_delete_topics_looks_up_the_partitions_it_charges_without_showing_the_client() -> None:
+    h = Harness()
+    body = request_body(apis.DELETE_TOPICS, 4, timeout=ms(1000), topic_names=("orders",))
+    h.send(request(apis.DELETE_TOPICS, 4, body, correlation_id=9, client_id="ops"))
+    (lookup,) = h.broker.frames()  # the request waits for the partition counts it charges
+    assert request_header(lookup).api_key == apis.METADATA
+    h.answer(metadata_response(h.gateway.metadata_version, [(BROKER, "b1", 9092)], {"orders": 12},
+                               correlation_id=request_header(lookup).correlation_id))
+    assert h.client.frames() == []  # the lookup's answer is the gateway's
+    assert sent(h.broker.frames()) == [9]
+    result = nested(apis.DELETE_TOPICS, 4, "DeletableTopicResult")
+    h.answer(response(apis.DELETE_TOPICS, 4, 9, throttle_time=ms(0),
+                      responses=(result(name="orders", error_code=NONE),)))
+    assert answered(h.client.frames()) == [9]
+    (mutation,) = h.events("mutation")
+    assert (mutation["api"], mutation["partitions"]) == ("DeleteTopics", 12)
+
+
+# -------------------------------------------------------------------------------- throttle
+
+
+async def test_a_throttled_produce_keeps_its_data_carries_the_throttle_and_mutes() -> None:
+    h = Harness()
+    h.throttle("producer_byte_rate", 120, client_id="app")
+    h.send(produce_request(1))
+    h.send(produce_request(2))
+    h.broker.frames()
+    h.answer(produce_response(1))
+    (answer,) = h.client.frames()
+    got = decode_response(apis.PRODUCE, 9, answer)
+    assert ms(100) <= got.throttle_time <= ms(120) and got.responses
+    assert h.session.muted and h.client.paused
+    assert h.broker.frames() == []  # request 2 is not read while muted
+    await asyncio.sleep(0.2)
+    assert not h.session.muted
+    assert sent(h.broker.frames()) == [2]
+
+
+async def test_a_throttled_fetch_gets_an_empty_response_and_is_charged_what_it_got() -> None:
+    h = Harness()
+    h.send(fetch_request(1))
+    h.answer(fetch_response(1, nbytes=5000))
+    full = h.client.frames()[0]
+    h.throttle("consumer_byte_rate", 200, client_id="app")
+    h.send(fetch_request(2))
+    h.answer(fetch_response(2, nbytes=5000))
+    (empty,) = h.client.frames()
+    got = decode_response(apis.FETCH, 12, empty)
+    assert got.responses == () and got.throttle_time > ms(150)
+    fetches = [e for e in h.events() if e["api"] == "Fetch"]
+    assert [e["bytes"] for e in fetches] == [len(full), len(empty)]
+
+
+async def test_request_quota_throttles_other_apis_in_place() -> None:
+    h = Harness()
+    h.throttle("request_percentage", 300, client_id="app")
+    body = request_body(apis.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False)
+    h.send(request(apis.METADATA, 12, body, correlation_id=4))
+    h.answer(metadata_response(12, [(BROKER, "b1", 9092)], correlation_id=4))
+    (answer,) = h.client.frames()
+    got = decode_response(apis.METADATA, 12, answer)
+    assert got.throttle_time > ms(250)
+    assert [(b.host, b.port) for b in got.brokers] == [("gw", 9193)]
+
+
+async def test_acks_zero_produce_gets_no_response_and_is_exempt_but_charged_its_bytes() -> None:
+    h = Harness()
+    payload = produce_request(1, acks=0, size=3000)
+    h.send(payload)
+    h.send(produce_request(2))
+    assert sent(h.broker.frames()) == [1, 2]  # no answer to wait for
+    (event,) = h.events()
+    assert (event["bytes"], event["exempt"], event["thread_time_ms"]) == (len(payload), True, 0.0)
+
+
+async def test_produce_event_is_the_request_size_and_service_time() -> None:
+    h = Harness()
+    payload = produce_request(1, size=2000)
+    h.send(payload)
+    time.sleep(0.02)
+    h.answer(produce_response(1))
+    (event,) = h.events()
+    assert (event["type"], event["api"], event["bytes"], event["user"], event["client_id"],
+            event["ip"], event["exempt"], event["count"]) == (
+        "request", "Produce", len(payload), "ANONYMOUS", "app", "10.0.0.7", False, 1)
+    assert 15 <= event["thread_time_ms"] < 1000
+
+
+async def test_a_fetch_is_charged_only_the_time_beyond_its_long_poll() -> None:
+    h = Harness()
+    h.send(fetch_request(1, max_wait=10))
+    time.sleep(0.03)
+    h.answer(fetch_response(1))
+    (event,) = h.events()
+    assert 15 <= event["thread_time_ms"] < 1000  # ~30 ms served, 10 of them the allowed wait
+
+
+# ------------------------------------------------------------------------ pass-through, SASL
+
+
+async def test_a_request_the_gateway_cannot_decode_passes_both_ways_unchanged() -> None:
+    h = Harness()
+    odd = b"\x03\xe7\x00\x05\x00\x00\x00\x11\x00\x03app" + bytes(range(256)) * 4
+    h.send(odd)
+    assert h.broker.frames() == [odd]
+    reply = b"\x00\x00\x00\x11" + b"\xfe" * 300
+    h.answer(reply)
+    assert h.client.frames() == [reply]
+
+
+async def test_an_accepted_connection_is_an_event() -> None:
+    h = Harness()
+    (event,) = h.events("connection")
+    assert (event["ip"], event["listener"], event["inter_broker"]) == ("10.0.0.7", "PLAINTEXT", False)
+    assert h.gateway.usage.flush() == []
+
+
+async def test_bytes_that_are_not_kafka_pass_through_as_a_pipe() -> None:
+    h = Harness()
+    garbage = b"\xff\xff\xff\xf0GET / HTTP/1.1\r\n\r\n"
+    h.session.client_data(garbage)
+    assert bytes(h.broker.written) == garbage
+    h.session.upstream_data(b"HTTP/1.1 400\r\n")
+    assert bytes(h.client.written) == b"HTTP/1.1 400\r\n"
+
+
+def _sasl(h: Harness, mechanism: str, token: bytes, ok: bool) -> None:
+    h.send(request(apis.SASL_HANDSHAKE, 1, request_body(apis.SASL_HANDSHAKE, 1, mechanism=mechanism),
+                   correlation_id=1))
+    h.answer(response(apis.SASL_HANDSHAKE, 1, 1, error_code=NONE, mechanisms=(mechanism,)))
+    h.send(request(apis.SASL_AUTHENTICATE, 2, request_body(apis.SASL_AUTHENTICATE, 2,
+                                                           auth_bytes=token), correlation_id=2))
+    code = NONE if ok else type(NONE)(58)  # SASL_AUTHENTICATION_FAILED
+    h.answer(response(apis.SASL_AUTHENTICATE, 2, 2, error_code=code, error_message=None,
+                      auth_bytes=b"", session_lifetime=ms(0)))
+    h.client.frames()
+
+
+@pytest.mark.parametrize("ok, user", [(True, "alice"), (False, "ANONYMOUS")])
+async def test_sasl_plain_names_the_principal_once_the_broker_accepts_it(ok: bool, user: str) -> None:
+    h = Harness()
+    _sasl(h, "PLAIN", b"\x00alice\x00secret", ok)
+    h.send(produce_request(3))
+    h.answer(produce_response(3))
+    events = h.events()
+    assert [e["api"] for e in events] == ["Produce"]  # SASL requests are not charged
+    assert events[0]["user"] == user
+
+
+# ---------------------------------------------------------------------- local quotas (engine)
+
+
+async def test_local_quotas_throttle_the_first_request_over_the_quota_without_a_directive() -> None:
+    h = Harness(quotas=[{"entity": {"client_id": "app"}, "quotas": {"producer_byte_rate": 10_000}}])
+    throttles = []
+    for corr in range(1, 8):  # 11 x 100 ms windows: 10 kB/s allows ~10 kB, each request is ~1 kB
+        h.send(produce_request(corr, size=3000))
+        h.broker.frames()
+        h.answer(produce_response(corr))
+        (answer,) = h.client.frames()
+        throttles.append(decode_response(apis.PRODUCE, 9, answer).throttle_time)
+        if h.session.muted:
+            break
+    assert throttles[0] == ms(0) and throttles[-1] > ms(0)  # Kafka's own decision, at once
+    assert len(throttles) == 4  # ~12 kB sent when the ~10 kB of the window ran out
+
+
+async def test_a_strict_storm_is_rejected_topic_by_topic_in_request_order() -> None:
+    h = Harness(quotas=[{"entity": {"client_id": "ops"}, "quotas": {"controller_mutation_rate": 10}}])
+    # bucket: 10/s x 11 x 100 ms = 11 tokens; the first topic (8) fits, it leaves 3; the second
+    # (8) is admitted with tokens >= 0 and puts the bucket in debt; the third is rejected
+    h.send(create_topics_request(1, partitions=8, names=("a", "b", "c")))
+    (forwarded,) = h.broker.frames()
+    assert _topic_names(forwarded) == ["a", "b"]
+    h.answer(create_topics_response(1, ("a", "b")))
+    (answer,) = h.client.frames()
+    got = decode_response(apis.CREATE_TOPICS, 7, answer)
+    assert [(t.name, int(t.error_code)) for t in got.topics] == [("a", 0), ("b", 0), ("c", 89)]
+    assert got.throttle_time > ms(0) and h.session.muted
+    assert [e["partitions"] for e in h.events("mutation")] == [8, 8]  # only what was admitted
+
+
+async def test_a_strict_request_in_debt_is_answered_by_the_gateway_alone() -> None:
+    h = Harness(quotas=[{"entity": {"client_id": "ops"}, "quotas": {"controller_mutation_rate": 10}}])
+    h.send(create_topics_request(1, partitions=20))
+    h.broker.frames()
+    h.answer(create_topics_response(1, ("new",)))
+    h.client.frames()
+    assert not h.session.muted  # strict and admitted: no throttle (KIP-599), but now in debt
+    h.send(create_topics_request(2, partitions=1, names=("late",)))
+    assert h.broker.frames() == []  # never reaches the controller
+    (answer,) = h.client.frames()
+    assert [int(t.error_code) for t in decode_response(apis.CREATE_TOPICS, 7, answer).topics] == [89]
+
+
+def _topic_names(payload: bytes) -> list[str]:
+    header = request_header(payload)
+    req = messages.mutation_request(header.api_key, header.api_version, payload, header.body)
+    return [t.name or "" for t in req.topics]
