@@ -1,9 +1,11 @@
-"""Pieces several commands share: window options, input files, progress on a terminal."""
+"""Pieces several commands share: window options, input files, progress on a terminal, the
+product's topics."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -99,3 +101,34 @@ def progress(items: Iterable[T], quiet: bool, every: float = 1.0, unit: str = "l
                 sys.stderr.flush()
     if show and count:
         sys.stderr.write("\r\x1b[2K")
+
+
+def ensure_product_topics(settings: object, bootstrap: str | None = None) -> None:
+    """Create the product's topics if missing; a broker that cannot be reached is one line.
+    `bootstrap` defaults to KAFKA_BOOTSTRAP_SERVERS."""
+    from app.broker import BrokerError, create_topics_sync
+    from app.cli import UserError
+    from app.pipeline.topology import topic_specs
+
+    address = bootstrap or str(settings.kafka_bootstrap_servers)  # type: ignore[attr-defined]
+    # the client logs each failed connection itself; report it once, then restore its logging
+    # for what runs next in this process
+    loggers = [logging.getLogger(name) for name in ("aiokafka", "kafka")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        create_topics_sync(address, topic_specs(settings))  # type: ignore[arg-type]
+    except BrokerError as exc:
+        raise UserError(str(exc)) from None
+    except (OSError, TimeoutError) as exc:
+        raise UserError(f"cannot reach Kafka at {address}: {exc or type(exc).__name__}; "
+                        "check KAFKA_BOOTSTRAP_SERVERS") from None
+    except Exception as exc:  # aiokafka raises its own KafkaConnectionError etc.
+        if type(exc).__module__.startswith("aiokafka"):
+            raise UserError(f"cannot reach Kafka at {address} ({type(exc).__name__}); "
+                            "check KAFKA_BOOTSTRAP_SERVERS") from None
+        raise
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)

@@ -73,10 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pre-aggregate requests per principal, api and flush into one event with "
                    "count > 1 (high request rates; broker scope then is exact per flush, not per "
                    "request)")
-    p.add_argument("--max-in-flight", type=int_at_least(1), default=1, metavar="N",
-                   help="requests of one connection forwarded before the first is answered "
-                   "(default %(default)s, as a broker, which reads a connection's next request "
-                   "only after answering the last: more lets a pipelining client past a throttle)")
+    p.add_argument("--max-in-flight", type=int_at_least(1), default=5, metavar="N",
+                   help="requests of a connection without a quota forwarded before the first is "
+                   "answered (default %(default)s). A client with a quota is served one request "
+                   "at a time, as a broker does, so a throttle holds back its next request")
     p.add_argument("--no-local-quotas", action="store_true",
                    help="obey only the workers' directives; by default the gateway also decides "
                    "each request as Kafka's quota managers would for its own traffic (the "
@@ -97,6 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     tls.add_argument("--upstream-key", metavar="FILE", help="its private key (PEM)")
     tls.add_argument("--upstream-no-hostname-check", action="store_true",
                      help="do not check the brokers' certificate host names")
+    p.add_argument("--no-create-topics", action="store_true",
+                   help="do not create missing product topics at start (when an operator manages them)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=run)
 
@@ -108,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
     from app.gateway.server import Gateway, GatewayError
 
     config = build_config(args)
+    if not args.no_create_topics:
+        from app.cli_support import ensure_product_topics
+        from app.settings import load
+
+        ensure_product_topics(load(), config.kafka_bootstrap)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("aiokafka", "kafka"):

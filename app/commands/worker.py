@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
+from app.cli_support import ensure_product_topics
 from app.settings import load
 
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("KAFKA_BOOTSTRAP_SERVERS is not set: point it at your Kafka cluster, "
                         "or run `quota-streams demo` to use the embedded broker")
     if not args.no_create_topics:
-        ensure_topics(settings)
+        ensure_product_topics(settings)
     try:
         os.makedirs(str(settings.state_dir), exist_ok=True)
     except OSError as exc:
@@ -43,32 +43,3 @@ def run(args: argparse.Namespace) -> int:
                 "--web-port", str(settings.web_port), "--web-bind", str(settings.web_host)]
     app.main()
     return 0
-
-
-def ensure_topics(settings: object) -> None:
-    """Create the product's topics if missing; a broker that cannot be reached is one line."""
-    from app.broker import BrokerError, create_topics_sync
-    from app.cli import UserError
-    from app.pipeline.topology import topic_specs
-
-    # the client logs each failed connection itself; report it once, then restore its logging
-    # for the worker that runs next in this process
-    loggers = [logging.getLogger(name) for name in ("aiokafka", "kafka")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        create_topics_sync(str(settings.kafka_bootstrap_servers), topic_specs(settings))  # type: ignore[attr-defined, arg-type]
-    except BrokerError as exc:
-        raise UserError(str(exc)) from None
-    except (OSError, TimeoutError) as exc:
-        raise UserError(f"cannot reach Kafka at {settings.kafka_bootstrap_servers}: {exc or type(exc).__name__}; "  # type: ignore[attr-defined]
-                        "check KAFKA_BOOTSTRAP_SERVERS") from None
-    except Exception as exc:  # aiokafka raises its own KafkaConnectionError etc.
-        if type(exc).__module__.startswith("aiokafka"):
-            raise UserError(f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "  # type: ignore[attr-defined]
-                            f"({type(exc).__name__}); check KAFKA_BOOTSTRAP_SERVERS") from None
-        raise
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)

@@ -51,6 +51,17 @@ FORWARDED, LOCAL, HELD, INTERNAL = 0, 1, 2, 3
 
 #: Client bytes read ahead of the request being served, at most (plus one frame).
 READ_AHEAD = 1 << 20
+#: A frame larger than this is written after its size prefix rather than joined to it (a copy).
+JOIN_BELOW = 64 * 1024
+
+
+def _send(transport: asyncio.WriteTransport, payload: bytes) -> None:
+    """Write one frame: its size prefix, then the payload."""
+    if len(payload) < JOIN_BELOW:
+        transport.write(SIZE.pack(len(payload)) + payload)
+    else:
+        transport.write(SIZE.pack(len(payload)))
+        transport.write(payload)
 
 
 @dataclass(slots=True)
@@ -120,6 +131,9 @@ class Session:
         self._broker_paused = False
         self._last_response = 0.0  # perf_counter of the previous response from the broker
         self._reading = False  # inside _read_requests (a flush from within must not re-enter)
+        self._client_id = ""  # of the last request: what decides the in-flight limit
+        self._limited = False
+        self._limited_as_of: tuple[int, str, str] | None = None
         self._internal_ids = 0
 
     # ------------------------------------------------------------------------- lifecycle
@@ -215,7 +229,7 @@ class Session:
     def _read_loop(self) -> None:
         reader = self._from_client
         while not self.closed and not self.opaque:
-            if self._pauses - {"backlog"} or len(self._order) >= self.core.max_in_flight:
+            if self._pauses - {"backlog"} or len(self._order) >= self._in_flight():
                 break
             if self._muted_until and self.core.now_ms() < self._muted_until:
                 self._mute_until(self._muted_until)
@@ -239,9 +253,24 @@ class Session:
         else:
             self._resume("backlog")
 
+    def _in_flight(self) -> int:
+        """Requests this connection may have at the broker at once: one for a client with a
+        quota, as a broker reads a connection's next request only once the last is answered
+        (so a throttle holds back the very next request); up to `max_in_flight` for others,
+        whose pipelining then costs no throughput."""
+        local = self.core.local
+        if local is None:
+            return self.core.max_in_flight
+        version = local.configs.version
+        if self._limited_as_of != (version, self.user, self._client_id):
+            self._limited_as_of = (version, self.user, self._client_id)
+            self._limited = local.limited(self.user, self._client_id)
+        return 1 if self._limited else self.core.max_in_flight
+
     def _request(self, header: RequestHeader, payload: bytes) -> None:
         core, key, version = self.core, header.api_key, header.api_version
         core.metrics.request(key)
+        self._client_id = header.client_id
         context: Any = None
         try:
             if key == apis.PRODUCE and header.body >= 0:
@@ -278,13 +307,13 @@ class Session:
         pending = Pending(FORWARDED, header, len(payload), time.perf_counter(), context=context)
         self._order.append(pending)
         self._awaiting.append(pending)
-        self.broker.write(SIZE.pack(len(payload)) + payload)
+        _send(self.broker, payload)
 
     def _forward_without_response(self, header: RequestHeader, payload: bytes) -> None:
         """acks=0 Produce: no response comes, so none is awaited; charged its bytes, exempt from
         the request quota, and the channel is still muted by the byte-rate quota (Kafka)."""
         assert self.broker is not None
-        self.broker.write(SIZE.pack(len(payload)) + payload)
+        _send(self.broker, payload)
         core, now = self.core, self.core.now_ms()
         core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
                            "Produce", header.api_version, len(payload), 0.0, 0.0, exempt=True)
@@ -331,7 +360,7 @@ class Session:
         pending.kind, pending.sent = FORWARDED, time.perf_counter()
         self._awaiting.append(pending)
         assert self.broker is not None
-        self.broker.write(SIZE.pack(len(payload)) + payload)
+        _send(self.broker, payload)
 
     def _lookup_partitions(self, held: Pending) -> bool:
         """An internal Metadata request on this connection, answered before the mutation (the
@@ -350,7 +379,7 @@ class Session:
         self._awaiting.append(Pending(INTERNAL, lookup, len(payload), time.perf_counter(),
                                       context=held))
         assert self.broker is not None
-        self.broker.write(SIZE.pack(len(payload)) + payload)
+        _send(self.broker, payload)
         return True
 
     # ------------------------------------------------------------------------- responses
@@ -509,7 +538,7 @@ class Session:
             pending = order.popleft()
             wrote = True
             if client is not None and not self.closed and pending.payload is not None:
-                client.write(SIZE.pack(len(pending.payload)) + pending.payload)
+                _send(client, pending.payload)
         if wrote:
             self._read_requests()
 

@@ -39,6 +39,15 @@ class LocalQuotas:
     def configs(self) -> QuotaConfigs:
         return self.engine.configs
 
+    def limited(self, user: str, client_id: str) -> bool:
+        """Whether any client quota (bytes in or out, request time) applies to this principal."""
+        configs = self.engine.configs
+        for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST):
+            res = configs.resolve(quota, user, client_id)
+            if res is not None and res.limit < UNLIMITED:
+                return True
+        return False
+
     def request(self, broker: int, ts: int, listener: str, user: str, client_id: str, ip: str,
                 api: str, nbytes: int, thread_ms: float, exempt: bool) -> int:
         """Record one request; the throttle Kafka would answer it with (0: none). A throttled

@@ -336,25 +336,67 @@ def _patch_produce(version: int, payload: bytes, throttle_ms: int,
 
 
 def _fetch_endpoints(version: int, payload: bytes, addresses: Addresses) -> bytes | None:
-    schema, resp, offset = _response(apis.FETCH, version, payload)
-    if not resp.node_endpoints:
+    if not _fetch_names_endpoints(version, payload):
         return None
+    schema, resp, offset = _response(apis.FETCH, version, payload)
     endpoints = tuple(_readdress(e, "node_id", addresses) for e in resp.node_endpoints)
     return payload[:offset] + _encode(schema, dataclasses.replace(resp, node_endpoints=endpoints))
+
+
+_PARTITION_HEAD = 4 + 2 + 8 + 8 + 8  # index, error code, high watermark, LSO, log start offset
+
+
+def _fetch_names_endpoints(version: int, payload: bytes) -> bool:
+    """Whether a flexible Fetch response (v12+) names brokers in `node_endpoints` (top-level tag
+    0), found by walking its structure without reading records: a megabyte response is not
+    decoded (or copied) to learn that it names none, which is nearly always."""
+    try:
+        pos = _body_offset(apis.FETCH, version, payload) + 4 + 2 + 4  # throttle, error, session
+        topics, pos = read_uvarint(payload, pos)
+        for _ in range(topics - 1):
+            pos += 16 if version >= 13 else 0  # topic id
+            if version < 13:
+                n, pos = read_uvarint(payload, pos)
+                pos += n - 1
+            partitions, pos = read_uvarint(payload, pos)
+            for _ in range(partitions - 1):
+                pos += _PARTITION_HEAD
+                aborted, pos = read_uvarint(payload, pos)
+                for _ in range(aborted - 1):
+                    pos = skip_tagged_fields(payload, pos + 16)
+                pos += 4  # preferred read replica
+                size, pos = read_uvarint(payload, pos)
+                pos = skip_tagged_fields(payload, pos + max(size - 1, 0))
+            pos = skip_tagged_fields(payload, pos)
+        count, pos = read_uvarint(payload, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(payload, pos)
+            size, pos = read_uvarint(payload, pos)
+            if tag == 0:  # node_endpoints: a compact array, often sent empty (Tansu does)
+                return read_uvarint(payload, pos)[0] > 1
+            pos += size
+    except FrameError as exc:
+        raise MessageError(f"Fetch v{version}: {exc}") from None
+    return False
 
 
 def empty_fetch_response(payload: bytes, version: int, throttle_ms: int, incremental: bool) -> bytes:
     """What a broker sends a throttled consumer instead of data (KIP-219: `getThrottledResponse`):
     no partitions, `throttle_time_ms` set. An incremental session keeps its id, so its next
-    request still fits; a full fetch gets session 0, as Kafka's, and starts over."""
-    schema, resp, offset = _response(apis.FETCH, version, payload)
+    request still fits; a full fetch gets session 0, as Kafka's, and starts over. Only the
+    response's header and session id are read, not its records."""
+    schema = apis.response_schema(apis.FETCH, version)
+    if schema is None:
+        raise MessageError(f"no schema for Fetch v{version}")
+    offset = _body_offset(apis.FETCH, version, payload)
     fields: dict[str, Any] = {"throttle_time": throttle(throttle_ms), "responses": ()}
     if version >= 7:
+        if len(payload) < offset + 10:
+            raise MessageError("Fetch response shorter than its session id")
+        (session,) = _I32.unpack_from(payload, offset + 6)
         fields["error_code"] = ErrorCode.none
-        fields["session_id"] = resp.session_id if incremental else 0
-    if version >= 16:
-        fields["node_endpoints"] = ()
-    return payload[:offset] + _encode(schema, dataclasses.replace(resp, **fields))
+        fields["session_id"] = session if incremental else 0
+    return payload[:offset] + _encode(schema, schema(**fields))
 
 
 # ------------------------------------------------------------------------- mutations (KIP-599)

@@ -73,7 +73,7 @@ class GatewayConfig:
     max_nodes: int = 64
     flush_ms: int = 5
     aggregate: bool = False
-    max_in_flight: int = 1  # requests per connection the broker sees at once (Kafka's: 1)
+    max_in_flight: int = 5  # requests of a connection without a quota at the broker at once
     max_pending: int = 1_000_000
     directives_timeout: float = 30.0
     probe_timeout: float = 10.0
@@ -194,7 +194,9 @@ class Gateway:
         self.listener = config.listener
         self.max_in_flight = config.max_in_flight
         self.metrics = GatewayMetrics()
-        self.usage = UsageRecorder(config.aggregate, config.max_pending)
+        self._events_waiting = asyncio.Event()
+        self.usage = UsageRecorder(config.aggregate, config.max_pending,
+                                   on_first=self._events_waiting.set)
         self._own_directives = directives is None
         self.directives: Any = directives
         self.nodes: NodeMap | None = None  # set by start()
@@ -235,6 +237,9 @@ class Gateway:
         self._bootstrap_targets = [info.answered_by] + [a for a in cfg.upstream if a != info.answered_by]
         if self._own_directives:
             await self._start_directives()
+        self.metrics.directives.set_function(lambda: len(self.directives))
+        self.metrics.directives_ready.set_function(
+            lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
         if self.local is not None and cfg.local is not None:
             await self._start_configs()
         await self._start_events()
@@ -410,9 +415,12 @@ class Gateway:
     # ------------------------------------------------------------------------- usage events
 
     async def _publish_loop(self) -> None:
+        """Every `flush_ms` while there are events; asleep while the gateway is idle."""
         interval = self.config.flush_ms / 1000.0
         while True:
+            await self._events_waiting.wait()
             await asyncio.sleep(interval)
+            self._events_waiting.clear()
             await self._publish()
 
     async def _publish(self) -> None:
@@ -423,10 +431,6 @@ class Gateway:
             self.metrics.events_dropped.inc(usage.dropped)
             usage.dropped = 0
         batches = usage.flush()
-        if self.directives is not None:
-            self.metrics.directives.set(len(self.directives))
-            ready = getattr(self.directives, "is_ready", True)
-            self.metrics.directives_ready.set(1 if ready else 0)
         if not batches or self._publisher is None:
             return
         try:

@@ -16,7 +16,7 @@ are dropped and counted in `dropped`, never queued without end.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from app.admin.config_topic import canonical_json
 
@@ -32,9 +32,13 @@ _AggKey = tuple[int, str, str, str, int, str, str, bool]
 class UsageRecorder:
     """Events recorded since the last `flush()`, grouped by (kind, key, broker)."""
 
-    def __init__(self, aggregate: bool = False, max_pending: int = 1_000_000) -> None:
+    def __init__(self, aggregate: bool = False, max_pending: int = 1_000_000,
+                 on_first: Callable[[], None] | None = None) -> None:
+        """`on_first` is called when an event is recorded while none is pending: a publisher
+        can sleep until there is something to send."""
         self.aggregate = aggregate
         self.max_pending = max_pending
+        self.on_first = on_first
         self.pending = 0
         self.recorded = 0
         self.dropped = 0
@@ -55,6 +59,8 @@ class UsageRecorder:
         if self.pending >= self.max_pending:
             self.dropped += 1
             return False
+        if not self.pending and self.on_first is not None:
+            self.on_first()
         group = self._groups.get((kind, key, broker))
         if group is None:
             group = self._groups[(kind, key, broker)] = []

@@ -64,10 +64,11 @@ def test_frame_reader_splits_a_stream_cut_anywhere() -> None:
 
 def test_frame_reader_refuses_a_frame_over_its_limit() -> None:
     reader = FrameReader(max_frame=100)
-    reader.feed(frame(b"x" * 101)[:8])
-    assert not reader.complete()
+    start = frame(b"x" * 101)[:8]
+    reader.feed(start)
     with pytest.raises(FrameError):
         reader.next()
+    assert reader.take_rest() == start  # nothing lost: the bytes can still be passed through
 
 
 # -------------------------------------------------------------------------------- ApiVersions
@@ -147,12 +148,20 @@ def test_describe_cluster_points_at_the_gateway() -> None:
 
 
 def _fetch_response(version: int, throttle: int = 0, endpoints: bool = False) -> bytes:
+    """Two topics of two partitions each, one with aborted transactions, one without records."""
     part = nested(apis.FETCH, version, "PartitionData")
     topic = nested(apis.FETCH, version, "FetchableTopicResponse")
-    p = part(partition_index=0, error_code=NONE, high_watermark=10, aborted_transactions=None,
-             records=b"\x00" * 500)
-    t = topic(topic_id=uuid.uuid4(), partitions=(p,)) if version >= 13 else topic(topic="t", partitions=(p,))
-    fields = {"throttle_time": ms(throttle), "error_code": NONE, "session_id": 77, "responses": (t,)}
+    aborted = nested(apis.FETCH, version, "AbortedTransaction")
+    topics = []
+    for name in ("t1", "t2"):
+        parts = (part(partition_index=0, error_code=NONE, high_watermark=10, records=b"\x00" * 500,
+                      aborted_transactions=(aborted(producer_id=7, first_offset=3),)),
+                 part(partition_index=1, error_code=NONE, high_watermark=0, records=None,
+                      aborted_transactions=None))
+        topics.append(topic(topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, name), partitions=parts)
+                      if version >= 13 else topic(topic=name, partitions=parts))
+    fields = {"throttle_time": ms(throttle), "error_code": NONE, "session_id": 77,
+              "responses": tuple(topics)}
     if version >= 16 and endpoints:
         node = nested(apis.FETCH, version, "NodeEndpoint")
         fields["node_endpoints"] = (node(node_id=112, host="b2", port=9092),)
@@ -171,11 +180,18 @@ def test_fetch_throttle_is_set_in_place_and_the_data_is_kept(version: int) -> No
     assert messages.patch_response(apis.FETCH, version, own, 1500, addresses) is None
 
 
-def test_fetch_node_endpoints_point_at_the_gateway() -> None:
-    out = messages.patch_response(apis.FETCH, 17, _fetch_response(17, endpoints=True), 0, addresses)
+@pytest.mark.parametrize("version", [16, 17, 18])
+def test_fetch_node_endpoints_point_at_the_gateway(version: int) -> None:
+    out = messages.patch_response(apis.FETCH, version, _fetch_response(version, endpoints=True),
+                                  0, addresses)
     assert out is not None
-    got = decode_response(apis.FETCH, 17, out)
+    got = decode_response(apis.FETCH, version, out)
     assert [(e.node_id, e.host, e.port) for e in got.node_endpoints] == [(112, "gw.example", 9194)]
+    # without endpoints (the tag absent, or present and empty) the response is passed on as it is
+    assert messages.patch_response(apis.FETCH, version, _fetch_response(version), 0, addresses) is None
+    empty_tag = _fetch_response(version)[:-1] + b"\x01\x00\x01\x01"  # 1 tag: 0, 1 byte, []
+    assert decode_response(apis.FETCH, version, empty_tag).node_endpoints == ()
+    assert messages.patch_response(apis.FETCH, version, empty_tag, 0, addresses) is None
 
 
 @pytest.mark.parametrize("incremental, session", [(True, 77), (False, 0)])

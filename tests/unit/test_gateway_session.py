@@ -190,8 +190,9 @@ def answered(frames: list[bytes]) -> list[int]:
 # ----------------------------------------------------------------------------------- order
 
 
-async def test_a_connection_has_one_request_at_the_broker_at_a_time() -> None:
-    h = Harness()
+async def test_a_client_with_a_quota_has_one_request_at_the_broker_at_a_time() -> None:
+    h = Harness(max_in_flight=5,
+                quotas=[{"entity": {"client_id": "app"}, "quotas": {"producer_byte_rate": 10**9}}])
     h.send(produce_request(1))
     h.send(produce_request(2))
     assert sent(h.broker.frames()) == [1]  # the second waits, as a broker reads it later
@@ -200,6 +201,19 @@ async def test_a_connection_has_one_request_at_the_broker_at_a_time() -> None:
     assert sent(h.broker.frames()) == [2]
     h.answer(produce_response(2))
     assert answered(h.client.frames()) == [2]
+
+
+async def test_a_client_without_a_quota_is_pipelined_up_to_max_in_flight() -> None:
+    h = Harness(max_in_flight=2,
+                quotas=[{"entity": {"client_id": "other"}, "quotas": {"producer_byte_rate": 1000}}])
+    for corr in (1, 2, 3):
+        h.send(produce_request(corr))
+    assert sent(h.broker.frames()) == [1, 2]
+    h.answer(produce_response(1))
+    assert sent(h.broker.frames()) == [3]
+    h.answer(produce_response(2))
+    h.answer(produce_response(3))
+    assert answered(h.client.frames()) == [1, 2, 3]
 
 
 async def test_a_gateway_answer_waits_behind_the_requests_before_it() -> None:
