@@ -1,4 +1,5 @@
-"""`quota-streams demo`: the whole product on this machine, with a live view of what it does."""
+"""`quota-streams demo`: the whole product on this machine, real clients through gateways, with a
+live view of what it does."""
 
 from __future__ import annotations
 
@@ -7,23 +8,26 @@ import os
 import sys
 from pathlib import Path
 
-DEMO_SCENARIO = Path("scenarios") / "demo.yaml"
+DEMO_FILE = Path("scenarios") / "demo.yaml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
-        help="start a broker, workers and simulated clients, and watch quotas being enforced",
+        help="start a broker, workers, gateways and real clients, and watch quotas being enforced",
         description="Start the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS is set), the "
-        "topics, the example quotas and worker(s), then run scenarios/demo.yaml: well-behaved "
-        "and abusive clients on 3 simulated brokers. A live view, refreshed every second, shows "
-        "each entity's rate against its limit, the active throttles and directives per second. "
-        "Ctrl-C stops everything the demo started.",
+        "topics, the example quotas, worker(s) and gateways in front of the broker, then run "
+        "the real client processes of scenarios/demo.yaml through the gateways: confluent-kafka, "
+        "kafka-python and aiokafka producers and consumers, a connection storm and topic storms, "
+        "some over their quotas. A live view, refreshed every second, shows each quota entity's "
+        "rate against its limit over the quota window, each client, and the directives in "
+        "force. Ctrl-C stops everything the demo started. (`quota-streams simulate` runs the "
+        "simulated cluster, for large scenarios.)",
     )
     p.add_argument("--duration", type=float, metavar="S", help="stop by itself after S seconds")
     p.add_argument("--workers", type=int, metavar="N", help="workers to start (default: 1 on the "
                    "embedded broker, 0 with KAFKA_BOOTSTRAP_SERVERS)")
-    p.add_argument("--scenario", metavar="FILE", help=f"another scenario (default: {DEMO_SCENARIO})")
+    p.add_argument("--scenario", metavar="FILE", help=f"another demo file (default: {DEMO_FILE})")
     p.add_argument("--no-color", action="store_true", help="no colour even on a terminal")
     p.set_defaults(run=run)
 
@@ -33,57 +37,74 @@ def find_scenario(given: str | None) -> Path:
     if given:
         return Path(given)
     for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        if (base / DEMO_SCENARIO).is_file():
-            return base / DEMO_SCENARIO
+        if (base / DEMO_FILE).is_file():
+            return base / DEMO_FILE
     from app.cli import UserError
 
-    raise UserError(f"{DEMO_SCENARIO} not found: run the demo from the project directory, "
+    raise UserError(f"{DEMO_FILE} not found: run the demo from the project directory, "
                     "or give --scenario FILE")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from app.broker import create_topics_sync
     from app.cli import UserError
-    from app.sim import report
-    from app.sim.scenario import ScenarioError, load_scenario
-    from app.sim.session import run_live, start_pipeline, stderr_log, terminate_as_interrupt
-    from app.sim.view import LiveView
+    from app.demo.run import run_demo
+    from app.demo.spec import load_demo
+    from app.demo.view import DemoView
+    from app.sim.scenario import ScenarioError
+    from app.sim.session import start_pipeline, stderr_log, terminate_as_interrupt
 
     try:
-        scenario = load_scenario(find_scenario(args.scenario)).with_run(args.duration)
+        spec = load_demo(find_scenario(args.scenario))
     except ScenarioError as exc:
         raise UserError(str(exc)) from None
+    if args.duration is not None and args.duration <= 0:
+        raise UserError("--duration must be > 0")
     if args.workers is not None and args.workers < 0:
         raise UserError("--workers must be >= 0")
+    _need_client_libraries()
     tty = sys.stdout.isatty()
     colour = tty and not args.no_color and not os.environ.get("NO_COLOR")
     terminate_as_interrupt()
-    pipeline = start_pipeline(scenario, args.workers, stderr_log)
+    pipeline = start_pipeline(spec, args.workers, stderr_log)
+    cluster = pipeline.cluster
     ok = False
     try:
-        view = LiveView(scenario, pipeline.bootstrap, pipeline.workers, pipeline.cluster.embedded,
+        create_topics_sync(pipeline.bootstrap, [(t, n, {}) for t, n in spec.topics.items()],
+                           check_partitions=False)
+        stderr_log(f"starting {spec.gateways} gateway(s) in front of {pipeline.bootstrap}")
+        try:
+            gateways = [cluster.start_gateway().bootstrap for _ in range(spec.gateways)]
+        except RuntimeError as exc:
+            raise UserError(f"{exc} (logs in {cluster.work_dir})") from None
+        view = DemoView(spec, pipeline.bootstrap, pipeline.workers, gateways, cluster.embedded,
                         tty=tty, colour=colour)
-        stderr_log("demo running" + ("; Ctrl-C stops it" if scenario.duration is None
-                                     else f" for {scenario.duration:g} s"))
-        run_, _ = asyncio.run(run_live(scenario, pipeline, view.refresh))
-        assert run_.world is not None
+        stderr_log(f"demo running: {len(spec.clients)} clients through {', '.join(gateways)}"
+                   + ("; Ctrl-C stops it" if args.duration is None else f" for {args.duration:g} s"))
+        run_ = asyncio.run(run_demo(spec, pipeline.bootstrap, str(pipeline.settings.topic_directives),
+                                    gateways, cluster.work_dir, view.refresh, args.duration))
         if tty:
             print()
-        summaries = run_.world.meter.summaries(scenario.warmup, run_.end_ms)
-        seconds = summaries[0].seconds if summaries else 0
-        print(f"{scenario.name}: {scenario.scope} scope, {(run_.end_ms - run_.start_ms) / 1000:.0f} s"
-              f" run, rates over the last {seconds} s (after {scenario.warmup:g} s warmup)")
-        print(report.entity_table(summaries, scenario.scope, colour))
-        print()
-        print(report.client_table(run_.world, colour))
+        print(view.summary(run_))
         ok = True
     finally:
-        stderr_log("stopping the workers" + (" and the embedded broker" if pipeline.cluster.embedded else ""))
+        stderr_log("stopping the clients, gateways and workers"
+                   + (" and the embedded broker" if cluster.embedded else ""))
         pipeline.stop(keep_logs=not ok)
         if not ok:
-            stderr_log(f"logs: {pipeline.cluster.work_dir}")
+            stderr_log(f"logs: {cluster.work_dir}")
     return 0
 
 
+def _need_client_libraries() -> None:
+    """The demo's clients are confluent-kafka, kafka-python and aiokafka programs."""
+    from app.cli import UserError
 
+    for module, package in (("confluent_kafka", "confluent-kafka"), ("kafka", "kafka-python")):
+        try:
+            __import__(module)
+        except ImportError:
+            raise UserError(f"the demo's clients need {package}: pip install "
+                            "'quota-streams[clients]' (make demo installs it)") from None

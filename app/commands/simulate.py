@@ -65,7 +65,7 @@ def _live(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -> i
 
     from app.sim.live import LiveRun
     from app.sim.session import run_live, start_pipeline, stderr_log, terminate_as_interrupt
-    from app.sim.view import DirectiveWatcher
+    from app.subscriber.watcher import DirectiveWatcher
 
     terminate_as_interrupt()
     log = (lambda m: None) if args.quiet else stderr_log

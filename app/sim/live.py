@@ -37,8 +37,9 @@ TICK_S = 0.01  # how often due actions run; actions keep their own exact times
 OnSecond = Callable[["LiveRun", float], Any]
 
 
-async def write_configs(bootstrap: str, topic: str, scenario: Scenario, ts: int) -> int:
-    """Write the scenario's quotas as `quota-streams quotas --alter` would; returns how many."""
+async def write_configs(bootstrap: str, topic: str, scenario: Any, ts: int) -> int:
+    """Write a scenario's quotas (its `config_updates`) as `quota-streams quotas --alter`
+    would; returns how many."""
     updates = scenario.config_updates(ts)
     if updates:
         await write_records(bootstrap, topic, [(canonical_record(u), u) for u in updates], None)

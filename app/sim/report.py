@@ -13,7 +13,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 import orjson
 
@@ -56,8 +56,10 @@ def colour_for(ratio: float | None) -> str:
     return YELLOW if ratio <= 1.5 else RED
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], colour: bool) -> str:
-    """A plain text table; cells may carry ANSI colour (stripped when `colour` is False)."""
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], colour: bool,
+          left: Collection[int] = (0, 1)) -> str:
+    """A plain text table; cells may carry ANSI colour (stripped when `colour` is False).
+    Columns in `left` are aligned left (names), the others right (figures)."""
     body = [list(r) for r in rows]
     if not colour:
         body = [[_ANSI.sub("", c) for c in r] for r in body]
@@ -70,7 +72,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], colour: bool) -
         out = []
         for i, c in enumerate(cells):
             pad = widths[i] - len(_ANSI.sub("", c))
-            out.append(c + " " * pad if i < 2 else " " * pad + c)
+            out.append(c + " " * pad if i in left else " " * pad + c)
         return "  ".join(out).rstrip()
 
     head = line(headers)

@@ -145,17 +145,23 @@ class Scenario:
 # ---------------------------------------------------------------------------------- loading
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; raise `ScenarioError` with a one-line reason."""
+def read_yaml(path: str | Path) -> Any:
+    """A scenario file's YAML; `ScenarioError` with a one-line reason if it cannot be read."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"cannot read scenario {p}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{p}: not valid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; raise `ScenarioError` with a one-line reason."""
+    p = Path(path)
+    data = read_yaml(p)
     try:
         return parse_scenario(data, default_name=p.stem, source=str(p))
     except ScenarioError as exc:
@@ -165,7 +171,7 @@ def load_scenario(path: str | Path) -> Scenario:
 def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping")
-    _unknown(data, _TOP_KEYS, "scenario")
+    unknown_fields(data, _TOP_KEYS, "scenario")
     brokers = _brokers(data.get("brokers", 3), "brokers")
     listeners = _listeners(data.get("listeners", ["PLAINTEXT"]))
     scope = data.get("scope", "broker")
@@ -175,24 +181,24 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
     if accounting not in ("kafka", "served"):
         raise ScenarioError(f"accounting: {accounting!r} must be 'kafka' or 'served'")
     raw_duration = data.get("duration", 60)
-    duration = None if raw_duration in (None, "forever") else _pos(raw_duration, "duration")
-    warmup = _num(data.get("warmup", 10), "warmup", minimum=0.0)
+    duration = None if raw_duration in (None, "forever") else positive(raw_duration, "duration")
+    warmup = number(data.get("warmup", 10), "warmup", minimum=0.0)
     if duration is not None and warmup >= duration:
         raise ScenarioError(f"warmup ({warmup:g} s) must be shorter than duration ({duration:g} s)")
-    flush = int(_pos(data.get("flush_interval_ms", 100), "flush_interval_ms"))
+    flush = int(positive(data.get("flush_interval_ms", 100), "flush_interval_ms"))
     aggregate = data.get("aggregate", True)
     if not isinstance(aggregate, bool):
         raise ScenarioError("aggregate must be true or false")
     windows = data.get("windows") or {}
     if not isinstance(windows, dict):
         raise ScenarioError("windows must be a mapping (num, size_ms, controller_num, controller_size_ms)")
-    _unknown(windows, set(_WINDOW_ENV), "windows")
-    win = {k: int(_pos(v, f"windows.{k}")) for k, v in windows.items()}
-    quotas = tuple(_quota(q, i) for i, q in enumerate(_list(data.get("quotas", []), "quotas")))
+    unknown_fields(windows, set(_WINDOW_ENV), "windows")
+    win = {k: int(positive(v, f"windows.{k}")) for k, v in windows.items()}
+    quotas = tuple(quota_entry(q, i) for i, q in enumerate(as_list(data.get("quotas", []), "quotas")))
     names = {lst.name for lst in listeners}
     default_listener = next((lst.name for lst in listeners if not lst.inter_broker), listeners[0].name)
     clients: list[ClientSpec] = []
-    for i, raw in enumerate(_list(data.get("clients"), "clients")):
+    for i, raw in enumerate(as_list(data.get("clients"), "clients")):
         clients.append(_client(raw, i, brokers, names, default_listener))
     if not clients:
         raise ScenarioError("clients: at least one client is needed")
@@ -216,7 +222,7 @@ def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
     where = f"clients[{index}]"
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where} must be a mapping")
-    _unknown(raw, _CLIENT_KEYS, where)
+    unknown_fields(raw, _CLIENT_KEYS, where)
     kind = raw.get("kind")
     if kind not in KINDS:
         raise ScenarioError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
@@ -234,19 +240,19 @@ def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
         except ValueError:
             raise ScenarioError(f"{where}.ip: {raw['ip']!r} is not an IP address") from None
     if "rate" in raw:
-        values["rate"] = _pos(raw["rate"], f"{where}.rate")
+        values["rate"] = positive(raw["rate"], f"{where}.rate")
     elif kind in _DEFAULT_RATE:
         values["rate"] = _DEFAULT_RATE[kind]
     else:
         raise ScenarioError(f"{where}.rate is required for a {kind} (bytes per second)")
     for key in ("ips", "request_bytes", "api_version", "partitions", "topics_per_request"):
         if key in raw:
-            values[key] = _int(raw[key], f"{where}.{key}", minimum=0 if key == "api_version" else 1)
+            values[key] = integer(raw[key], f"{where}.{key}", minimum=0 if key == "api_version" else 1)
     for key in ("thread_ms", "network_ms", "start"):
         if key in raw:
-            values[key] = _num(raw[key], f"{where}.{key}", minimum=0.0)
+            values[key] = number(raw[key], f"{where}.{key}", minimum=0.0)
     if raw.get("stop") is not None:
-        values["stop"] = _pos(raw["stop"], f"{where}.stop")
+        values["stop"] = positive(raw["stop"], f"{where}.stop")
     values["brokers"] = _brokers(raw["brokers"], f"{where}.brokers") if "brokers" in raw else brokers
     unknown = set(values["brokers"]) - set(brokers)
     if unknown:
@@ -263,7 +269,7 @@ def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
     return ClientSpec(**values)
 
 
-def _quota(raw: Any, index: int) -> Mapping[str, Any]:
+def quota_entry(raw: Any, index: int) -> Mapping[str, Any]:
     where = f"quotas[{index}]"
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where} must be a mapping with entity and quotas")
@@ -279,11 +285,11 @@ def _quota(raw: Any, index: int) -> Mapping[str, Any]:
 
 def _listeners(raw: Any) -> tuple[Listener, ...]:
     out: list[Listener] = []
-    for i, item in enumerate(_list(raw, "listeners")):
+    for i, item in enumerate(as_list(raw, "listeners")):
         if isinstance(item, str):
             out.append(Listener(item))
         elif isinstance(item, dict) and isinstance(item.get("name"), str):
-            _unknown(item, {"name", "inter_broker"}, f"listeners[{i}]")
+            unknown_fields(item, {"name", "inter_broker"}, f"listeners[{i}]")
             out.append(Listener(item["name"], bool(item.get("inter_broker", False))))
         else:
             raise ScenarioError(f"listeners[{i}] must be a name or {{name, inter_broker}}")
@@ -297,13 +303,13 @@ def _brokers(raw: Any, where: str) -> tuple[int, ...]:
         if raw < 1:
             raise ScenarioError(f"{where} must be >= 1")
         return tuple(range(1, raw + 1))
-    ids = _list(raw, where)
+    ids = as_list(raw, where)
     if not ids or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in ids):
         raise ScenarioError(f"{where} must be a count or a list of broker ids (integers >= 0)")
     return tuple(dict.fromkeys(ids))
 
 
-def _list(raw: Any, where: str) -> list[Any]:
+def as_list(raw: Any, where: str) -> list[Any]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -311,14 +317,14 @@ def _list(raw: Any, where: str) -> list[Any]:
     return raw
 
 
-def _unknown(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
+def unknown_fields(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
     extra = set(d) - allowed
     if extra:
         raise ScenarioError(f"{where}: unknown field(s) {', '.join(sorted(map(str, extra)))} "
                             f"(allowed: {', '.join(sorted(allowed))})")
 
 
-def _num(raw: Any, where: str, minimum: float) -> float:
+def number(raw: Any, where: str, minimum: float) -> float:
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise ScenarioError(f"{where}: {raw!r} is not a number")
     if raw < minimum:
@@ -326,14 +332,14 @@ def _num(raw: Any, where: str, minimum: float) -> float:
     return float(raw)
 
 
-def _pos(raw: Any, where: str) -> float:
-    value = _num(raw, where, 0.0)
+def positive(raw: Any, where: str) -> float:
+    value = number(raw, where, 0.0)
     if value <= 0:
         raise ScenarioError(f"{where}: {raw!r} must be > 0")
     return value
 
 
-def _int(raw: Any, where: str, minimum: int) -> int:
+def integer(raw: Any, where: str, minimum: int) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise ScenarioError(f"{where}: {raw!r} must be an integer")
     if raw < minimum:

@@ -2,8 +2,10 @@
 
 `start_pipeline` starts the embedded broker unless KAFKA_BOOTSTRAP_SERVERS is set, creates the
 topics, writes the scenario's quotas to the config topic, then starts the workers with the
-scenario's scope (and window settings) and waits until they are ready. `run_live` runs the
-world against it until the duration ends or SIGINT/SIGTERM asks it to stop early.
+scenario's scope (and window settings) and waits until they are ready; any file with
+`worker_env()`, `config_updates(ts)` and `scope` will do (a simulator scenario, the demo's).
+`run_live` runs the simulated world against it until the duration ends or SIGINT/SIGTERM asks
+it to stop early.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
+from app.engine.configs import ConfigUpdate
 from app.launcher import LocalCluster
 from app.settings import Settings, load
 from app.sim.live import LiveRun, write_configs
 from app.sim.scenario import Scenario
-from app.sim.view import DirectiveWatcher
+from app.subscriber.watcher import DirectiveWatcher
 
 Log = Callable[[str], None]
 
@@ -49,13 +52,24 @@ class Pipeline:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def cluster_env(scenario: Scenario, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+class PipelineSpec(Protocol):
+    """What `start_pipeline` needs of a scenario."""
+
+    @property
+    def scope(self) -> str: ...
+
+    def worker_env(self) -> dict[str, str]: ...
+
+    def config_updates(self, ts: int) -> list[ConfigUpdate]: ...
+
+
+def cluster_env(scenario: PipelineSpec, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The scenario's worker settings; window settings already in the environment win."""
     env = scenario.worker_env()
     return {k: v for k, v in env.items() if k in ("QS_SCOPE", "QS_ACCOUNTING") or k not in environ}
 
 
-def start_pipeline(scenario: Scenario, workers: int | None, log: Log = stderr_log,
+def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stderr_log,
                    work_dir: Path | None = None) -> Pipeline:
     """Broker (embedded unless configured), topics, quotas, workers; raises UserError on failure.
     Logs of the broker and workers go to `work_dir` (default: a new temporary directory)."""

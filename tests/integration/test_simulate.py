@@ -177,5 +177,5 @@ def test_demo_runs_for_its_duration_and_stops_what_it_started(runs: dict[str, Ru
     assert run.proc is not None and run.proc.returncode == 0, run.tail()
     text = run.log.read_text()
     assert "workers ready" in text and "directives/s=" in text
-    assert "stopping the workers and the embedded broker" in text
-    assert "user=alice" in text and "alice-loader" in text  # the final tables
+    assert "stopping the clients, gateways and workers and the embedded broker" in text
+    assert "client_id=loader" in text and "loader-a" in text  # the final tables

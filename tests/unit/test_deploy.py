@@ -371,7 +371,7 @@ def test_compose_services(compose: dict[str, Any]) -> None:
         service = services[name]
         assert service["build"] in (".", {"context": "."})
         assert service["depends_on"]["topics"]["condition"] == "service_completed_successfully"
-    assert services["simulator"]["command"][:2] == ["simulate", "/app/scenarios/demo.yaml"]
+    assert services["simulator"]["command"][:2] == ["simulate", "/app/scenarios/mixed.yaml"]
 
     assert services["prometheus"]["depends_on"] and services["grafana"]["depends_on"]
     assert mounts(services["prometheus"])["/etc/prometheus"] == "./deploy/prometheus"

@@ -114,7 +114,7 @@ def test_simulate_offline_command(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_simulate_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", str(tmp_path / "nope.yaml"), "--offline"]) == 2
     assert "cannot read scenario" in capsys.readouterr().err
-    assert main(["simulate", str(SCENARIOS / "demo.yaml"), "--offline"]) == 2
+    assert main(["simulate", str(SCENARIOS / "mixed.yaml"), "--offline"]) == 2
     assert "--duration" in capsys.readouterr().err
 
 

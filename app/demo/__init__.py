@@ -1,0 +1,3 @@
+"""`quota-streams demo`: real client processes through gateways in front of the broker, and a
+live view of what they get. `spec` reads the demo file, `run` starts and follows the clients,
+`view` draws the tables."""

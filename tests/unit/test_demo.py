@@ -1,0 +1,118 @@
+"""The demo's file, its client command lines and its view, without starting anything."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.clients.__main__ import build_parser
+from app.demo.run import ClientRun, DemoRun, client_argv
+from app.demo.spec import DemoClient, load_demo, parse_demo
+from app.demo.view import DemoView, charge_of
+from app.sim.scenario import ScenarioError
+from app.subscriber.watcher import DirectiveWatcher
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def spec_data(**over: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "topics": {"t": 2},
+        "quotas": [{"entity": {"client_id": "p"}, "quotas": {"producer_byte_rate": 1000}},
+                   {"entity": {"client_id": "<default>"}, "quotas": {"producer_byte_rate": 500}},
+                   {"entity": {"ip": "127.0.0.9"}, "quotas": {"connection_creation_rate": 10}}],
+        "clients": [{"name": "p", "program": "produce", "client_id": "p", "topic": "t", "rate": 4000},
+                    {"name": "q", "program": "produce", "client_id": "q", "topic": "t", "rate": 4000,
+                     "gateway": 1},
+                    {"name": "s", "program": "connection-storm", "sources": ["127.0.0.9"], "rate": 50}],
+    }
+    data.update(over)
+    return data
+
+
+def test_the_shipped_demo_file_is_valid_and_uses_every_program_and_library() -> None:
+    spec = load_demo(SCENARIOS / "demo.yaml")
+    assert {c.program for c in spec.clients} == {"produce", "consume", "connection-storm", "topic-storm"}
+    assert {c.library for c in spec.clients if c.program != "connection-storm"} == {
+        "confluent-kafka", "kafka-python", "aiokafka"}
+    assert spec.gateways == 2 and {c.gateway for c in spec.clients} == {0, 1}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"clients": [{"name": "x", "program": "fly", "client_id": "x"}]}, "program"),
+    ({"clients": [{"name": "x", "program": "produce", "client_id": "x", "topic": "nope",
+                   "rate": 1}]}, "topic must be one of"),
+    ({"clients": [{"name": "x", "program": "produce", "client_id": "x", "topic": "t", "rate": 1,
+                   "gateway": 2}]}, "there are 2 gateways"),
+    ({"clients": [{"name": "x", "program": "connection-storm", "sources": ["10.0.0.1"],
+                   "rate": 1}]}, "not a loopback address"),
+    ({"clients": [{"name": "x", "program": "produce", "client_id": "x", "topic": "t",
+                   "rat": 1}]}, "unknown field(s) rat"),
+    ({"quotas": [{"entity": {"client_id": "p"}, "quotas": {"producer_byte_rate": 0}}]}, "quotas[0]"),
+])
+def test_a_bad_demo_file_is_one_line_naming_the_field(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        parse_demo(spec_data(gateways=2, **change))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_each_client_is_charged_to_the_window_kafka_would_use() -> None:
+    spec = parse_demo(spec_data(gateways=2))
+    configs = spec.quota_configs()
+    own, other, storm = (charge_of(c, configs) for c in spec.clients)
+    assert (own.entity, own.limit, own.level) == ("client_id=p", 1000, "/config/clients/p")
+    # no quota of its own: the client-id default, in a window of its own, says where it comes from
+    assert (other.entity, other.limit, other.level) == ("client_id=q", 500, "/config/clients/<default>")
+    assert (storm.entity, storm.counter, storm.unit) == ("ip=127.0.0.9", "accepted", "conn/s")
+
+
+@pytest.mark.parametrize("client", [
+    DemoClient("a", "produce", "kafka-python", "app", 1, "t", 1000.0),
+    DemoClient("b", "consume", "aiokafka", "etl", 0, "t"),
+    DemoClient("c", "connection-storm", sources=("127.0.0.9",), rate=5),
+    DemoClient("d", "topic-storm", "confluent-kafka", "admin", rate=2, partitions=3),
+])
+def test_client_command_lines_are_what_the_client_programs_take(client: DemoClient) -> None:
+    argv = client_argv(client, "127.0.0.1:9192", 30)
+    args = build_parser().parse_args(argv[3:])  # after: python -m app.clients
+    assert args.kind == client.program and args.name == client.name and args.seconds == 30
+
+
+class _NoDirectives(DirectiveWatcher):
+    def __init__(self) -> None:
+        super().__init__("", "")
+
+
+def test_the_view_and_the_summary_give_the_same_rates_over_the_same_window(tmp_path: Path) -> None:
+    spec = parse_demo(spec_data(gateways=2, warmup=5))
+    run = DemoRun(spec, ["gw0", "gw1"], tmp_path)
+    run.start = time.monotonic() - 20.5  # 20 s ran
+    for client in run.clients:
+        for t in range(20):
+            client.record({"t": t, "bytes": 1000 if client.spec.name == "p" else 200,
+                           "accepted": 3, "attempts": 9, "closed": 6})
+    view = DemoView(spec, "127.0.0.1:9092", 1, ["gw0", "gw1"], True, tty=False, colour=False)
+    frame = view.frame(run, _NoDirectives(), 0)
+    assert "over the last 11 s (the quota window is 11 s" in frame
+    assert "xLIMIT: RATE / LIMIT" in frame and "LEFT: until the throttle ends" in frame
+    (p_row,) = [line for line in frame.splitlines() if line.startswith("client_id=p ")]
+    assert "1.00x" in p_row and "/config/clients/p" in p_row
+    summary = view.summary(run)
+    assert "over the 15 s after the 5 s warm-up" in summary
+    (p_sum,) = [line for line in summary.splitlines() if line.startswith("client_id=p ")]
+    assert "1.00x" in p_sum
+    (s_sum,) = [line for line in summary.splitlines() if line.startswith("s ")]
+    assert "60/180 accepted" in s_sum and "closed 120" in s_sum
+
+
+def test_client_reports_land_in_the_run_seconds_they_happened(tmp_path: Path) -> None:
+    client = ClientRun(DemoClient("x", "produce", client_id="x", topic="t", rate=1))
+    client.started_s = 10.4  # started 10.4 s into the run
+    client.record({"name": "x", "t": 0, "bytes": 5})
+    client.record({"name": "x", "t": 1, "bytes": 7})
+    client.record({"name": "x", "final": True, "bytes": 12})  # the totals line is not a second
+    assert dict(client.seconds) == {10: {"bytes": 5}, 11: {"bytes": 7}}
+    assert client.per_second("bytes", 10, 12) == 6.0 and client.totals["bytes"] == 12
