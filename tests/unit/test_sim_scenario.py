@@ -20,7 +20,7 @@ def minimal(**over: Any) -> dict[str, Any]:
     return d
 
 
-@pytest.mark.parametrize("name", ["demo", "cluster-produce", "broker-produce", "ip-storm", "topic-storm"])
+@pytest.mark.parametrize("name", ["mixed", "cluster-produce", "broker-produce", "ip-storm", "topic-storm"])
 def test_shipped_scenarios_load(name: str) -> None:
     sc = load_scenario(SCENARIOS / f"{name}.yaml")
     assert sc.name == name
