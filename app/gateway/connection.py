@@ -124,11 +124,9 @@ class Session:
         self._from_broker = FrameReader()
         self._order: deque[Pending] = deque()  # every request, in order, until its response is written
         self._awaiting: deque[Pending] = deque()  # forwarded/internal, waiting for the broker
-        self._early: bytearray = bytearray()  # client bytes before the broker socket is up
         self._muted_until = 0  # epoch ms
         self._unmute: asyncio.TimerHandle | None = None
-        self._pauses: set[str] = set()  # why client reading is paused: mute, broker, accept
-        self._broker_paused = False
+        self._pauses: set[str] = set()  # why client reading is paused (see _pause)
         self._last_response = 0.0  # perf_counter of the previous response from the broker
         self._reading = False  # inside _read_requests (a flush from within must not re-enter)
         self._client_id = ""  # of the last request: what decides the in-flight limit
@@ -153,9 +151,6 @@ class Session:
 
     def upstream_made(self, transport: asyncio.Transport) -> None:
         self.broker = transport
-        if self._early:
-            data, self._early = bytes(self._early), bytearray()
-            self.client_data(data)
 
     def accepted(self) -> None:
         """Admitted and connected to the broker: start reading the client."""
@@ -182,11 +177,11 @@ class Session:
         if upstream:  # the broker socket is full: stop reading requests
             (self._pause if paused else self._resume)("broker")
         elif self.broker is not None:  # the client is slow: stop reading responses
-            self._broker_paused = paused
             (self.broker.pause_reading if paused else self.broker.resume_reading)()
 
     def _pause(self, why: str) -> None:
-        """Stop reading the client's socket (reasons: accept, mute, broker, backlog)."""
+        """Stop reading the client's socket, for `why`: "accept" (not admitted yet), "mute" (a
+        throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting)."""
         if not self._pauses and self.client is not None and not self.closed:
             self.client.pause_reading()
         self._pauses.add(why)
@@ -203,10 +198,7 @@ class Session:
     # ------------------------------------------------------------------------- requests
 
     def client_data(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self.broker is None:
-            self._early += data
+        if self.closed or self.broker is None:  # not read before the broker is connected
             return
         if self.opaque:
             self.broker.write(data)
@@ -248,10 +240,12 @@ class Session:
                 return
             self._request(header, payload)
         # read ahead at most READ_AHEAD bytes: a pipelining client waits in its own socket
-        if reader.buffered >= READ_AHEAD and reader.complete():
-            self._pause("backlog")
-        else:
-            self._resume("backlog")
+        try:
+            backlog = reader.buffered >= READ_AHEAD and reader.complete()
+        except FrameError as exc:
+            self._go_opaque(f"client framing: {exc}")
+            return
+        (self._pause if backlog else self._resume)("backlog")
 
     def _in_flight(self) -> int:
         """Requests this connection may have at the broker at once: one for a client with a

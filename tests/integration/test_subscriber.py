@@ -110,7 +110,7 @@ def _assert_rebuilt(sub: _ProbedSubscriber, now: int) -> None:
     for user in ("gone", "other", "lifted", "v2"):
         assert sub.request_throttle(user, "x", now) == (0, False, ())
     assert sub.mutation("ops", "terraform", now) == (True, 600_000)
-    assert sub.connection("203.0.113.9", "PLAINTEXT", now) == (True, 0)
+    assert sub.connection("203.0.113.9", "PLAINTEXT", now) == (True, 0, 600_000)
     stats = sub.stats
     assert stats["bad_reasons"] == {"not_json": 1, "wrong_version": 1, "missing_field": 1}
     assert stats["stale"] == 1 and stats["ignored"] == 1 and stats["lifted"] >= 1

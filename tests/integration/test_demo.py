@@ -1,0 +1,58 @@
+"""`quota-streams demo`, as the README's first command runs it: its own embedded broker, a worker,
+two gateways and the real clients of scenarios/demo.yaml, for 30 s, then everything stopped.
+
+It runs alone: eight client processes, two gateways, a worker and a broker keep both cores busy.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ours() -> set[int]:
+    """Processes of the kinds the demo starts: clients, gateways, workers, a broker."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if any(part in cmdline for part in (b"app.clients", b"app.cli gateway",
+                                                 b"app.cli worker", b"tansu")):
+                found.add(int(entry.name))
+    return found
+
+
+def test_demo_runs_real_clients_through_gateways_and_stops_everything(tmp_path: Path) -> None:
+    before = _ours()
+    env = {k: v for k, v in os.environ.items()
+           if k != "KAFKA_BOOTSTRAP_SERVERS" and not k.startswith("QS_")}
+    env["NO_COLOR"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--duration", "30"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err, out = proc.stderr, proc.stdout
+    assert "workers ready" in err and "starting 2 gateway(s)" in err
+    assert "stopping the clients, gateways and workers and the embedded broker" in err
+    assert "directives/s=" in out  # the status lines of a run without a terminal
+    summary = out[out.index("rates per second over the"):]
+    rows = {line.split()[0]: line for line in summary.splitlines() if line.strip()}
+    # every client shows up, each quota entity with the config level its limit comes from
+    for client in ("loader-a", "loader-b", "app", "nightly", "etl", "storm", "terraform",
+                   "legacy-admin"):
+        assert client in rows, client
+    assert "/config/clients/<default>" in rows["client_id=nightly-batch"]
+    # the abusive ones were held: connections closed, strict CreateTopics rejected
+    assert "closed 0" not in rows["storm"] and "rejected 0" not in rows["terraform"]
+    assert "rejected 0" in rows["legacy-admin"]  # permissive: throttled, never rejected
+    assert not _ours() - before  # nothing the demo started is left running
