@@ -143,30 +143,16 @@ async def run_demo(spec: DemoSpec, bootstrap: str, directives_topic: str, gatewa
     """Run the demo's clients until `duration` or SIGINT/SIGTERM (the first stops the run
     cleanly; a second one cancels it). `on_second(run, watcher, now_ms)` is called every second
     with the `DirectiveWatcher` of the control topic."""
+    from app.sim.session import signals_stop
     from app.subscriber.watcher import DirectiveWatcher
 
     watcher = DirectiveWatcher(bootstrap, directives_topic, since_ms=int(time.time() * 1000))
     await watcher.start()
     run = DemoRun(spec, gateways, log_dir,
                   None if on_second is None else (lambda r, now: on_second(r, watcher, now)))
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    signals = 0
-
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            run.stop()
-        elif task is not None:
-            task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
     try:
-        await run.run(duration)
+        with signals_stop(run.stop):
+            await run.run(duration)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         await watcher.stop()
     return run

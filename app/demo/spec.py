@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from app.clients.producers import LIBRARIES
-from app.engine.configs import ConfigUpdate, QuotaConfigs, parse_config_record
 from app.sim.scenario import (
+    WINDOW_ENV,
+    QuotaFile,
     ScenarioError,
     as_list,
     integer,
@@ -30,9 +31,6 @@ _TOP = {"name", "description", "scope", "accounting", "gateways", "windows", "wa
         "quotas", "clients"}
 _CLIENT = {"name", "program", "library", "client_id", "gateway", "topic", "rate", "partitions",
            "sources", "start", "note"}
-_WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
-               "controller_num": "QS_CONTROLLER_WINDOW_NUM",
-               "controller_size_ms": "QS_CONTROLLER_WINDOW_SIZE_MS"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ class DemoClient:
 
 
 @dataclass(frozen=True)
-class DemoSpec:
+class DemoSpec(QuotaFile):
     name: str
     clients: tuple[DemoClient, ...]
     quotas: tuple[Mapping[str, Any], ...] = ()
@@ -73,22 +71,6 @@ class DemoSpec:
     def window_ms(self) -> int:
         return self.windows.get("size_ms", 1000)
 
-    def config_updates(self, ts: int) -> list[ConfigUpdate]:
-        """The demo's quotas as validated config updates, stamped `ts`."""
-        return [parse_config_record({"type": "quota_config", "v": 1, "ts": ts, **q})
-                for q in self.quotas]
-
-    def quota_configs(self) -> QuotaConfigs:
-        configs = QuotaConfigs()
-        for update in self.config_updates(0):
-            configs.apply(update)
-        return configs
-
-    def worker_env(self) -> dict[str, str]:
-        """The settings workers and gateways need for this demo: scope, accounting, windows."""
-        env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting}
-        env.update({_WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
-        return env
 
 
 def load_demo(path: str | Path) -> DemoSpec:
@@ -114,7 +96,7 @@ def parse_demo(data: Any, default_name: str = "demo") -> DemoSpec:
     windows = data.get("windows") or {}
     if not isinstance(windows, dict):
         raise ScenarioError("windows must be a mapping (num, size_ms, controller_num, controller_size_ms)")
-    unknown_fields(windows, set(_WINDOW_ENV), "windows")
+    unknown_fields(windows, set(WINDOW_ENV), "windows")
     topics_raw = data.get("topics") or {}
     if not isinstance(topics_raw, dict):
         raise ScenarioError("topics must map topic names to partition counts")

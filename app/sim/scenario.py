@@ -40,7 +40,7 @@ _CLIENT_KEYS = {"name", "kind", "user", "client_id", "ip", "ips", "rate", "reque
                 "partitions", "topics_per_request", "start", "stop"}
 _TOP_KEYS = {"name", "description", "scope", "accounting", "duration", "warmup", "flush_interval_ms",
              "aggregate", "brokers", "listeners", "quotas", "clients", "windows"}
-_WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
+WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
                "controller_num": "QS_CONTROLLER_WINDOW_NUM",
                "controller_size_ms": "QS_CONTROLLER_WINDOW_SIZE_MS"}
 
@@ -88,8 +88,37 @@ class ClientSpec:
         return [str(first + i) for i in range(self.ips)]
 
 
+class QuotaFile:
+    """What every scenario file (a simulator scenario, the demo's) gives the pipeline: its
+    quotas as config updates, and the settings workers (and gateways) run it with. Needs the
+    attributes `quotas`, `scope`, `accounting` and `windows`."""
+
+    quotas: tuple[Mapping[str, Any], ...]
+    scope: str
+    accounting: str
+    windows: Mapping[str, int]
+
+    def config_updates(self, ts: int) -> list[ConfigUpdate]:
+        """The quotas as validated config updates, stamped `ts`."""
+        return [parse_config_record({"type": "quota_config", "v": 1, "ts": ts, **q})
+                for q in self.quotas]
+
+    def quota_configs(self) -> QuotaConfigs:
+        """The engine's view of the quotas (for labels and limits in reports and views)."""
+        configs = QuotaConfigs()
+        for update in self.config_updates(0):
+            configs.apply(update)
+        return configs
+
+    def worker_env(self) -> dict[str, str]:
+        """Settings the workers need: scope, accounting and window settings."""
+        env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting}
+        env.update({WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
+        return env
+
+
 @dataclass(frozen=True)
-class Scenario:
+class Scenario(QuotaFile):
     name: str
     brokers: tuple[int, ...]
     listeners: tuple[Listener, ...]
@@ -104,24 +133,6 @@ class Scenario:
     windows: Mapping[str, int] = field(default_factory=dict)
     description: str = ""
     source: str = ""
-
-    def config_updates(self, ts: int) -> list[ConfigUpdate]:
-        """The scenario's quotas as validated config updates, stamped `ts`."""
-        return [parse_config_record({"type": "quota_config", "v": 1, "ts": ts, **q})
-                for q in self.quotas]
-
-    def quota_configs(self) -> QuotaConfigs:
-        """The engine's view of this scenario's quotas (for labels and limits in reports)."""
-        configs = QuotaConfigs()
-        for update in self.config_updates(0):
-            configs.apply(update)
-        return configs
-
-    def worker_env(self) -> dict[str, str]:
-        """Settings the workers need for this scenario: scope and window settings."""
-        env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting}
-        env.update({_WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
-        return env
 
     def with_run(self, duration: float | None = None, warmup: float | None = None) -> Scenario:
         """The scenario with a different duration and/or warmup (command-line overrides)."""
@@ -192,7 +203,7 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
     windows = data.get("windows") or {}
     if not isinstance(windows, dict):
         raise ScenarioError("windows must be a mapping (num, size_ms, controller_num, controller_size_ms)")
-    unknown_fields(windows, set(_WINDOW_ENV), "windows")
+    unknown_fields(windows, set(WINDOW_ENV), "windows")
     win = {k: int(positive(v, f"windows.{k}")) for k, v in windows.items()}
     quotas = tuple(quota_entry(q, i) for i, q in enumerate(as_list(data.get("quotas", []), "quotas")))
     names = {lst.name for lst in listeners}

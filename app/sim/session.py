@@ -11,6 +11,7 @@ it to stop early.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from app.engine.configs import ConfigUpdate
 from app.launcher import LocalCluster
@@ -125,6 +126,19 @@ async def run_live(scenario: Scenario, pipeline: Pipeline,
     await watcher.start()
     run = LiveRun(scenario, pipeline.bootstrap, pipeline.settings,
                   on_second=None if on_second is None else (lambda r, now: on_second(r, watcher, now)))
+    try:
+        with signals_stop(run.stop):
+            await run.run()
+    finally:
+        await watcher.stop()
+    return run, watcher
+
+
+@contextlib.contextmanager
+def signals_stop(stop: Callable[[], None]) -> Iterator[None]:
+    """Within the block, the first SIGINT/SIGTERM calls `stop` (a run ends cleanly and reports
+    what ran); a second one cancels the current task. Afterwards SIGTERM raises
+    KeyboardInterrupt again (`terminate_as_interrupt`)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     signals = 0
@@ -133,20 +147,18 @@ async def run_live(scenario: Scenario, pipeline: Pipeline,
         nonlocal signals
         signals += 1
         if signals == 1:
-            run.stop()
+            stop()
         elif task is not None:
             task.cancel()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     try:
-        await run.run()
+        yield
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         terminate_as_interrupt()
-        await watcher.stop()
-    return run, watcher
 
 
 def terminate_as_interrupt() -> None:
