@@ -132,15 +132,16 @@ class LocalCluster:
         self.procs[index] = proc
         return proc
 
-    def start_gateway(self, *args: str, nodes: int = 4, timeout: float = 60.0) -> GatewayProcess:
-        """A gateway in front of this cluster's broker, on free loopback ports (bootstrap and
-        `nodes` broker ports after it), ready once it printed so."""
+    def start_gateway(self, *args: str, nodes: int = 4, timeout: float = 60.0,
+                      upstream: str | None = None) -> GatewayProcess:
+        """A gateway in front of this cluster's broker (or `upstream`), on free loopback ports
+        (bootstrap and `nodes` broker ports after it), ready once it printed so."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         port = free_ports(nodes + 1)
         log_path = self.work_dir / f"gateway-{len(self.gateways)}.log"
         log = open(log_path, "wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "gateway", "--upstream", str(self.bootstrap),
+            [sys.executable, "-m", "app.cli", "gateway", "--upstream", upstream or str(self.bootstrap),
              "--listen", f"127.0.0.1:{port}", "--max-nodes", str(nodes), *args],
             env=self.worker_env(0), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()

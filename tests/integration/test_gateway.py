@@ -354,3 +354,32 @@ def test_an_ip_over_its_connection_rate_has_its_excess_connections_closed(stack:
     other = clients(("other-ip", ["connection-storm", "--host", host, "--port", port,
                                   "--sources", "127.0.0.6", "--rate", "5"]), seconds=2)["other-ip"]
     assert other[-1].get("accepted", 0) == other[-1]["attempts"]  # other addresses are not held
+
+
+# ------------------------------------------------------------------------------- TLS
+
+
+def test_tls_is_terminated_for_clients_and_spoken_to_the_brokers(stack: Stack, tmp_path: Path) -> None:
+    """Gateway B terminates the client's TLS; gateway A, whose upstream is B, speaks TLS to it
+    and checks its certificate: a plaintext client through A and a TLS client to B both get
+    their records back."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    b = stack.cluster.start_gateway("--tls-cert", str(cert), "--tls-key", str(key))
+    a = stack.cluster.start_gateway("--upstream-tls", "--upstream-ca", str(cert), upstream=b.bootstrap)
+    topic = f"{stack.env['QS_APP_ID']}-tls"
+    _create_topic(stack.broker, topic, 1)
+    from kafka import KafkaConsumer, KafkaProducer
+
+    for bootstrap, tls in ((a.bootstrap, {}), (b.bootstrap, {"security_protocol": "SSL",
+                                                             "ssl_cafile": str(cert)})):
+        producer = KafkaProducer(bootstrap_servers=bootstrap, **tls)
+        value = f"through {bootstrap}".encode()
+        producer.send(topic, value).get(timeout=30)
+        producer.close()
+        consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                 consumer_timeout_ms=10_000, **tls)
+        assert value in [r.value for r in consumer]
+        consumer.close()
