@@ -103,9 +103,10 @@ def progress(items: Iterable[T], quiet: bool, every: float = 1.0, unit: str = "l
         sys.stderr.write("\r\x1b[2K")
 
 
-def ensure_product_topics(settings: object, bootstrap: str | None = None) -> None:
-    """Create the product's topics if missing; a broker that cannot be reached is one line.
-    `bootstrap` defaults to KAFKA_BOOTSTRAP_SERVERS."""
+def ensure_product_topics(settings: object, bootstrap: str | None = None,
+                          fix: str = "check KAFKA_BOOTSTRAP_SERVERS") -> None:
+    """Create the product's topics if missing; a broker that cannot be reached is one line,
+    ending with `fix`. `bootstrap` defaults to KAFKA_BOOTSTRAP_SERVERS."""
     from app.broker import BrokerError, create_topics_sync
     from app.cli import UserError
     from app.pipeline.topology import topic_specs
@@ -122,12 +123,10 @@ def ensure_product_topics(settings: object, bootstrap: str | None = None) -> Non
     except BrokerError as exc:
         raise UserError(str(exc)) from None
     except (OSError, TimeoutError) as exc:
-        raise UserError(f"cannot reach Kafka at {address}: {exc or type(exc).__name__}; "
-                        "check KAFKA_BOOTSTRAP_SERVERS") from None
+        raise UserError(f"cannot reach Kafka at {address}: {exc or type(exc).__name__}; {fix}") from None
     except Exception as exc:  # aiokafka raises its own KafkaConnectionError etc.
         if type(exc).__module__.startswith("aiokafka"):
-            raise UserError(f"cannot reach Kafka at {address} ({type(exc).__name__}); "
-                            "check KAFKA_BOOTSTRAP_SERVERS") from None
+            raise UserError(f"cannot reach Kafka at {address} ({type(exc).__name__}); {fix}") from None
         raise
     finally:
         for lg, level in zip(loggers, levels):

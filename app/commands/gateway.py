@@ -114,7 +114,11 @@ def run(args: argparse.Namespace) -> int:
         from app.cli_support import ensure_product_topics
         from app.settings import load
 
-        ensure_product_topics(load(), config.kafka_bootstrap)
+        settings = load()
+        ensure_product_topics(settings, config.kafka_bootstrap,
+                              "check KAFKA_BOOTSTRAP_SERVERS" if settings.kafka_bootstrap_servers
+                              else "check --upstream (the gateway's own Kafka connection uses it "
+                              "while KAFKA_BOOTSTRAP_SERVERS is not set)")
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("aiokafka", "kafka"):
@@ -138,18 +142,24 @@ async def _serve(gateway: Gateway, args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await gateway.start()
-    if args.metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(args.metrics_port, args.metrics_host, gateway.metrics.registry)
-    cfg = gateway.config
-    print(f"gateway ready: bootstrap {cfg.advertised_host}:{cfg.listen[1]}; brokers "
-          f"{gateway.describe_ports()}", flush=True)
     try:
+        await gateway.start()
+        if args.metrics_port:
+            from prometheus_client import start_http_server
+
+            from app.gateway.server import GatewayError
+
+            try:
+                start_http_server(args.metrics_port, args.metrics_host, gateway.metrics.registry)
+            except OSError as exc:
+                raise GatewayError(f"cannot serve metrics on {args.metrics_host}:"
+                                   f"{args.metrics_port}: {exc.strerror or exc}") from None
+        cfg = gateway.config
+        print(f"gateway ready: bootstrap {cfg.advertised_host}:{cfg.listen[1]}; brokers "
+              f"{gateway.describe_ports()}", flush=True)
         await stop.wait()
     finally:
-        await gateway.stop()
+        await gateway.stop()  # also what a failed start opened
 
 
 def build_config(args: argparse.Namespace) -> GatewayConfig:

@@ -31,7 +31,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.engine.engine import EngineSettings
@@ -79,7 +79,6 @@ class GatewayConfig:
     probe_timeout: float = 10.0
     client_tls: ssl.SSLContext | None = None
     upstream_tls: ssl.SSLContext | None = None
-    kafka_options: Mapping[str, Any] = field(default_factory=dict)  # security settings etc.
 
 
 @dataclass
@@ -263,7 +262,7 @@ class Gateway:
         cfg = self.config
         sub = DirectiveSubscriber(cfg.kafka_bootstrap, None, topic=cfg.directives_topic,
                                   poll_timeout_ms=100, start_timeout=cfg.directives_timeout,
-                                  consumer_options={"fetch_max_wait_ms": 50, **cfg.kafka_options})
+                                  consumer_options={"fetch_max_wait_ms": 50})
         try:
             await sub.start()
         except SubscriberError as exc:
@@ -297,8 +296,7 @@ class Gateway:
 
         cfg = self.config
         producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka_bootstrap, acks="all",
-                                    linger_ms=cfg.flush_ms, request_timeout_ms=15_000,
-                                    **cfg.kafka_options)
+                                    linger_ms=cfg.flush_ms, request_timeout_ms=15_000)
         try:
             async with asyncio.timeout(cfg.probe_timeout):
                 await producer.start()

@@ -1,0 +1,40 @@
+"""`quota-streams gateway`: what it refuses, each in one line with exit 2, before serving."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--upstream", "nohost", "--listen", "127.0.0.1:9192"], "is not HOST:PORT"),
+    (["--upstream", "127.0.0.1:x", "--listen", "127.0.0.1:9192"], "the port is not a number"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:70000"], "the port must be 1-65535"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "0.0.0.0:9192"], "give --advertised-host"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--tls-cert", "c.pem"],
+     "--tls-cert and --tls-key go together"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--max-in-flight", "0"],
+     "must be >= 1"),
+])
+def test_bad_arguments_are_one_line(argv: list[str], message: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        code = main(["gateway", *argv])
+        raise SystemExit(code)
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after argparse's usage, if any
+    assert last.startswith("quota-streams gateway:") and message in last
+
+
+def test_an_unreachable_upstream_is_one_line_naming_it(capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    assert main(["gateway", "--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:9192"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("quota-streams gateway: cannot reach Kafka at 127.0.0.1:1")
+    assert "check --upstream" in line
+    assert main(["gateway", "--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:9192",
+                 "--no-create-topics"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "cannot reach the upstream cluster (127.0.0.1:1" in line
