@@ -35,6 +35,10 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-extension-ms", type=int, default=None,
                    help="a directive extending an active one is published only if it moves "
                    "'until' later by more than this (default: window/10)")
+    g.add_argument("--config-grace-ms", type=int_at_least(0), default=50,
+                   help="QS_CONFIG_GRACE_MS of the workers: a config record that reached Kafka "
+                   "more than half this after its ts is in force from its arrival (default "
+                   "%(default)s)")
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
@@ -69,6 +73,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         scope=args.scope, accounting=args.accounting, window_num=args.window_num, window_ms=args.window_ms,
         controller_window_num=args.controller_window_num,
         controller_window_ms=args.controller_window_ms, min_extension_ms=args.min_extension_ms,
+        config_grace_ms=args.config_grace_ms,
     )
 
 

@@ -42,6 +42,28 @@ ENTITY_OBSERVED = Gauge("quota_streams_entity_observed", "Observed rate of a top
                         ["quota", "entity"], registry=REGISTRY)
 ENTITY_LIMIT = Gauge("quota_streams_entity_limit", "Limit of a top-N entity",
                      ["quota", "entity"], registry=REGISTRY)
+CONFIG_HELD = Counter("quota_streams_config_held_records",
+                      "Records held until the config topic was read past their arrival plus "
+                      "the grace, by stage (ingest: source records; aggregate: internal records)",
+                      ["stage"], registry=REGISTRY)
+CONFIG_HOLD_SECONDS = Histogram("quota_streams_config_hold_seconds",
+                                "How long held records waited for the config watermark",
+                                ["stage"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+                                registry=REGISTRY)
+CONFIG_HOLD_EXPIRED = Counter("quota_streams_config_hold_expired",
+                              "Holds given up after QS_CONFIG_HOLD_MAX_MS (the config topic was "
+                              "not confirmed in time; decisions may differ from the audit's)",
+                              ["stage"], registry=REGISTRY)
+CONFIG_LATE = Counter("quota_streams_config_late",
+                      "Config records that reached Kafka more than half the grace after their "
+                      "ts: in force from their arrival, not their ts", registry=REGISTRY)
+CONFIG_MISSED = Counter("quota_streams_config_missed",
+                        "Config records read after events they applied to were judged (a write "
+                        "delay or clock skew beyond the grace; the audit will differ)",
+                        registry=REGISTRY)
+CONFIG_WATERMARK_AGE = Gauge("quota_streams_config_watermark_age_seconds",
+                             "Wall time since the config topic was last confirmed read to its end",
+                             registry=REGISTRY)
 
 #: Exported names as Prometheus shows them (counters gain `_total`), for dashboards and tests.
 METRIC_NAMES = (
@@ -50,7 +72,10 @@ METRIC_NAMES = (
     "quota_streams_event_to_directive_latency_seconds", "quota_streams_consumer_lag_records",
     "quota_streams_active_entities", "quota_streams_throttled_entities",
     "quota_streams_recovery_complete", "quota_streams_entity_observed",
-    "quota_streams_entity_limit",
+    "quota_streams_entity_limit", "quota_streams_config_held_records_total",
+    "quota_streams_config_hold_seconds", "quota_streams_config_hold_expired_total",
+    "quota_streams_config_late_total", "quota_streams_config_missed_total",
+    "quota_streams_config_watermark_age_seconds",
 )
 
 

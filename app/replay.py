@@ -3,6 +3,10 @@
 A replay of the same input gives the same decisions and directives as the live pipeline
 (per-broker scope, one source partition) and as the Spark audit, because all three call
 `QuotaEngine`; this module adds only reading, dead-lettering and output shaping.
+
+Configs are on event time (`app.engine.timeline`): a first pass collects every
+`quota_config` line of the input, and an event is judged by the configs with `ts <=` its own,
+wherever in the file they are. A config line still gets its (empty) line of output.
 """
 
 from __future__ import annotations
@@ -37,20 +41,45 @@ def deadletter_record(reason: str, value: Any, source: str) -> dict[str, Any]:
     return {"v": 1, "reason": reason, "source": source, "value": value}
 
 
-class Replayer:
-    """Feeds decoded records to one engine with one stream clock, shaping per-line output."""
+def file_configs(lines: Iterable[bytes | None]) -> list[ConfigUpdate]:
+    """Every valid quota config among contract JSON lines (events, batches, configs), in order.
 
-    def __init__(self, settings: EngineSettings, max_skew_ms: int = 86_400_000) -> None:
+    Lines that cannot hold one are not parsed (`quota_config` is in every config's JSON), so
+    the pass costs little beside the replay itself.
+    """
+    updates: list[ConfigUpdate] = []
+    for line in lines:
+        if not line or b"quota_config" not in line or len(line) > MAX_LINE_BYTES:
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        updates.extend(i for i in parse_record(record) if isinstance(i, ConfigUpdate))
+    return updates
+
+
+class Replayer:
+    """Feeds decoded records to one engine with one stream clock, shaping per-line output.
+
+    `configs`: the input's configs, all known before the first event (see the module doc).
+    """
+
+    def __init__(self, settings: EngineSettings, configs: Iterable[ConfigUpdate] = (),
+                 max_skew_ms: int = 86_400_000) -> None:
         self.engine = QuotaEngine(settings)
         self.clock = StreamClock(max_skew_ms)
+        for update in configs:
+            self.engine.add_config(update)
 
     def _one(self, item: Any, raw: Any) -> tuple[dict[str, Any], list[dict[str, Any]], tuple[str, Any] | None]:
         if isinstance(item, BadEvent):
             return {"throttle_time_ms": 0, "decisions": [], "error": item.reason}, [], (item.reason, item.raw)
-        if not isinstance(item, ConfigUpdate):
-            reason = self.clock.check(item.ts)
-            if reason is not None:
-                return {"throttle_time_ms": 0, "decisions": [], "error": reason}, [], (reason, raw)
+        if isinstance(item, ConfigUpdate):  # in the engine's timeline since the first pass
+            return {"throttle_time_ms": 0, "decisions": []}, [], None
+        reason = self.clock.check(item.ts)
+        if reason is not None:
+            return {"throttle_time_ms": 0, "decisions": [], "error": reason}, [], (reason, raw)
         decisions, directives = self.engine.process(item)
         return {
             "throttle_time_ms": max((d.throttle_time_ms for d in decisions), default=0),
@@ -88,9 +117,17 @@ class Replayer:
                           bad=[(reason, line)])
 
 
-def replay(lines: Iterable[bytes], settings: EngineSettings) -> Iterator[LineResult]:
-    """Replay non-blank lines in order; `index` counts every line, blank ones included."""
-    replayer = Replayer(settings)
+def replay(lines: Iterable[bytes], settings: EngineSettings,
+           configs: Iterable[ConfigUpdate] | None = None) -> Iterator[LineResult]:
+    """Replay non-blank lines in order; `index` counts every line, blank ones included.
+
+    `configs`: the input's (`file_configs`), when the caller made the first pass itself (a
+    file read twice); None: `lines` is read into memory and scanned here.
+    """
+    if configs is None:
+        lines = [line.strip() for line in lines]
+        configs = file_configs(lines)
+    replayer = Replayer(settings, configs)
     for index, line in enumerate(lines):
         line = line.strip()
         if line:

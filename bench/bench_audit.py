@@ -85,7 +85,7 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
 
     from app.audit import synth
     from app.audit.job import Topics
-    from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, topic_config_points
+    from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, topic_configs
     from app.engine.engine import EngineSettings
 
     topics = Topics(f"{prefix}.request", f"{prefix}.connection", f"{prefix}.mutation",
@@ -94,8 +94,9 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
                   "mutation": topics.mutation}
     started = time.perf_counter()
     records = synth.bench_records(args.events, per_record=args.per_record, brokers=args.brokers)
-    by_topic: dict[str, list[tuple[int, bytes]]] = {t: [] for t in (*kind_topic.values(),
-                                                                    topics.configs)}
+    # configs first: written before the events, they are in force for all of them
+    by_topic: dict[str, list[tuple[int, bytes]]] = {t: [] for t in (topics.configs,
+                                                                    *kind_topic.values())}
     for n, record in enumerate(records):
         topic = kind_topic[synth.topic_of(record)]
         part = n % args.partitions if topic == topics.request else 0
@@ -105,17 +106,18 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
           f"({time.perf_counter() - started:.1f}s)", flush=True)
 
     started = time.perf_counter()
-    points, _ = topic_config_points([(0, i, v) for i, (_p, v) in enumerate(by_topic[topics.configs])])
+    configs, _ = topic_configs([(0, i, v, None)
+                               for i, (_p, v) in enumerate(by_topic[topics.configs])])
     offsets: dict[tuple[str, int], int] = {}
     local = []
     for topic in kind_topic.values():
         for part, value in by_topic[topic]:
             tp = (topic, part)
-            local.append((tp, offsets.get(tp, 0), value))
+            local.append((tp, offsets.get(tp, 0), value, None))
             offsets[tp] = offsets.get(tp, 0) + 1
     local.sort(key=lambda r: (r[0], r[1]))
     streams = {tp: i for i, tp in enumerate(sorted(offsets))}
-    expected = recompute_local(local, ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(points),
+    expected = recompute_local(local, ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(configs),
                                                      streams)).directives()
     control = list(expected)
     step = max(len(control) // 12, 1)
@@ -131,10 +133,10 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
           flush=True)
     partitions = {t: 1 for t in by_topic}
     partitions[topics.request] = args.partitions
-    return topics, by_topic, partitions, len(expected), local, points, streams
+    return topics, by_topic, partitions, len(expected), local, configs, streams
 
 
-def profile(local, points, streams, limit: int = 200_000) -> None:  # type: ignore[no-untyped-def]
+def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ignore[no-untyped-def]
     """Per-event cost of steps 1 and 2 in-process, and the top functions of each."""
     import gc
 
@@ -151,7 +153,7 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
     from app.audit.results import ResultRows
     from app.engine.engine import EngineSettings
 
-    ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(points), streams)
+    ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(configs), streams)
     pinned = ("p0", "p1", "p2", "p3")  # chunks as for four route partitions, run by one engine
     sample, n = [], 0
     for rec in local:
@@ -165,7 +167,7 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
         ex: dict = {}  # type: ignore[type-arg]
         out = ExplodedRows(pinned)
         batches = []
-        for st, pos, v in sample:
+        for st, pos, v, _arrival in sample:
             e = ex.get(st) or ex.setdefault(st, StreamExploder(ctx))
             e.feed(streams[st], pos, v, out, lambda: "")
             if len(out) >= 20_000:
@@ -175,7 +177,7 @@ def profile(local, points, streams, limit: int = 200_000) -> None:  # type: igno
             [("t", "ascending"), ("s", "ascending"), ("pos", "ascending"), ("i", "ascending")])
 
     def step2(table: pa.Table) -> int:
-        runner = Runner(RunContext(EngineSettings(), tuple(points)))
+        runner = Runner(RunContext(EngineSettings(), tuple(configs)))
         res = ResultRows()
         for b in table.to_batches(max_chunksize=10_000):
             runner.run_batch(b, res)
@@ -324,13 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = broker.bootstrap
     try:
         prefix = f"bench{uuid.uuid4().hex[:6]}"
-        topics, by_topic, partitions, n_expected, local, points, streams = build_input(args, prefix)
+        topics, by_topic, partitions, n_expected, local, configs, streams = build_input(args, prefix)
         started = time.perf_counter()
         asyncio.run(produce(bootstrap, by_topic, partitions))
         records = sum(len(v) for v in by_topic.values())
         print(f"produced {records:,} records in {time.perf_counter() - started:.1f}s", flush=True)
         if args.profile:
-            profile(local, points, streams)
+            profile(local, configs, streams)
         del local
 
         started = time.perf_counter()

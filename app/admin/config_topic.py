@@ -26,6 +26,7 @@ import orjson
 
 from app.admin.entities import canonical_entity
 from app.engine.configs import ConfigUpdate, QuotaConfigs, client_level_path
+from app.engine.timeline import ConfigTimeline
 from app.pipeline.routing import partition_for
 
 
@@ -56,28 +57,36 @@ def level_path(entity: dict[str, Any]) -> str:
 
 @dataclass
 class LoadedConfigs:
-    """A `QuotaConfigs` rebuilt from the topic, and what was skipped on the way."""
+    """The config timeline rebuilt from the topic, and what was skipped on the way."""
 
-    configs: QuotaConfigs
+    timeline: ConfigTimeline = field(default_factory=ConfigTimeline)
     records: int = 0
     exists: bool = True
     bad: list[str] = field(default_factory=list)
 
+    @property
+    def configs(self) -> QuotaConfigs:
+        """What is set once every update took effect: what new events are judged by."""
+        return self.timeline.latest
 
-def apply_values(values: Iterable[bytes | None], topic: str = "") -> LoadedConfigs:
-    """Apply raw record values in order, exactly as a worker's config follower does."""
+
+def apply_values(values: Iterable[bytes | None | tuple[bytes | None, int | None]],
+                 topic: str = "") -> LoadedConfigs:
+    """Apply raw record values (or `(value, Kafka timestamp)` pairs) exactly as a worker's
+    config follower does."""
     from app.pipeline.config_follower import ConfigFollower
 
-    loaded = LoadedConfigs(QuotaConfigs())
-    follower = ConfigFollower("", topic, loaded.configs,
+    loaded = LoadedConfigs()
+    follower = ConfigFollower("", topic, loaded.timeline,
                               on_bad=lambda reason, _value: loaded.bad.append(reason))
     follower_log = logging.getLogger("app.pipeline.config_follower")
     level = follower_log.level
     follower_log.setLevel(logging.ERROR)  # the tool reports bad records itself
     try:
-        for value in values:
+        for item in values:
+            value, arrival = item if isinstance(item, tuple) else (item, None)
             loaded.records += 1
-            follower.apply(value or b"")
+            follower.apply(value or b"", arrival)
     finally:
         follower_log.setLevel(level)
     return loaded
@@ -93,8 +102,8 @@ async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
     try:
         records = await read_topic(bootstrap, topic)
     except TopicMissing:
-        return LoadedConfigs(QuotaConfigs(), exists=False)
-    return apply_values((r.value for r in records), topic)
+        return LoadedConfigs(exists=False)
+    return apply_values(((r.value, r.timestamp) for r in records), topic)
 
 
 async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str, Any], ConfigUpdate]],

@@ -28,17 +28,18 @@ from app.audit.event_codec import EVENT_KINDS, make_event
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
-    ROW_CONFIG,
-    ConfigPoint,
+    ConfigEntry,
     ExplodeContext,
     ExplodedRows,
     StreamExploder,
-    topic_config_points,
+    archive_configs,
+    engine_with_configs,
+    topic_configs,
 )
 from app.engine import configs as cfg
-from app.engine.configs import DEFAULT, ConfigUpdate, client_level_path
+from app.engine.configs import DEFAULT, client_level_path
 from app.engine.engine import NANOS_TO_PERCENT, Decision, EngineSettings, QuotaEngine
-from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent, parse_event
+from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
 from app.engine.stats import Rate, TokenBucket
 
@@ -82,9 +83,13 @@ def _open(path: str) -> Any:
     return open(path, "rb")
 
 
-def read_files(paths: list[str]) -> tuple[str, dict[Any, int], list[tuple[Any, int, bytes]],
-                                          list[ConfigPoint]]:
-    """Archive files -> (mode, streams, records, config points), in the audit's order."""
+#: (stream, position, value, Kafka timestamp or None): `recompute_local`'s input records
+Record = tuple[Any, int, "bytes | None", "int | None"]
+Input = tuple[str, dict[Any, int], list[Record], list[ConfigEntry]]
+
+
+def read_files(paths: list[str]) -> Input:
+    """Archive files -> (mode, streams, records, configs), in the audit's order."""
     files: list[str] = []
     for raw in paths:
         p = Path(raw)
@@ -103,23 +108,23 @@ def read_files(paths: list[str]) -> tuple[str, dict[Any, int], list[tuple[Any, i
         raise ExplainError("inputs mix Parquet and JSON lines; pass one kind")
     if parquet:
         return _read_parquet(parquet)
-    records: list[tuple[Any, int, bytes]] = []
+    records: list[Record] = []
     for name in files:
         with _open(name) as fh:
             for line_no, line in enumerate(fh):
-                records.append((name, line_no, line))
-    return MODE_FILE, {name: i for i, name in enumerate(files)}, records, []
+                records.append((name, line_no, line, None))
+    return (MODE_FILE, {name: i for i, name in enumerate(files)}, records,
+            archive_configs(r[2] for r in records))
 
 
-def _read_parquet(files: list[str]) -> tuple[str, dict[Any, int], list[tuple[Any, int, bytes]],
-                                             list[ConfigPoint]]:
+def _read_parquet(files: list[str]) -> Input:
     import pyarrow.parquet as pq
 
     tables = [pq.read_table(f) for f in files]
     names = set(tables[0].column_names)
     if {"topic", "partition", "offset", "value"} <= names:
         raise ExplainError("Kafka-shaped Parquet dumps: use --input kafka or the audit")
-    records: list[tuple[Any, int, bytes]] = []
+    records: list[Record] = []
     for name, table in zip(files, tables):
         for row_no, row in enumerate(table.to_pylist()):
             value = row.get("value") if "value" in row else {k: v for k, v in row.items() if v is not None}
@@ -127,29 +132,29 @@ def _read_parquet(files: list[str]) -> tuple[str, dict[Any, int], list[tuple[Any
                 value = value.encode()
             elif not isinstance(value, (bytes, bytearray)):
                 value = orjson.dumps(value)
-            records.append((name, row_no, bytes(value)))
-    return MODE_FILE, {name: i for i, name in enumerate(files)}, records, []
+            records.append((name, row_no, bytes(value), None))
+    return (MODE_FILE, {name: i for i, name in enumerate(files)}, records,
+            archive_configs(r[2] for r in records))
 
 
-def read_kafka(bootstrap: str, topics: Any) -> tuple[str, dict[Any, int], list[tuple[Any, int, bytes]],
-                                                     list[ConfigPoint]]:
+def read_kafka(bootstrap: str, topics: Any) -> Input:
     from app.audit.job import existing_topics, read_topic_local
 
     present = existing_topics(bootstrap)
-    records: list[tuple[Any, int, bytes]] = []
+    records: list[Record] = []
     tps: set[tuple[str, int]] = set()
     for topic in topics.events:
         if topic not in present:
             continue
-        for partition, offset, value in read_topic_local(bootstrap, topic):
-            records.append(((topic, partition), offset, value))
+        for partition, offset, value, timestamp in read_topic_local(bootstrap, topic):
+            records.append(((topic, partition), offset, value, timestamp))
             tps.add((topic, partition))
-    points: list[ConfigPoint] = []
+    configs: list[ConfigEntry] = []
     if topics.configs in present:
-        points, _bad = topic_config_points(read_topic_local(bootstrap, topics.configs),
-                                           topics.configs)
+        configs, _bad = topic_configs(read_topic_local(bootstrap, topics.configs),
+                                      topics.configs)
     records.sort(key=lambda r: (r[0], r[1]))
-    return MODE_KAFKA, {tp: i for i, tp in enumerate(sorted(tps))}, records, points
+    return MODE_KAFKA, {tp: i for i, tp in enumerate(sorted(tps))}, records, configs
 
 
 # -- matching --------------------------------------------------------------------------------
@@ -194,52 +199,40 @@ def _copy_state(state: Any) -> Any:
 
 
 def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
-            streams: dict[Any, int], records: Iterable[tuple[Any, int, bytes]],
-            config_points: list[ConfigPoint], source: str = "",
-            quotas: set[str] | None = None) -> Explanation:
+            streams: dict[Any, int], records: Iterable[Record], configs: list[ConfigEntry],
+            source: str = "", quotas: set[str] | None = None) -> Explanation:
     """Replay up to `at` and keep, per window of the entity, its last decision."""
-    ctx = ExplodeContext(settings, mode, tuple(config_points), streams, stop_after=at,
+    ctx = ExplodeContext(settings, mode, tuple(configs), streams, stop_after=at,
                          keep=frozenset(target_keys(spec)))
     exploders: dict[Any, StreamExploder] = {}
     out = ExplodedRows(ctx.pinned)
-    rows: list[tuple[tuple[int, int, int, int], int, Any]] = []
+    rows: list[tuple[tuple[int, int, int, int], int, Any, int]] = []
 
     def drain() -> None:
-        for t, s, pos, i, k, payload in out.items():
-            if k == ROW_CONFIG or k in EVENT_KINDS:
-                rows.append(((t, s, pos, i), k, payload))
+        for t, s, pos, i, k, payload, arrival in out.items():
+            if k in EVENT_KINDS:
+                rows.append(((t, s, pos, i), k, payload, arrival))
         out.clear()
 
-    for stream, pos, value in records:
+    for stream, pos, value, timestamp in records:
         clock_key = stream if mode == MODE_KAFKA else None
         ex = exploders.get(clock_key)
         if ex is None:
             ex = exploders[clock_key] = StreamExploder(ctx)
-        ex.feed(streams[stream], pos, value, out, lambda: "")
+        ex.feed(streams[stream], pos, value, out, lambda: "", timestamp)
         if len(out) >= 10_000:
             drain()
     drain()
     rows.sort(key=lambda r: r[0])
 
     seen = sum(e.events + e.skipped for e in exploders.values())
-    result = Explanation(spec, at, source, events_seen=seen)
-    engine = QuotaEngine(settings)
-    points = list(config_points)
-    nxt = 0
+    result = Explanation(spec, at, source, events_seen=seen,
+                         configs=sum(1 for update, _ in configs if update.ts <= at))
+    engine = engine_with_configs(settings, configs)
     names = set(entity_candidates(spec))
-    for key, kind, payload in rows:
-        while nxt < len(points) and points[nxt].key < key:
-            engine.configs.apply(points[nxt].update)
-            nxt += 1
-            result.configs += 1
-        if kind == ROW_CONFIG:
-            update = parse_event(orjson.loads(payload))
-            assert isinstance(update, ConfigUpdate)
-            engine.configs.apply(update)
-            result.configs += 1
-            continue
+    for _key, kind, payload, arrival in rows:
         event = make_event(kind, payload)
-        decisions, directives = engine.process(event)
+        decisions, directives = engine.process(event, arrival)
         result.events_used += 1
         mine = principal_matches(spec, event)
         throttled = any(d.throttle_time_ms > 0 for d in decisions)
@@ -254,14 +247,16 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
             result.windows[wkey] = Snapshot(
                 d, event, _copy_state(engine.store.get(d.key)),
                 published.get((id(d.entity), d.quota)), throttled,
-                _resolution_view(engine, d, event))
+                _resolution_view(engine, d, event, arrival))
             result.state_at[wkey] = engine.store.get(d.key)
     return result
 
 
-def _resolution_view(engine: QuotaEngine, d: Decision, event: Any) -> list[tuple[str, Any]]:
-    """The config levels Kafka checked for this decision, most specific first, with values."""
-    configs = engine.configs
+def _resolution_view(engine: QuotaEngine, d: Decision, event: Any, arrival: int
+                     ) -> list[tuple[str, Any]]:
+    """The config levels Kafka checked for this decision, most specific first, with values
+    (the configs in force for its event)."""
+    configs = engine.timeline.at(event.ts, arrival).configs
     if d.quota in cfg.CLIENT_QUOTAS:
         table = configs.client[d.quota]
         user, client = d.entity.get("user", ""), d.entity.get("client_id", "")
@@ -316,7 +311,7 @@ def _event_text(event: Any) -> str:
 def render(x: Explanation, settings: EngineSettings) -> str:
     lines = [f"explain {entity_string(x.entity)} at {format_ms(x.at)} ({x.at})",
              f"input: {x.source}; replayed {x.events_used:,} of {x.events_seen:,} events "
-             f"(those touching this entity's windows), {x.configs} config changes",
+             f"(those touching this entity's windows), {x.configs} config changes in force by then",
              ""]
     if not x.windows:
         lines.append("no decision for this entity at or before that time (no event of it, or "

@@ -35,15 +35,16 @@ from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
     SPLITS_DDL,
-    ConfigPoint,
+    ConfigEntry,
     ExplodeContext,
     RunContext,
-    config_updates,
+    archive_configs,
     explode_function,
     route_map_from_splits,
     run_function,
     splits_possible,
-    topic_config_points,
+    timestamps_ms,
+    topic_configs,
     KEY_SEP,
 )
 from app.audit.results import RESULT_DDL
@@ -115,8 +116,7 @@ class InputPlan:
     records: Any  # DataFrame: step 1 input
     streams: dict[Any, int]
     stream_names: list[str]
-    configs: list[ConfigPoint]
-    config_updates: list[Any]
+    configs: list[ConfigEntry]
     bad_configs: list[tuple[str, str]]
     control: Any | None  # DataFrame with `value` (+ partition/offset) or None
     description: str
@@ -248,9 +248,10 @@ def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
         loop.close()
 
 
-def read_topic_local(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None]]:
-    """`(partition, offset, value)` of a whole topic, read on the driver (small topics:
-    configs, a control topic for `explain`), with the data source's exact planning."""
+def read_topic_local(bootstrap: str, topic: str
+                     ) -> list[tuple[int, int, bytes | None, int | None]]:
+    """`(partition, offset, value, timestamp ms)` of a whole topic, read on the driver (small
+    topics: configs, a control topic for `explain`), with the data source's exact planning."""
     from app.audit.kafka_source import (
         KafkaSourceOptions,
         plan_partitions,
@@ -262,11 +263,12 @@ def read_topic_local(bootstrap: str, topic: str) -> list[tuple[int, int, bytes |
     opts = KafkaSourceOptions.from_options({"bootstrap": bootstrap, "topics": topic,
                                             "max_records_per_partition": WHOLE_PARTITION})
     earliest, latest = probe_partitions(opts)
-    out: list[tuple[int, int, bytes | None]] = []
+    out: list[tuple[int, int, bytes | None, int | None]] = []
     for part in plan_partitions(resolve_ranges(earliest, latest), 2**62):
         for batch in read_offset_range(opts, part):
-            d = batch.to_pydict()
-            out.extend(zip(d["partition"], d["offset"], d["value"]))
+            out.extend(zip(batch.column("partition").to_pylist(),
+                           batch.column("offset").to_pylist(), batch.column("value").to_pylist(),
+                           timestamps_ms(batch.column("timestamp"))))
     return out
 
 
@@ -322,12 +324,12 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
     streams = {tp: index for index, tp in enumerate(tps)}
     planned = sum(end - start for start, end in ranges.values())
     records = (spark.read.format("quota_kafka").options(**source).load()
-               .select("topic", "partition", "offset", "value"))
-    points: list[ConfigPoint] = []
+               .select("topic", "partition", "offset", "value", "timestamp"))
+    configs: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []
     if opts.topics.configs in topics:
-        points, bad = topic_config_points(read_topic_local(opts.bootstrap, opts.topics.configs),
-                                          opts.topics.configs)
+        configs, bad = topic_configs(read_topic_local(opts.bootstrap, opts.topics.configs),
+                                     opts.topics.configs)
     else:
         progress.step(f"note: config topic {opts.topics.configs} does not exist: no quotas")
     control = None
@@ -342,9 +344,8 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
             raise AuditError(f"control topic {opts.topics.directives} does not exist")
     elif want != ["none"]:
         control = read_control_files(spark, want)
-    return InputPlan(MODE_KAFKA, records, streams, [f"{t}/{p}" for t, p in tps], points,
-                     [p.update for p in points], bad, control,
-                     f"kafka {opts.bootstrap} {','.join(events)}", planned)
+    return InputPlan(MODE_KAFKA, records, streams, [f"{t}/{p}" for t, p in tps], configs, bad,
+                     control, f"kafka {opts.bootstrap} {','.join(events)}", planned)
 
 
 def read_control_files(spark: SparkSession, paths: list[str]) -> DataFrame:
@@ -387,21 +388,23 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
     df = read_archive(spark, paths, format=fmt)
     if kafka_shaped:
         # A dump of Kafka topics keeps Kafka's semantics: streams per (topic, partition),
-        # configs from the config topic's rows.
+        # configs from the config topic's rows, arrivals from the timestamps (a dump without
+        # them has each record's `ts` there, and then the rule is "configs with ts <= t").
         cfg_rows = (df.where(F.col("topic") == opts.topics.configs)
-                    .select("partition", "offset", "value").collect())
-        points, bad = topic_config_points(
-            [(r["partition"], r["offset"], r["value"]) for r in cfg_rows], opts.topics.configs)
+                    .select("partition", "offset", "value",
+                            F.expr("unix_millis(timestamp)").alias("ms")).collect())
+        configs, bad = topic_configs(
+            [(r["partition"], r["offset"], r["value"], r["ms"]) for r in cfg_rows],
+            opts.topics.configs)
         events = df.where(F.col("topic").isin(*opts.topics.events))
         tps = sorted((r["topic"], r["partition"]) for r in
                      events.select("topic", "partition").distinct().collect())
         streams = {tp: index for index, tp in enumerate(tps)}
-        records = (events.select("topic", "partition", "offset", "value")
+        records = (events.select("topic", "partition", "offset", "value", "timestamp")
                    .repartition(max(1, len(tps)), "topic", "partition")
                    .sortWithinPartitions("topic", "partition", "offset"))
-        return InputPlan(MODE_KAFKA, records, streams, [f"{t}/{p}" for t, p in tps], points,
-                         [p.update for p in points], bad, control,
-                         f"kafka-shaped archive {' '.join(paths)}")
+        return InputPlan(MODE_KAFKA, records, streams, [f"{t}/{p}" for t, p in tps], configs,
+                         bad, control, f"kafka-shaped archive {' '.join(paths)}")
     # JSON lines / event Parquet: one stream, like `replay` of the concatenated files. One
     # pass lists the files and the lines that may hold configs (in order, for the split check).
     df = df.withColumn("file", F.input_file_name())
@@ -415,7 +418,7 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
                   for c in sorted(r["configs"], key=lambda c: c["offset"])]
     records = (df.select("file", "offset", "value").coalesce(1)
                .sortWithinPartitions("file", "offset"))
-    return InputPlan(MODE_FILE, records, streams, files, [], config_updates(cfg_values), [],
+    return InputPlan(MODE_FILE, records, streams, files, archive_configs(cfg_values), [],
                      control, f"archive {' '.join(paths)} ({fmt})")
 
 
@@ -501,7 +504,7 @@ def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
         settings=opts.settings, mode=plan.mode, configs=tuple(plan.configs),
         streams=plan.streams, event_from=lo, event_to=opts.time_to,
     )
-    if splits_possible(plan.config_updates):
+    if splits_possible(plan.configs, opts.settings.config_grace_ms):
         progress.step("configs may split requests across route keys: discovering splits")
         discover = ExplodeContext(**{**_fields(base), "discover": True})
         keys = (plan.records.mapInArrow(explode_function(discover), SPLITS_DDL)
@@ -622,7 +625,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
         progress.step("planning input")
         plan = plan_kafka(spark, opts, progress) if opts.kafka else plan_archive(spark, opts, progress)
         progress.step(f"recomputing {plan.description} ({len(plan.streams)} streams, "
-                      f"{len(plan.config_updates)} configs) into {n} partitions")
+                      f"{len(plan.configs)} configs) into {n} partitions")
         routing: dict[str, Any] = {}
         local = task_writable_dir(spark, out)
         decisions_dir = None if local is None else local / "decisions"
@@ -727,7 +730,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
             "first_ts": stats["first_ts"], "last_ts": stats["last_ts"],
             "counts": {
                 "planned_records": plan.planned_records,
-                "configs": len(plan.config_updates),
+                "configs": len(plan.configs),
                 "bad_configs": len(plan.bad_configs),
                 "decisions": stats["decisions"] or 0,
                 "throttled_decisions": stats["throttled"] or 0,

@@ -27,13 +27,15 @@ What "in order" means (the rules; docs/audit.md has the long form)
   one stream the key grows with the input position, so a window fed by one stream sees exactly
   its input order (replay's order). Windows fed by several partitions of a topic see the streams
   merged by stream time (the live order is a race there; this one is deterministic).
-* **Configs.** Quota configs are state, so each one is placed on the same key line and applied
-  before every event with a larger key. Archive: a `quota_config` line (or batch item) sits at
-  its own position `(0, file, row, i)`, i.e. it applies from the next input item on, like
-  `replay`. Kafka: records of the config topic get an effective time `Tc` = the running maximum
-  of their `ts` in topic order, and the key `(Tc, -1, seq, 0)`: a config applies to every event
-  whose stream time is `>= Tc`, in every stream (configs with `ts: 0` apply from the start). A
-  `quota_config` record on an event topic is dead-lettered, as live.
+* **Configs.** On event time, as in every driver (`app.engine.timeline`): each engine holds
+  every config with its arrival, and an event is judged by the configs with `ts <=` its own
+  that had arrived (less half the grace) by its record's Kafka timestamp. So the order configs
+  and events are read in does not matter. Kafka: the config topic's records with their Kafka
+  timestamps (in (partition, offset) order for equal `ts`), and each event record's timestamp
+  as its arrival; a `quota_config` record on an event topic is dead-lettered, as live.
+  Archive: the `quota_config` lines (and batch items) of the whole archive, collected before
+  step 1 (`app.replay.file_configs`), in force from their `ts`, like `replay`; a Kafka-shaped
+  archive carries its `timestamp` column like Kafka.
 * **Split requests.** When a request's quota types resolve to windows with different route keys
   (a client-id quota of one type, a user quota of another), replay handles the whole request at
   once (a throttled fetch takes its bytes back from the fetch window even if only the request
@@ -61,15 +63,10 @@ import orjson
 from app.engine import configs as cfg
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import (
-    BadEvent,
-    MutationEvent,
-    RequestEvent,
-    StreamClock,
-    parse_event,
-    parse_record,
-)
-from app.replay import MAX_LINE_BYTES, deadletter_record
+from app.engine.events import BadEvent, MutationEvent, RequestEvent, StreamClock, parse_record
+from app.engine.timeline import FOREVER, ConfigTimeline
+from app.pipeline.ingest import parse_config_value
+from app.replay import MAX_LINE_BYTES, deadletter_record, file_configs
 
 from app.audit.event_codec import EVENT_CLASSES, MARSHAL_VERSION, event_args
 from app.audit.results import ResultRows, result_schema
@@ -79,21 +76,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MODE_KAFKA = "kafka"
 MODE_FILE = "file"
-#: `s` of config-topic points: before every stream at the same `t`.
-CONFIG_STREAM = -1
 DEFAULT_MAX_SKEW_MS = 86_400_000
 
 Key = tuple[int, int, int, int]
 
 #: Step 1 output: one row per chunk of items bound for one step-2 partition (`rk` is that
 #: partition's pinned route key), keyed by its first item; `items` = the `marshal`led list.
-#: An item is `(t, s, pos, i, k, payload)`, its sort key then what it holds: `k` = an event
-#: kind of `app.audit.event_codec` (payload: the event's constructor arguments), ROW_CONFIG (an
-#: archive's inline config, payload: its JSON, one copy per step-2 partition) or ROW_BAD
-#: (payload: `(reason, the dead-letter record's JSON)`).
+#: An item is `(t, s, pos, i, k, payload, arrival)`, its sort key then what it holds: `k` = an
+#: event kind of `app.audit.event_codec` (payload: the event's constructor arguments) or
+#: ROW_BAD (payload: `(reason, the dead-letter record's JSON)`); `arrival` = the Kafka
+#: timestamp of the event's record (FOREVER for an archive's lines).
 EXPLODED_DDL = "rk string, t long, s int, pos long, i int, items binary"
-ROW_CONFIG, ROW_BAD = 1, 2
-Item = tuple[int, int, int, int, int, Any]
+ROW_BAD = 2
+Item = tuple[int, int, int, int, int, Any, int]
+#: A config update and its record's Kafka timestamp (None: from an archive's lines).
+ConfigEntry = tuple[ConfigUpdate, "int | None"]
 #: Step 1 in discovery mode: the route keys of requests that resolve to several keys.
 SPLITS_DDL = "keys string"
 KEY_SEP = "\x1e"
@@ -108,57 +105,44 @@ def exploded_schema() -> pa.Schema:
     ])
 
 
-# -- configs on the key line -----------------------------------------------------------------
+# -- configs ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ConfigPoint:
-    """A config update and the sort key before which it is in force."""
-
-    key: Key
-    update: ConfigUpdate
-    where: str = ""
-
-
-def parse_config_value(value: bytes | None) -> tuple[ConfigUpdate | None, str | None]:
-    """A config-topic record value, validated exactly as the workers' `ConfigFollower` does."""
-    try:
-        item = parse_event(orjson.loads(value or b""))
-    except orjson.JSONDecodeError as exc:
-        return None, f"not JSON: {exc}"
-    if not isinstance(item, ConfigUpdate):
-        return None, getattr(item, "reason", "not a quota_config record")
-    return item, None
-
-
-def topic_config_points(
-    records: Iterable[tuple[int, int, bytes | None]], topic: str = ""
-) -> tuple[list[ConfigPoint], list[tuple[str, str]]]:
-    """Config-topic records `(partition, offset, value)` -> points on the key line, bad ones.
-
-    Effective time = running max of `ts` in each partition's offset order (a config never takes
-    effect before one written earlier); partitions are merged by (effective time, partition,
-    offset). Bad records are skipped, as the workers skip them: `(where, reason)` each.
-    """
-    by_partition: dict[int, list[tuple[int, bytes | None]]] = {}
-    for partition, offset, value in records:
-        by_partition.setdefault(partition, []).append((offset, value))
-    staged: list[tuple[int, int, int, ConfigUpdate]] = []
+def topic_configs(
+    records: Iterable[tuple[int, int, bytes | None, int | None]], topic: str = ""
+) -> tuple[list[ConfigEntry], list[tuple[str, str]]]:
+    """Config-topic records `(partition, offset, value, Kafka timestamp)` -> config entries in
+    (partition, offset) order, and the bad ones skipped as the workers skip them: `(where,
+    reason)` each."""
+    entries: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []
-    for partition in sorted(by_partition):
-        effective = 0
-        for offset, value in sorted(by_partition[partition], key=lambda r: r[0]):
-            update, reason = parse_config_value(value)
-            if update is None:
-                bad.append((f"{topic}/{partition}@{offset}", reason or "bad config"))
-                continue
-            effective = max(effective, update.ts)
-            staged.append((effective, partition, offset, update))
-    staged.sort(key=lambda r: r[:3])
-    return [
-        ConfigPoint((eff, CONFIG_STREAM, seq, 0), update, f"{topic}/{partition}@{offset}")
-        for seq, (eff, partition, offset, update) in enumerate(staged)
-    ], bad
+    for partition, offset, value, timestamp in sorted(records, key=lambda r: (r[0], r[1])):
+        update, reason = parse_config_value(value)
+        if update is None:
+            bad.append((f"{topic}/{partition}@{offset}", reason or "bad config"))
+            continue
+        entries.append((update, timestamp))
+    return entries, bad
+
+
+def archive_configs(values: Iterable[bytes | None]) -> list[ConfigEntry]:
+    """An archive's configs (its lines in order; a superset of lines may be passed)."""
+    return [(update, None) for update in file_configs(v.strip() if v else v for v in values)]
+
+
+def config_timeline(entries: Iterable[ConfigEntry], grace_ms: int) -> ConfigTimeline:
+    timeline = ConfigTimeline(grace_ms=grace_ms)
+    for update, arrival in entries:
+        timeline.add(update, arrival)
+    return timeline
+
+
+def engine_with_configs(settings: EngineSettings, entries: Iterable[ConfigEntry]) -> QuotaEngine:
+    """An engine that knows every config of the input, each at its time and arrival."""
+    engine = QuotaEngine(settings)
+    for update, arrival in entries:
+        engine.add_config(update, arrival)
+    return engine
 
 
 _BLANK = object()
@@ -175,17 +159,6 @@ def decode_file_line(value: bytes | None) -> tuple[Any, str | None, bytes]:
         return orjson.loads(line), None, line
     except orjson.JSONDecodeError as exc:
         return None, f"not JSON: {exc}", line
-
-
-def config_updates(values: Iterable[bytes | None]) -> list[ConfigUpdate]:
-    """Every valid quota config in archive lines (a superset of lines may be passed)."""
-    updates: list[ConfigUpdate] = []
-    for value in values:
-        record, _reason, _line = decode_file_line(value)
-        if record is None or record is _BLANK:
-            continue
-        updates.extend(i for i in parse_record(record) if isinstance(i, ConfigUpdate))
-    return updates
 
 
 # -- routing ---------------------------------------------------------------------------------
@@ -211,18 +184,19 @@ def _kinds(configs: QuotaConfigs, quota: str) -> set[str]:
     return {"u", "c"}
 
 
-def splits_possible(updates: Iterable[ConfigUpdate]) -> bool:
+def splits_possible(entries: Iterable[ConfigEntry], grace_ms: int) -> bool:
     """Could a request resolve its quota types to different route keys under these configs?
 
-    `updates` in the order they apply; every epoch (the configs after each update) is checked.
+    Every configs an event can be judged by is checked (`ConfigTimeline.states`).
     Conservative: True may still find no split in the data (the audit then runs a discovery
     pass for nothing); False is certain. A split needs `request_percentage` and a byte rate in
     force together, one able to resolve to a client-id window while the other resolves to a
     user window.
     """
-    configs = QuotaConfigs()
-    for update in updates:
-        configs.apply(update)
+    states = config_timeline(entries, grace_ms).states()
+    if states is None:
+        return True
+    for configs in states:
         request = _kinds(configs, cfg.REQUEST)
         if not request:
             continue
@@ -270,32 +244,13 @@ def route_map_from_splits(key_sets: Iterable[Sequence[str]]) -> dict[str, str]:
 # -- step 1: explode -------------------------------------------------------------------------
 
 
-class ConfigTimeline:
-    """Config points applied to an engine's configs in key order, as events' keys pass them."""
-
-    def __init__(self, points: tuple[ConfigPoint, ...], configs: QuotaConfigs) -> None:
-        self.points = points
-        self.configs = configs
-        self._next = 0
-        #: key of the next point to apply (None when all are applied): the hot path checks it
-        self.next_key: Key | None = points[0].key if points else None
-
-    def apply_until(self, key: Key) -> None:
-        """Apply every config point whose key is before `key`."""
-        points = self.points
-        while self.next_key is not None and self.next_key < key:
-            self.configs.apply(points[self._next].update)
-            self._next += 1
-            self.next_key = points[self._next].key if self._next < len(points) else None
-
-
 @dataclass(frozen=True)
 class ExplodeContext:
     """Everything step 1 needs, shipped to every task (configs are small)."""
 
     settings: EngineSettings
     mode: str
-    configs: tuple[ConfigPoint, ...] = ()
+    configs: tuple[ConfigEntry, ...] = ()
     #: Kafka mode: (topic, partition) -> stream index `s`. File mode: file -> rank.
     streams: Mapping[Any, int] = field(default_factory=dict)
     route_map: Mapping[str, str] | None = None
@@ -356,15 +311,8 @@ class ExplodedRows:
 
     def bad(self, key: Key, reason: str, raw: Any, where: str) -> None:
         self.chunks[self.partition("")].append(
-            (*key, ROW_BAD, (reason, orjson.dumps(deadletter_record(reason, raw, where)))))
+            (*key, ROW_BAD, (reason, orjson.dumps(deadletter_record(reason, raw, where))), 0))
         self.size += 1
-
-    def config(self, key: Key, raw: Any) -> None:
-        """An archive's inline config: a copy in every partition."""
-        item = (*key, ROW_CONFIG, orjson.dumps(raw))
-        for chunk in self.chunks:
-            chunk.append(item)
-        self.size += len(self.chunks)
 
     def to_batch(self) -> pa.RecordBatch:
         """One chunk row per partition that has items, each chunk sorted by key (a task may
@@ -391,15 +339,14 @@ class ExplodedRows:
 
 
 class StreamExploder:
-    """One input stream -> routed event rows, with the stream's clock and config timeline."""
+    """One input stream -> routed event rows, with the stream's clock and configs."""
 
     def __init__(self, ctx: ExplodeContext) -> None:
         self.ctx = ctx
-        self.engine = QuotaEngine(ctx.settings)
+        self.engine = engine_with_configs(ctx.settings, ctx.configs)
         self.clock = StreamClock(ctx.max_skew_ms)
-        self.timeline = ConfigTimeline(ctx.configs, self.engine.configs)
         self._routes: dict[tuple[Any, ...], str | tuple[str, ...]] = {}
-        self._routes_version = -1
+        self._routes_for: tuple[int, int, int] = (-1, -1, -1)  # the configs' snapshot id
         self.last: tuple[int, int] = (-1, -1)
         self.stopped = False
         self.events = 0
@@ -411,12 +358,12 @@ class StreamExploder:
 
     # routing ------------------------------------------------------------------------------
 
-    def route(self, item: Any) -> str | tuple[str, ...]:
+    def route(self, item: Any, arrival: int) -> str | tuple[str, ...]:
         """The route key (after merging split groups), or all keys of a split request."""
-        configs = self.engine.configs
-        if configs.version != self._routes_version:
+        snapshot = self.engine.timeline.at(item.ts, arrival).id
+        if snapshot != self._routes_for:
             self._routes.clear()
-            self._routes_version = configs.version
+            self._routes_for = snapshot
         if isinstance(item, RequestEvent):
             api = item.api if item.api in ("Produce", "Fetch") else ""
             ck: tuple[Any, ...] = ("r", api, item.broker, item.user, item.client_id)
@@ -428,7 +375,7 @@ class StreamExploder:
             return self._routes[ck]
         except KeyError:
             pass
-        keys = self.engine.route_keys(item)
+        keys = self.engine.route_keys(item, arrival)
         found: str | tuple[str, ...]
         if len(keys) > 1:
             found = tuple(k for k, _ in keys)
@@ -449,8 +396,9 @@ class StreamExploder:
         self.last = here
 
     def feed(self, s: int, pos: int, value: bytes | None, out: ExplodedRows,
-             where: Callable[[], str]) -> None:
-        """One input record (Kafka value or archive line) at position (s, pos)."""
+             where: Callable[[], str], arrival: int | None = None) -> None:
+        """One input record (Kafka value or archive line) at position (s, pos); `arrival` is
+        its Kafka timestamp (None: an archive line, or a dump without timestamps)."""
         if self.stopped:
             return
         self._check_order(s, pos)
@@ -485,12 +433,12 @@ class StreamExploder:
                 raws = record["events"]
             else:
                 raws = [record]
-        self._items(s, pos, items, raws, out, where)
+        self._items(s, pos, items, raws, out, where, FOREVER if arrival is None else arrival)
 
     def _items(self, s: int, pos: int, items: list[Any], raws: list[Any], out: ExplodedRows,
-               where: Callable[[], str]) -> None:
+               where: Callable[[], str], arrival: int) -> None:
         kafka = self.kafka
-        clock, timeline = self.clock, self.timeline
+        clock = self.clock
         ctx = self.ctx
         for index, item in enumerate(items):
             if isinstance(item, BadEvent):
@@ -505,11 +453,11 @@ class StreamExploder:
                     out.bad((max(clock.time, 0), s, pos, index),
                             "quota_config records belong on the config topic", raws[index],
                             where())
-                else:  # archive: in force from the next item on, here and in every partition
-                    self.engine.configs.apply(item)
+                else:  # archive: collected before step 1, in force from its ts
+                    if not ctx.configs:
+                        raise RuntimeError("an archive's configs must be in the context "
+                                           "(`archive_configs`) before step 1")
                     self.configs += 1
-                    if not ctx.discover:
-                        out.config((0, s, pos, index), raws[index])
                 continue
             reason = clock.check(item.ts)
             if reason is not None:
@@ -524,10 +472,7 @@ class StreamExploder:
             if (ctx.event_from is not None and ts < ctx.event_from) or (
                     ctx.event_to is not None and ts >= ctx.event_to):
                 continue
-            key = (clock.time if kafka else 0, s, pos, index)
-            if timeline.next_key is not None and timeline.next_key < key:
-                timeline.apply_until(key)
-            found = self.route(item)
+            found = self.route(item, arrival)
             if ctx.keep is not None and not any(
                     strip_broker(k) in ctx.keep
                     for k in (found if isinstance(found, tuple) else (found,))):
@@ -545,7 +490,7 @@ class StreamExploder:
             self.events += 1
             kind, args = event_args(item)
             out.chunks[out.partition(self.route_map.get(rk, rk))].append(
-                (key[0], s, pos, index, kind, args))
+                (clock.time if kafka else 0, s, pos, index, kind, args, arrival))
             out.size += 1
 
 
@@ -553,8 +498,8 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Step 1 as a `mapInArrow` function over the Kafka-shaped input.
 
-    Input columns: `topic, partition, offset, value` (Kafka mode) or `file, offset, value`
-    (file mode), each stream's rows in order. Output: `EXPLODED_DDL`, or `SPLITS_DDL` when
+    Input columns: `topic, partition, offset, value` and, when known, `timestamp` (Kafka mode)
+    or `file, offset, value` (file mode), each stream's rows in order. Output: `EXPLODED_DDL`, or `SPLITS_DDL` when
     `ctx.discover` is set.
     """
 
@@ -577,13 +522,16 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
             if kafka:
                 topics = batch.column(names.index("topic")).to_pylist()
                 parts = batch.column(names.index("partition")).to_pylist()
-                for topic, part, offset, value in zip(topics, parts, offsets, values):
+                stamps = (timestamps_ms(batch.column(names.index("timestamp")))
+                          if "timestamp" in names else [None] * len(offsets))
+                for topic, part, offset, value, stamp in zip(topics, parts, offsets, values,
+                                                             stamps):
                     sid = streams[(topic, part)]
                     ex = exploders.get(sid)
                     if ex is None:
                         ex = exploders[sid] = StreamExploder(ctx)
                     ex.feed(sid, offset, value, out,
-                            lambda t=topic, p=part, o=offset: f"{t}/{p}@{o}")
+                            lambda t=topic, p=part, o=offset: f"{t}/{p}@{o}", stamp)
             else:
                 files = batch.column(names.index("file")).to_pylist()
                 assert single is not None
@@ -603,13 +551,24 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
     return run
 
 
+def timestamps_ms(column: Any) -> list[int | None]:
+    """A Kafka `timestamp` column (Arrow timestamp, or epoch ms as integers) as epoch ms."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(column.type):
+        column = pc.divide(column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64()),
+                           1000)
+    return column.to_pylist()
+
+
 # -- step 2: run the engine ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RunContext:
     settings: EngineSettings
-    configs: tuple[ConfigPoint, ...] = ()
+    configs: tuple[ConfigEntry, ...] = ()
     report_from: int | None = None
     report_to: int | None = None
     #: A directory every task can write to (local Spark, local output): step 2 writes its
@@ -618,7 +577,7 @@ class RunContext:
 
 
 class Runner:
-    """One engine over one route partition's items in key order, configs merged in.
+    """One engine over one route partition's items in key order.
 
     Its input is chunks sorted by their first key (`EXPLODED_DDL`); chunks of different
     streams overlap, so the items are merged as they come: when a chunk arrives, every
@@ -629,24 +588,21 @@ class Runner:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.engine = QuotaEngine(ctx.settings)
-        self.timeline = ConfigTimeline(ctx.configs, self.engine.configs)
+        self.engine = engine_with_configs(ctx.settings, ctx.configs)
         self._last: Key = (-(2**63), -(2**31), -1, -1)
         self._pending: list[tuple[list[Item], int]] = []
         self.events = 0
 
-    def process(self, key: Key, event: Any, s: int, pos: int, i: int, out: ResultRows) -> None:
-        """Apply configs due before `key`, run the engine, buffer its decisions."""
+    def process(self, key: Key, event: Any, arrival: int, out: ResultRows) -> None:
+        """Run the engine on one event (`arrival`: its record's Kafka timestamp), buffer its
+        decisions."""
         if key < self._last:
             raise RuntimeError(f"step 2 input not sorted: {key} after {self._last}")
         self._last = key
-        timeline = self.timeline
-        if timeline.next_key is not None and timeline.next_key < key:
-            timeline.apply_until(key)
-        decisions, directives = self.engine.process(event)
+        decisions, directives = self.engine.process(event, arrival)
         self.events += 1
         if decisions:
-            out.add(s, pos, i, event, decisions, directives, self.ctx.report_from,
+            out.add(key[1], key[2], key[3], event, decisions, directives, self.ctx.report_from,
                     self.ctx.report_to)
 
     def run_batch(self, batch: pa.RecordBatch, out: ResultRows) -> None:
@@ -678,24 +634,12 @@ class Runner:
             ready.sort()  # merges the sorted runs; keys are unique, so only keys compare
         process = self.process
         classes = EVENT_CLASSES
-        for t, s, pos, i, kind, payload in ready:
+        for t, s, pos, i, kind, payload, arrival in ready:
             cls = classes.get(kind)
             if cls is not None:
-                process((t, s, pos, i), cls(*payload), s, pos, i, out)
-            elif kind == ROW_CONFIG:
-                self.config((t, s, pos, i), payload)
+                process((t, s, pos, i), cls(*payload), arrival, out)
             else:
                 out.deadletter(s, pos, i, payload[0], payload[1])
-
-    def config(self, key: Key, raw: bytes) -> None:
-        """An archive's inline config, at its place in the sorted stream."""
-        if key < self._last:
-            raise RuntimeError(f"step 2 input not sorted: {key} after {self._last}")
-        self._last = key
-        update = parse_event(orjson.loads(raw))
-        if not isinstance(update, ConfigUpdate):  # pragma: no cover - validated in step 1
-            raise RuntimeError("config row does not hold a quota config")
-        self.engine.configs.apply(update)
 
 
 @contextlib.contextmanager
@@ -810,12 +754,13 @@ class LocalResult:
 
 
 def recompute_local(
-    records: Iterable[tuple[Any, int, bytes | None]],
+    records: Iterable[tuple[Any, int, bytes | None, int | None]],
     ctx: ExplodeContext,
     report_from: int | None = None,
     report_to: int | None = None,
 ) -> LocalResult:
-    """Both steps in-process over `(stream, position, value)` records, each stream in order.
+    """Both steps in-process over `(stream, position, value, Kafka timestamp or None)` records,
+    each stream in order.
 
     `stream` is a (topic, partition) in Kafka mode and a file name in file mode (it must be
     in `ctx.streams`). One engine runs over all events sorted by key, which equals any route
@@ -826,13 +771,13 @@ def recompute_local(
     exploders: dict[Any, StreamExploder] = {}
     out = ExplodedRows(ctx.pinned)
     batches = []
-    for stream, pos, value in records:
+    for stream, pos, value, arrival in records:
         sid = ctx.streams[stream]
         clock_key = stream if ctx.mode == MODE_KAFKA else None
         ex = exploders.get(clock_key)
         if ex is None:
             ex = exploders[clock_key] = StreamExploder(ctx)
-        ex.feed(sid, pos, value, out, lambda st=stream, p=pos: f"{st}@{p}")
+        ex.feed(sid, pos, value, out, lambda st=stream, p=pos: f"{st}@{p}", arrival)
         if len(out) >= 50_000:
             batches.append(out.to_batch())
     if len(out):

@@ -61,12 +61,12 @@ def run(args: argparse.Namespace) -> int:
                 raise UserError("--input kafka needs --bootstrap or KAFKA_BOOTSTRAP_SERVERS")
             topics = Topics(args.topic_request, args.topic_connection, args.topic_mutation,
                             args.topic_configs)
-            mode, streams, records, points = read_kafka(args.bootstrap, topics)
+            mode, streams, records, configs = read_kafka(args.bootstrap, topics)
             source = f"kafka {args.bootstrap}"
         else:
-            mode, streams, records, points = read_files(args.input)
+            mode, streams, records, configs = read_files(args.input)
             source = " ".join(args.input)
-        result = explain(spec, at, settings, mode, streams, records, points, source,
+        result = explain(spec, at, settings, mode, streams, records, configs, source,
                          set(args.quota) or None)
     except (ExplainError, AuditError) as exc:
         raise UserError(str(exc)) from None

@@ -15,8 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "produce", help="send contract JSON lines (events, batches, quota configs) to Kafka",
         description="Send contract-v1 JSON lines to the topics the workers read: request, "
         "connection and mutation events (and batches of them) keyed by user+client_id or ip, "
-        "quota_config records to the config topic with the compaction-safe key. Lines are "
-        "validated as the workers validate them; bad lines are reported with their line number "
+        "quota_config records to the config topic with the compaction-safe key. The configs are "
+        "sent first and acknowledged before any event, so each is in force for the events by "
+        "its ts wherever it is in the file, as in `replay` (configs are on event time; "
+        "docs/admin.md). Lines are validated as the workers validate them; bad lines are reported with their line number "
         "and skipped. Prints the number of records sent per topic.",
         epilog="Reads KAFKA_BOOTSTRAP_SERVERS and the QS_TOPIC_* names (see docs/admin.md).")
     p.add_argument("input", metavar="FILE", help="JSON-lines file, or '-' for stdin")
@@ -84,16 +86,19 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
                 if t in partitions and args.partition >= partitions[t]:
                     raise UserError(f"--partition {args.partition}: topic {t!r} has "
                                     f"{partitions[t]} partitions (0..{partitions[t] - 1})")
-        futures = []
-        for o in out:
-            topic = topics[o.kind]
-            if o.update is not None:
-                partition = entity_partition(o.update, partitions[topic])
-            else:
-                partition = args.partition
-            futures.append(await p.send(topic, o.value, key=o.key, partition=partition))
-            counts[topic] += 1
-        await p.flush()
-        for f in futures:
-            await f
+        # configs first, acknowledged before any event: an event that reached Kafka before a
+        # config could not be judged by it
+        for stage in ([o for o in out if o.update is not None], [o for o in out if o.update is None]):
+            futures = []
+            for o in stage:
+                topic = topics[o.kind]
+                if o.update is not None:
+                    partition = entity_partition(o.update, partitions[topic])
+                else:
+                    partition = args.partition
+                futures.append(await p.send(topic, o.value, key=o.key, partition=partition))
+                counts[topic] += 1
+            await p.flush()
+            for f in futures:
+                await f
     return counts

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import sys
-from typing import IO
+import tempfile
+from typing import IO, cast
 
 import orjson
 
 from app.cli_support import add_window_options, engine_settings, open_input, progress
-from app.replay import deadletter_record, replay
+from app.replay import deadletter_record, file_configs, replay
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="replay contract events offline through the quota engine",
         description="Read contract-v1 JSON lines (events, batches, quota_config records) in file "
         "order and write the decisions Kafka's quota managers would make and the directives the "
-        "live pipeline would publish. Bad lines are reported, dead-lettered and skipped.",
+        "live pipeline would publish. Configs apply by their ts (an event is judged by the "
+        "configs with ts <= its own, wherever they are in the file), as in the live workers. "
+        "Bad lines are reported, dead-lettered and skipped.",
     )
     p.add_argument("input", nargs="?", default="-", help="input file ('-' or omitted: stdin)")
     p.add_argument("--decisions-out", metavar="FILE", help="one JSON line of decisions per input line")
@@ -36,11 +40,13 @@ def run(args: argparse.Namespace) -> int:
     settings = engine_settings(args)
     bad_lines = lines = directives = throttled = 0
     with contextlib.ExitStack() as stack:
-        source = open_input(args.input, stack)
+        source = rewindable(open_input(args.input, stack), stack)
+        configs = file_configs(line.strip() for line in source)
+        source.seek(0)
         decisions_out = _open_out(args.decisions_out, stack)
         directives_out = _open_out(args.directives_out, stack)
         deadletter: IO[bytes] | None = None
-        for result in replay(progress(source, args.quiet), settings):
+        for result in replay(progress(source, args.quiet), settings, configs):
             lines += 1
             if decisions_out is not None:
                 decisions_out.write(orjson.dumps(result.output) + b"\n")
@@ -60,6 +66,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"replayed {lines} lines: {throttled} throttled, {directives} directives, "
               f"{bad_lines} bad", file=sys.stderr)
     return 1 if args.strict and bad_lines else 0
+
+
+def rewindable(source: IO[bytes], stack: contextlib.ExitStack) -> IO[bytes]:
+    """The input, readable twice (configs first): stdin or a pipe is spooled to a temporary
+    file (kept in memory up to 64 MiB)."""
+    if source.seekable():
+        return source
+    spool = stack.enter_context(tempfile.SpooledTemporaryFile(max_size=64 << 20))
+    shutil.copyfileobj(source, spool)
+    spool.seek(0)
+    return cast(IO[bytes], spool)
 
 
 def _open_out(path: str | None, stack: contextlib.ExitStack) -> IO[bytes] | None:

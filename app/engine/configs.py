@@ -209,6 +209,16 @@ class QuotaConfigs:
         self._cache.clear()
         self.version += 1
 
+    def copy(self) -> QuotaConfigs:
+        """An independent copy (its own resolution cache)."""
+        new = QuotaConfigs()
+        new.client = {quota: dict(table) for quota, table in self.client.items()}
+        new.ip = dict(self.ip)
+        new.broker = dict(self.broker)
+        new._enabled = dict(self._enabled)
+        new.version = self.version
+        return new
+
     def enabled(self, quota: str) -> bool:
         """Kafka's quotasEnabled: with no quota of this type anywhere, nothing is recorded."""
         return self._enabled[quota] != 0

@@ -9,6 +9,10 @@ Time rule: time comes only from event timestamps. Within one piece of state (one
 bucket), an event older than the latest one that state has seen is processed at that latest
 time (a monotonic clamp), so results depend only on the order of the input, never on a clock.
 
+Config rule: an event at time `t` is routed and judged by the quota configs with `ts <= t`
+that had reached Kafka by the event's arrival plus half the grace (`app.engine.timeline`),
+whichever order configs and events reach the engine in.
+
 Directive rule: a throttle decision publishes a directive when no directive of that state is
 active at the event's time, or when it moves the active `until` later by more than
 `min_extension_ms` (default one tenth of a window). Throttles that end sooner than the active
@@ -23,6 +27,7 @@ from typing import Any, Final, MutableMapping, Union
 from app.engine import configs as cfg
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
+from app.engine.timeline import FOREVER, ConfigTimeline, Snapshot
 from app.engine.kafka_math import (
     INT_MAX,
     bounded_throttle_time_ms,
@@ -56,6 +61,9 @@ class EngineSettings:
     controller_window_num: int = 11
     controller_window_ms: int = 1000
     min_extension_ms: int | None = None
+    #: how late after its `ts` a config record may reach Kafka and still take effect at its
+    #: `ts` (half of it; the other half covers clocks): `app.engine.timeline`
+    config_grace_ms: int = 50
 
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):
@@ -65,6 +73,8 @@ class EngineSettings:
         for name in ("window_num", "window_ms", "controller_window_num", "controller_window_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.config_grace_ms < 0:
+            raise ValueError("config_grace_ms must be >= 0")
 
     @property
     def extension_ms(self) -> int:
@@ -139,8 +149,9 @@ class QuotaEngine:
 
     def __init__(self, settings: EngineSettings | None = None, configs: QuotaConfigs | None = None,
                  store: MutableMapping[str, State] | None = None) -> None:
+        """`configs`: in force from the start of time (later ones: `process` or `add_config`)."""
         self.settings = settings or EngineSettings()
-        self.configs = configs or QuotaConfigs()
+        self.timeline = ConfigTimeline(configs, self.settings.config_grace_ms)
         self.store: MutableMapping[str, State] = {} if store is None else store
         self.touched: set[str] = set()
         self._drains = 0
@@ -152,17 +163,44 @@ class QuotaEngine:
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
         self._principals: dict[tuple[int, str, str], tuple[Window | None, ...]] = {}
-        self._configs_version = -1
+        #: the configs of the event being processed, and the snapshot `_principals` was built on
+        self._configs: QuotaConfigs = self.timeline.at(0).configs
+        self._snapshot_id: tuple[int, int, int] = (-1, -1, -1)
         self._throttled = False  # set by any decision with a throttle, so most events skip _emit
 
     # -- public API ---------------------------------------------------------------------------
 
-    def process(self, event: Event | ConfigUpdate) -> tuple[list[Decision], list[dict[str, Any]]]:
-        """Apply one event; return its decisions (in Kafka's order) and directives to publish."""
-        decisions: list[Decision] = []
-        if self.configs.version != self._configs_version:
+    @property
+    def configs(self) -> QuotaConfigs:
+        """The configs once every update known took effect (to read: changes go through
+        `process` or `add_config`)."""
+        return self.timeline.latest
+
+    def add_config(self, update: ConfigUpdate, arrival: int | None = None) -> bool:
+        """A config update whose record reached Kafka at `arrival` (None: from a file); True
+        if it arrived late (in force from its arrival, not its `ts`)."""
+        return self.timeline.add(update, arrival)
+
+    def _configs_at(self, ts: int, arrival: int) -> None:
+        """Judge the next event by the configs in force for it."""
+        snapshot: Snapshot = self.timeline.at(ts, arrival)
+        if snapshot.id != self._snapshot_id:
+            self._snapshot_id = snapshot.id
+            self._configs = snapshot.configs
             self._principals.clear()
-            self._configs_version = self.configs.version
+
+    def process(self, event: Event | ConfigUpdate, arrival: int = FOREVER
+                ) -> tuple[list[Decision], list[dict[str, Any]]]:
+        """Apply one event; return its decisions (in Kafka's order) and directives to publish.
+
+        `arrival`: the Kafka timestamp of the event's source record (default: after every
+        config). A config update (from a file: no arrival) takes effect at its own `ts`.
+        """
+        decisions: list[Decision] = []
+        if isinstance(event, ConfigUpdate):
+            self.timeline.add(event)
+            return decisions, []
+        self._configs_at(event.ts, arrival)
         self._throttled = False
         if type(event) is RequestEvent:
             self._request(event, decisions)
@@ -170,9 +208,6 @@ class QuotaEngine:
             self._connection(event, decisions)
         elif isinstance(event, MutationEvent):
             self._mutation(event, decisions)
-        elif isinstance(event, ConfigUpdate):
-            self.configs.apply(event)
-            return decisions, []
         return decisions, self._directives(decisions)
 
     def _directives(self, decisions: list[Decision]) -> list[dict[str, Any]]:
@@ -199,15 +234,17 @@ class QuotaEngine:
         """
         return self.route_keys(event)[0][0]
 
-    def route_keys(self, event: Event) -> list[tuple[str, tuple[str, ...] | None]]:
-        """[(partition key, quotas to process there or None for all)] for an event."""
+    def route_keys(self, event: Event, arrival: int = FOREVER) -> list[tuple[str, tuple[str, ...] | None]]:
+        """[(partition key, quotas to process there or None for all)] for an event, under the
+        configs in force for it (`process` takes the same `arrival`)."""
         prefix = "" if self.cluster else f"b{event.broker}:"
         if isinstance(event, ConnectionEvent):
             return [(prefix + "connections" if not self.cluster else "connections", None)]
         quotas = self._client_quotas(event)
+        configs = self.timeline.at(event.ts, arrival).configs
         groups: dict[str, list[str]] = {}
         for quota in quotas:
-            res = self.configs.resolve(quota, event.user, event.client_id)
+            res = configs.resolve(quota, event.user, event.client_id)
             if res is None:
                 continue
             key = prefix + (f"u:{res.user}" if res.user else f"c:{res.client_id}")
@@ -266,7 +303,7 @@ class QuotaEngine:
             return cached
         windows: list[Window | None] = []
         for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION):
-            res = self.configs.resolve(quota, event.user, event.client_id)
+            res = self._configs.resolve(quota, event.user, event.client_id)
             windows.append(None if res is None else Window(
                 quota, self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
                 {"user": res.user, "client_id": res.client_id}, res.limit, res.level))
@@ -337,12 +374,11 @@ class QuotaEngine:
             rate.record(round_half_even(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
         return throttle
 
-    def process_only(self, event: RequestEvent, quotas: tuple[str, ...]) -> tuple[list[Decision], list[dict[str, Any]]]:
+    def process_only(self, event: RequestEvent, quotas: tuple[str, ...], arrival: int = FOREVER
+                     ) -> tuple[list[Decision], list[dict[str, Any]]]:
         """Process only some quota types of a request (the live pipeline's split case)."""
         decisions: list[Decision] = []
-        if self.configs.version != self._configs_version:
-            self._principals.clear()
-            self._configs_version = self.configs.version
+        self._configs_at(event.ts, arrival)
         self._throttled = False
         self._request(event, decisions, quotas)
         return decisions, self._directives(decisions)
@@ -409,7 +445,7 @@ class QuotaEngine:
         throttled connection is closed and taken back out of the IP, listener and broker rates.
         """
         broker, listener = event.broker, event.listener
-        configs = self.configs
+        configs = self._configs
         t = event.ts
         delay = 0
         broker_rate = None

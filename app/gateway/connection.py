@@ -255,7 +255,7 @@ class Session:
         local = self.core.local
         if local is None:
             return self.core.max_in_flight
-        version = local.configs.version
+        version = local.configs_version
         if self._limited_as_of != (version, self.user, self._client_id):
             self._limited_as_of = (version, self.user, self._client_id)
             self._limited = local.limited(self.user, self._client_id)

@@ -39,6 +39,11 @@ class LocalQuotas:
     def configs(self) -> QuotaConfigs:
         return self.engine.configs
 
+    @property
+    def configs_version(self) -> int:
+        """Changes whenever a config is added: what was derived from the configs is stale."""
+        return self.engine.timeline.version
+
     def limited(self, user: str, client_id: str) -> bool:
         """Whether any client quota (bytes in or out, request time) applies to this principal."""
         configs = self.engine.configs

@@ -281,7 +281,8 @@ class Gateway:
 
         cfg = self.config
         assert self.local is not None
-        follower = ConfigFollower(cfg.kafka_bootstrap, cfg.configs_topic, self.local.configs)
+        follower = ConfigFollower(cfg.kafka_bootstrap, cfg.configs_topic,
+                                  self.local.engine.timeline)
         try:
             async with asyncio.timeout(cfg.directives_timeout):
                 await follower.start()

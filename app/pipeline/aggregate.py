@@ -9,27 +9,26 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine.engine import Decision, QuotaEngine
-from app.pipeline.codec import decode_rows, row_event
+from app.pipeline.codec import row_event
 
 
-def apply_record(engine: QuotaEngine, data: bytes, latest: dict[str, Decision]
-                 ) -> tuple[int, list[tuple[dict[str, Any], int]]]:
-    """Run the engine over an internal record's rows, in order.
+def apply_rows(engine: QuotaEngine, rows: list[list[Any]], latest: dict[str, Decision]
+               ) -> list[tuple[dict[str, Any], int]]:
+    """Run the engine over an internal record's rows, in order, each under the configs in force
+    for it.
 
-    Returns how many rows there were and the directives to publish, each with its source
-    record's append time (ms). `latest` keeps each window's last decision (the metrics'
-    top entities).
+    Returns the directives to publish, each with its source record's append time (ms).
+    `latest` keeps each window's last decision (the metrics' top entities).
     """
-    rows = decode_rows(data)
     out: list[tuple[dict[str, Any], int]] = []
     for row in rows:
         item, only, appended_ms = row_event(row)
         if only is None:
-            decisions, directives = engine.process(item)
+            decisions, directives = engine.process(item, appended_ms)
         else:
-            decisions, directives = engine.process_only(item, only)  # type: ignore[arg-type]
+            decisions, directives = engine.process_only(item, only, appended_ms)  # type: ignore[arg-type]
         for d in decisions:
             latest[d.key] = d
         for directive in directives:
             out.append((directive, appended_ms))
-    return len(rows), out
+    return out

@@ -1,45 +1,64 @@
-"""Every worker's copy of the compacted config topic (the "global table" of quota configs).
+"""Every worker's copy of the compacted config topic, on the event timeline.
 
-Each worker reads all partitions of the config topic without a consumer group, so every worker
-holds every config; `ready` is set once it has read to the confirmed end, and the agents wait
-for it, so no event is judged against a half-loaded config. Later records apply in place while
-the worker runs: no restart is needed for a config change.
+Each worker (and gateway) reads all partitions of the config topic without a consumer group, so
+every one holds every config; `ready` is set once it has read to the confirmed end. Each record
+goes into the engine's `ConfigTimeline` with its Kafka timestamp (its arrival), so an event is
+judged by the configs in force for it (`app.engine.timeline`), whenever the worker read them.
+
+`confirmed_ms` is the watermark: a wall time (epoch ms) by which every config record appended
+is known, from the latest fetch that found every partition read to its end. The agents hold an
+event until the watermark passes its arrival plus the grace (`wait_confirmed`). A config read
+after an event it applies to was released is counted as missed (`released_ms` is how far the
+agents released): the grace did not cover its write delay, and the audit will differ.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Callable
 
-import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from app.engine.configs import ConfigUpdate, QuotaConfigs
-from app.engine.events import parse_event
+from app.engine.timeline import ConfigTimeline
+from app.pipeline.ingest import parse_config_value
 from tables.recovery import confirmed_end_offsets
 
 log = logging.getLogger(__name__)
 
+#: How long a fetch of the config topic may wait for new records: how often, when nothing is
+#: written, the watermark advances (and so about the least an event is held).
+POLL_MS = 10
+
 
 class ConfigFollower:
-    """Tails the config topic into a `QuotaConfigs`; bad records are counted and skipped."""
+    """Tails the config topic into a `ConfigTimeline`; bad records are counted and skipped."""
 
-    def __init__(self, bootstrap: str, topic: str, configs: QuotaConfigs,
+    def __init__(self, bootstrap: str, topic: str, timeline: ConfigTimeline,
                  on_bad: Callable[[str, bytes], None] | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
-        self.configs = configs
+        self.timeline = timeline
         self.on_bad = on_bad
         self.ready = asyncio.Event()
         self.applied = 0
         self.bad = 0
+        self.late = 0
+        self.missed = 0
+        self.confirmed_ms = 0
+        #: the latest arrival and event time (ms) of events the agents judged (`released`)
+        self.released_ms = -1
+        self.released_ts = -1
+        self._advanced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    group_id=None, auto_offset_reset="earliest")
+                                    group_id=None, auto_offset_reset="earliest",
+                                    fetch_max_wait_ms=POLL_MS)
         await consumer.start()
         self._consumer = consumer
         await consumer.topics()  # loads metadata, so partitions_for_topic answers
@@ -48,35 +67,87 @@ class ConfigFollower:
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await confirmed_end_offsets(self.bootstrap, tps) if tps else {}
-        self._task = asyncio.create_task(self._run(consumer, ends))
+        self._task = asyncio.create_task(self._run(consumer, tps, ends))
 
-    async def _run(self, consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> None:
+    async def _run(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+                   ends: dict[TopicPartition, int]) -> None:
         pending = {tp: end for tp, end in ends.items() if end > 0}
         if not pending:
             self.ready.set()
         while True:
-            batches = await consumer.getmany(timeout_ms=200)
+            batches = await consumer.getmany(timeout_ms=POLL_MS)
             for records in batches.values():
                 for record in records:
-                    self.apply(record.value or b"")
+                    self.apply(record.value or b"", record.timestamp)
             if not self.ready.is_set():
                 for tp in list(pending):
                     if await consumer.position(tp) >= pending[tp]:
                         del pending[tp]
                 if not pending:
-                    log.info("configs loaded: %d records applied, %d bad", self.applied, self.bad)
+                    log.info("configs loaded: %d records applied, %d bad, %d late", self.applied,
+                             self.bad, self.late)
                     self.ready.set()
+            await self._confirm(consumer, tps)
 
-    def apply(self, value: bytes) -> None:
-        try:
-            item = parse_event(orjson.loads(value))
-        except orjson.JSONDecodeError as exc:
-            self._bad(f"not JSON: {exc}", value)
+    async def _confirm(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+        """Advance the watermark when every partition is read to the end its last fetch saw.
+
+        A fetch's high watermark is from some time before its response was processed (aiokafka's
+        timestamp): taking the fetch wait off that time keeps the watermark on the safe side.
+        """
+        if not tps:
+            self._advance(int(time.time() * 1000))
             return
-        if not isinstance(item, ConfigUpdate):
-            self._bad(getattr(item, "reason", "not a quota_config record"), value)
+        oldest = None
+        for tp in tps:
+            highwater, polled = consumer.highwater(tp), consumer.last_poll_timestamp(tp)
+            if highwater is None or polled is None or await consumer.position(tp) < highwater:
+                return
+            oldest = polled if oldest is None else min(oldest, polled)
+        if oldest is not None:
+            self._advance(oldest - POLL_MS)
+
+    def _advance(self, confirmed: int) -> None:
+        if confirmed > self.confirmed_ms:
+            self.confirmed_ms = confirmed
+            self._advanced.set()
+            self._advanced = asyncio.Event()
+
+    async def wait_confirmed(self, wall_ms: int, max_wait_s: float) -> bool:
+        """Until every config appended before `wall_ms` is known; False if `max_wait_s` passed
+        first."""
+        deadline = time.monotonic() + max_wait_s
+        while self.confirmed_ms < wall_ms:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._advanced.wait(), left)
+        return True
+
+    def released(self, arrival_ms: int, ts: int) -> None:
+        """The agents judged events up to this arrival and event time (to count missed configs)."""
+        if arrival_ms > self.released_ms:
+            self.released_ms = arrival_ms
+        if ts > self.released_ts:
+            self.released_ts = ts
+
+    def apply(self, value: bytes, arrival: int | None = None) -> None:
+        """One config record; `arrival` is its Kafka timestamp (None: not from Kafka)."""
+        update, reason = parse_config_value(value)
+        if update is None:
+            self._bad(reason or "not a quota_config record", value)
             return
-        self.configs.apply(item)
+        if self.timeline.add(update, arrival):
+            self.late += 1
+            log.warning("late config (ts %d, in Kafka at %s): in force from its arrival",
+                        update.ts, arrival)
+        if arrival is not None and arrival - self.timeline.grace_ms // 2 <= self.released_ms \
+                and update.ts <= self.released_ts:
+            self.missed += 1
+            log.warning("config (ts %d, in Kafka at %d) read after events it applies to were "
+                        "judged: its write took longer than the grace allows (QS_CONFIG_GRACE_MS)",
+                        update.ts, arrival)
         self.applied += 1
 
     def _bad(self, reason: str, value: bytes) -> None:

@@ -32,10 +32,10 @@ from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import StreamClock
 from app.gc_tuning import tune_gc
-from app.pipeline.aggregate import apply_record
-from app.pipeline.codec import encode_rows
+from app.pipeline.aggregate import apply_rows
+from app.pipeline.codec import decode_rows, encode_rows, latest_arrival
 from app.pipeline.config_follower import ConfigFollower
-from app.pipeline.ingest import MAX_ROWS, Outbox, route_record
+from app.pipeline.ingest import MAX_ROWS, Outbox, parse_source, route_events
 from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.routing import Router
 from app.pipeline.topology import samples_topic
@@ -96,6 +96,7 @@ engine_settings = EngineSettings(
     window_ms=int(settings.quota_window_size_ms),
     controller_window_num=int(settings.controller_window_num),
     controller_window_ms=int(settings.controller_window_size_ms),
+    config_grace_ms=int(settings.config_grace_ms),
 )
 engine = QuotaEngine(engine_settings)
 partitions = int(settings.partitions)
@@ -108,7 +109,8 @@ directives_name = str(settings.topic_directives)
 deadletter_topic = app.topic(settings.topic_deadletter)
 state_table = app.Table(TABLE_NAME, partitions=partitions, key_type=str, value_type=bytes)
 
-follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.configs)
+follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.timeline)
+hold_max_s = int(settings.config_hold_max_ms) / 1000.0
 top_entities = metrics.TopEntities(int(settings.metrics_top_n))
 caches: dict[int, PartitionCache] = {}
 pending: dict[int, list[Any]] = defaultdict(list)
@@ -116,6 +118,7 @@ outbox = Outbox()  # the ingest's rows not yet sent to the samples topic
 state_lock = asyncio.Lock()
 clocks: dict[tuple[str, int], StreamClock] = {}
 stats: Counter[str] = Counter()  # for the periodic progress line in the log
+metrics_seen: Counter[str] = Counter()  # follower counters already exported
 processed: dict[TP, int] = {}  # next offset to process per source/samples partition (lag gauge)
 
 
@@ -149,19 +152,43 @@ async def ingest(stream: faust.StreamT) -> None:
     """Validate contract records and re-key their events by resolved quota entity.
 
     The records that arrive within QS_INGEST_LINGER_MS (at most TAKE_MAX_RECORDS) are taken
-    together, and their rows go out as one internal record per samples partition (sooner if
-    MAX_ROWS wait). Faust hands records over one at a time, a few event-loop turns apart, so
-    "send when nothing more is buffered" sent every 300-sample record as ~40-row records at
-    saturation; the linger cut internal records ~4x and Faust's per-record work with them.
-    `noack_take`, not `take_events`: the latter acks its records when the body exits, even by
-    an exception, before their rows were sent. Here `send_outbox` acks them once they were.
+    together, held until the config topic is known past their arrival (`hold`), and their rows
+    go out as one internal record per samples partition (sooner if MAX_ROWS wait). Faust hands
+    records over one at a time, a few event-loop turns apart, so "send when nothing more is
+    buffered" sent every 300-sample record as ~40-row records at saturation; the linger cut
+    internal records ~4x and Faust's per-record work with them. `noack_take`, not
+    `take_events`: the latter acks its records when the body exits, even by an exception,
+    before their rows were sent. Here `send_outbox` acks them once they were.
     """
     await follower.ready.wait()
     linger = int(settings.ingest_linger_ms) / 1000.0
     async for events in stream.noack_take(TAKE_MAX_RECORDS, within=linger):
+        await hold(max(arrival_ms(event) for event in events), "ingest")
         for event in events:
             await route(event)
         await send_outbox()
+
+
+def arrival_ms(event: faust.EventT) -> int:
+    """A record's Kafka timestamp in ms: when its events arrived (`app.engine.timeline`)."""
+    return int(event.message.timestamp * 1000)
+
+
+async def hold(arrival: int, stage: str) -> None:
+    """Wait until every config that reached Kafka by `arrival` plus the grace is known, so an
+    event is judged by the same configs whenever the worker happens to read them. The rule
+    needs those up to half the grace after `arrival` (`app.engine.timeline`); the other half
+    covers the clocks (config writers', brokers', this worker's). Costs about the grace plus
+    one follower poll of latency."""
+    need = arrival + engine_settings.config_grace_ms
+    if follower.confirmed_ms < need:
+        metrics.CONFIG_HELD.labels(stage).inc()
+        started = time.monotonic()
+        if not await follower.wait_confirmed(need, hold_max_s):
+            metrics.CONFIG_HOLD_EXPIRED.labels(stage).inc()
+            log.warning("%s: config topic not confirmed within QS_CONFIG_HOLD_MAX_MS; going on",
+                        stage)
+        metrics.CONFIG_HOLD_SECONDS.labels(stage).observe(time.monotonic() - started)
 
 
 async def route(event: faust.EventT) -> None:
@@ -171,7 +198,11 @@ async def route(event: faust.EventT) -> None:
     clock = clocks.get((message.topic, message.partition))
     if clock is None:
         clock = clocks[(message.topic, message.partition)] = StreamClock()
-    dead = route_record(event.value, clock, router, int(message.timestamp * 1000), outbox)
+    arrival = arrival_ms(event)
+    events, dead = parse_source(event.value, clock)
+    if events:
+        route_events(events, router, arrival, outbox)
+        follower.released(arrival, max(e.ts for e in events))
     outbox.held.append(event)
     metrics.EVENTS.labels(message.topic).inc()
     if dead:
@@ -200,13 +231,15 @@ async def aggregate(stream: faust.StreamT) -> None:
     async for event in stream.noack().events():
         partition = event.message.partition
         processed[event.message.tp] = event.message.offset + 1
-        async with state_lock:
+        rows = decode_rows(event.value)
+        await hold(latest_arrival(rows), "aggregate")  # known here already, unless another
+        async with state_lock:                           # worker's ingest routed them
             cache = caches.get(partition)
             if cache is None:
                 cache = caches[partition] = PartitionCache(state_table)
             engine.store = cache
-            count, out = apply_record(engine, event.value, top_entities.latest)
-            stats["samples"] += count
+            out = apply_rows(engine, rows, top_entities.latest)
+            stats["samples"] += len(rows)
             stats["records"] += 1
             cache.mark(engine.drain_touched())
             pending[partition].append(event)
@@ -260,6 +293,10 @@ async def flush_all() -> None:
             events.clear()
         await asyncio.sleep(0)
     metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in caches.values()))
+    metrics.CONFIG_WATERMARK_AGE.set(max(0.0, time.time() - follower.confirmed_ms / 1000.0))
+    metrics.CONFIG_LATE.inc(follower.late - metrics_seen["late"])
+    metrics.CONFIG_MISSED.inc(follower.missed - metrics_seen["missed"])
+    metrics_seen["late"], metrics_seen["missed"] = follower.late, follower.missed
     # The changelog records must be on the broker before their inputs may be committed,
     # or a SIGKILL right after the commit would lose the last rows: wait for delivery.
     await asyncio.gather(*delivered)

@@ -1,4 +1,4 @@
-"""The ingest's work on one contract record, and the outbox its rows wait in.
+"""The intake of contract records (source events, config values), and the outbox rows wait in.
 
 Faust's cost is per record sent and per record consumed, not per row, so rows bound for the
 same samples partition share one internal record across as many source records as arrive
@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from app.engine.configs import ConfigUpdate
-from app.engine.events import BadEvent, StreamClock, parse_record
+from app.engine.events import BadEvent, Event, StreamClock, parse_event, parse_record
 from app.pipeline.codec import event_row
 from app.pipeline.routing import Router
 
@@ -49,23 +49,29 @@ class Outbox:
         return taken
 
 
-def route_record(value: bytes | None, clock: StreamClock, router: Router, appended_ms: int,
-                 outbox: Outbox) -> list[tuple[str, Any]]:
-    """Validate a contract record and put its events' rows in the outbox.
+def parse_config_value(value: bytes | None) -> tuple[ConfigUpdate | None, str | None]:
+    """A config-topic record value: its update, or None and the reason it is bad."""
+    try:
+        item = parse_event(orjson.loads(value or b""))
+    except orjson.JSONDecodeError as exc:
+        return None, f"not JSON: {exc}"
+    if not isinstance(item, ConfigUpdate):
+        return None, getattr(item, "reason", "not a quota_config record")
+    return item, None
 
-    Returns the dead letters as (reason, raw input); the good events of a batch stand.
-    """
+
+def parse_source(value: bytes | None, clock: StreamClock) -> tuple[list[Event], list[tuple[str, Any]]]:
+    """Validate a contract record: its good events and its dead letters as (reason, raw
+    input). The good events of a batch stand."""
     try:
         record = orjson.loads(value or b"")
     except orjson.JSONDecodeError as exc:
-        return [(f"not JSON: {exc}", value)]
+        return [], [(f"not JSON: {exc}", value)]
     items = parse_record(record)
     inner = record.get("events") if isinstance(record, dict) and record.get("type") == "batch" else None
     raws = inner if isinstance(inner, list) and len(inner) == len(items) else [record] * len(items)
+    events: list[Event] = []
     dead: list[tuple[str, Any]] = []
-    router.refresh()
-    counts = outbox.counts
-    # direct calls, no bound-method locals: compiled, those would be generic Python calls
     for i in range(len(items)):
         item = items[i]
         if isinstance(item, BadEvent):
@@ -78,7 +84,17 @@ def route_record(value: bytes | None, clock: StreamClock, router: Router, append
         if reason is not None:
             dead.append((reason, raws[i]))
             continue
+        events.append(item)
+    return events, dead
+
+
+def route_events(events: list[Event], router: Router, appended_ms: int, outbox: Outbox) -> None:
+    """Put validated events' rows in the outbox, each where its windows live under the configs
+    in force for it (`appended_ms`: its source record's Kafka timestamp, its arrival)."""
+    counts = outbox.counts
+    # direct calls, no bound-method locals: compiled, those would be generic Python calls
+    for i in range(len(events)):
+        item = events[i]
         counts[item.type] = counts.get(item.type, 0) + 1
-        for partition, only in router.routes(item):
+        for partition, only in router.routes(item, appended_ms):
             outbox.add(partition, event_row(item, only, appended_ms))
-    return dead

@@ -2,7 +2,8 @@
 
 Resolving every quota type of every event against the configs was the ingest's largest
 per-event cost, yet the answer depends only on the event's kind, broker, principal and API and
-on the configs: it is computed once per principal and kept until the configs change.
+on the configs in force at the event's time: it is computed once per principal and kept while
+events fall in the same stretch of the config timeline.
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ def partition_for(route_key: str, partitions: int) -> int:
 
 
 class Router:
-    """[(samples partition, quotas to process there or None for all)] for an event.
-
-    Call `refresh()` before each record's events, so a config change reroutes from then on.
-    """
+    """[(samples partition, quotas to process there or None for all)] for an event."""
 
     def __init__(self, engine: QuotaEngine, partitions: int) -> None:
         self.engine = engine
@@ -36,16 +34,15 @@ class Router:
         #: request routes by (broker, user, client id, api), the hot path; others by kind too
         self.requests: dict[tuple[int, str, str, str], Route] = {}
         self._others: dict[tuple[Any, ...], Route] = {}
-        self._version = -1
+        self._snapshot: tuple[int, int, int] = (-1, -1, -1)  # configs the cached routes are for
 
-    def refresh(self) -> None:
-        version = self.engine.configs.version
-        if version != self._version or len(self.requests) + len(self._others) > MAX_CACHED:
+    def routes(self, event: Event, arrival: int) -> Route:
+        """Under the configs in force for the event (`arrival`: its record's Kafka timestamp)."""
+        snapshot = self.engine.timeline.at(event.ts, arrival).id
+        if snapshot != self._snapshot or len(self.requests) + len(self._others) > MAX_CACHED:
             self.requests.clear()
             self._others.clear()
-            self._version = version
-
-    def routes(self, event: Event) -> Route:
+            self._snapshot = snapshot
         if type(event) is RequestEvent:
             key: tuple[Any, ...] = (event.broker, event.user, event.client_id, event.api)
             cache: dict[Any, Route] = self.requests
@@ -55,8 +52,9 @@ class Router:
             key, cache = (type(event), event.broker, event.user, event.client_id, event.api), self._others
         route = cache.get(key)
         if route is None:
-            route = cache[key] = self.compute(event)
+            route = cache[key] = self.compute(event, arrival)
         return route
 
-    def compute(self, event: Event) -> Route:
-        return [(partition_for(k, self.partitions), only) for k, only in self.engine.route_keys(event)]
+    def compute(self, event: Event, arrival: int) -> Route:
+        return [(partition_for(k, self.partitions), only)
+                for k, only in self.engine.route_keys(event, arrival)]

@@ -84,7 +84,10 @@ def kafka_case(kafka_bootstrap: str) -> dict[str, Any]:
     records = synth.scenario(seed=5, seconds=10, brokers=3)
     by_kind = {"request": topics.request, "connection": topics.connection,
                "mutation": topics.mutation, "quota_config": topics.configs}
-    by_topic: dict[str, list[bytes]] = {t: [] for t in (*by_kind.values(), topics.directives)}
+    # configs written first, as `produce` does: on event time, events that reached Kafka before
+    # a config cannot be judged by it
+    by_topic: dict[str, list[bytes]] = {t: [] for t in (topics.configs, *by_kind.values(),
+                                                        topics.directives)}
     for config in synth.CONFIGS:
         by_topic[topics.configs].append(orjson.dumps(config))
     lines = [orjson.dumps(c) for c in synth.CONFIGS]

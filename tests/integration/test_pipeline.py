@@ -21,13 +21,17 @@ from typing import Any, Iterator
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.engine.engine import EngineSettings
 from app.launcher import LocalCluster
 from app.replay import replay
-from tables.recovery import confirmed_end_offsets
+
+try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
+    from tests.integration.pipeline_io import assert_same, read_directives, wait_committed
+except ImportError:  # pragma: no cover
+    from pipeline_io import assert_same, read_directives, wait_committed  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.integration
 
@@ -74,72 +78,12 @@ async def produce(bootstrap: str, env: dict[str, str], records: list[dict[str, A
         await producer.stop()
 
 
-async def read_directives(bootstrap: str, topic: str, expected: int, timeout: float,
-                          partitions: int = PARTITIONS) -> list[bytes]:
-    """Read a topic until `expected` records arrived and 3 quiet seconds passed."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    await consumer.start()
-    got: list[bytes] = []
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
-            if any(batches.values()):
-                quiet_since = time.monotonic()
-            for records in batches.values():
-                got.extend(r.value for r in records)
-            if len(got) >= expected and time.monotonic() - quiet_since > 3:
-                break
-    finally:
-        await consumer.stop()
-    return got
-
-
-async def wait_committed(bootstrap: str, env: dict[str, str], timeout: float) -> None:
-    """Until the app's group has committed the end of the source and re-key topics."""
-    tps = [TopicPartition(env["QS_TOPIC_REQUEST"], 0), TopicPartition(env["QS_TOPIC_MUTATION"], 0),
-           TopicPartition(env["QS_TOPIC_CONNECTION"], 0)]
-    tps += [TopicPartition(f"{env['QS_APP_ID']}-samples", p) for p in range(PARTITIONS)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=env["QS_APP_ID"],
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            ends = await confirmed_end_offsets(bootstrap, tps)
-            committed = {tp: (await consumer.committed(tp)) or 0 for tp in tps}
-            if all(committed[tp] >= ends[tp] for tp in tps):
-                return
-            assert time.monotonic() < deadline, "the workers did not commit their input"
-            await asyncio.sleep(0.3)
-    finally:
-        await consumer.stop()
-
-
 def replayed(lines: list[dict[str, Any]]) -> list[bytes]:
     out: list[bytes] = []
     for result in replay((orjson.dumps(line) for line in lines), EngineSettings(scope="broker")):
         assert not result.bad
         out.extend(orjson.dumps(d) for d in result.directives)
     return out
-
-
-def canonical(directives: list[bytes]) -> list[str]:
-    return sorted(orjson.dumps(orjson.loads(d), option=orjson.OPT_SORT_KEYS).decode() for d in directives)
-
-
-def assert_same(live: list[bytes], expected: list[bytes]) -> None:
-    """Equal as multisets; on failure, say which directives only one side has."""
-    got, want = canonical(live), canonical(expected)
-    if got != want:
-        only_live = sorted(set(got) - set(want), key=lambda d: orjson.loads(d)["ts"])[:4]
-        only_replay = sorted(set(want) - set(got), key=lambda d: orjson.loads(d)["ts"])[:4]
-        raise AssertionError(f"{len(got)} live vs {len(want)} replayed directives\n"
-                             f"live only: {only_live}\nreplay only: {only_replay}")
 
 
 BAD_INPUT: list[bytes] = [

@@ -12,9 +12,9 @@ import orjson
 from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import StreamClock, parse_record
-from app.pipeline.aggregate import apply_record
-from app.pipeline.codec import encode_rows
-from app.pipeline.ingest import Outbox, route_record
+from app.pipeline.aggregate import apply_rows
+from app.pipeline.codec import decode_rows, encode_rows
+from app.pipeline.ingest import Outbox, parse_source, route_events
 from app.pipeline.routing import Router
 
 PARTITIONS = 4
@@ -35,11 +35,12 @@ def run(lines: list[bytes], scope: str) -> list[Any]:
                 engine.process(update)
             continue
         outbox = Outbox()
-        dead = route_record(line, clock, router, n, outbox)
+        events, dead = parse_source(line, clock)
+        route_events(events, router, n, outbox)
         rows, _, counts = outbox.take()
         out.append([dead, sorted(counts.items())])
         for partition in sorted(rows):
             engine.store = stores.setdefault(partition, {})
-            count, directives = apply_record(engine, encode_rows(rows[partition]), {})
-            out.append([partition, count, directives])
+            decoded = decode_rows(encode_rows(rows[partition]))
+            out.append([partition, len(decoded), apply_rows(engine, decoded, {})])
     return out

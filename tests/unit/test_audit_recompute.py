@@ -8,6 +8,7 @@ and that any route partitioning gives the same result.
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -18,18 +19,16 @@ import pytest
 from app.audit import synth
 from app.audit.common import entity_string
 from app.audit.recompute import (
-    CONFIG_STREAM,
     MODE_FILE,
     MODE_KAFKA,
     ROW_BAD,
-    ROW_CONFIG,
     DecisionFiles,
     ExplodeContext,
     ExplodedRows,
     RunContext,
     Runner,
     StreamExploder,
-    config_updates,
+    archive_configs,
     exploded_schema,
     explode_function,
     recompute_local,
@@ -37,11 +36,13 @@ from app.audit.recompute import (
     run_function,
     splits_possible,
     strip_broker,
-    topic_config_points,
+    topic_configs,
 )
 from app.audit.results import ResultRows
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
+from app.engine.kafka_math import UNLIMITED
+from app.engine.timeline import FOREVER
 from app.replay import replay
 
 SETTINGS = EngineSettings(scope="broker")
@@ -68,8 +69,8 @@ def _tuple(d: dict[str, Any], entity: str) -> tuple[Any, ...]:
 
 
 def file_run(lines: list[bytes], settings: EngineSettings = SETTINGS, **kw: Any):  # type: ignore[no-untyped-def]
-    ctx = ExplodeContext(settings, MODE_FILE, (), {"f": 0}, **kw)
-    return recompute_local((("f", i, v) for i, v in enumerate(lines)), ctx)
+    ctx = ExplodeContext(settings, MODE_FILE, tuple(archive_configs(lines)), {"f": 0}, **kw)
+    return recompute_local((("f", i, v, None) for i, v in enumerate(lines)), ctx)
 
 
 def ordered_decisions(result) -> list[tuple[Any, ...]]:  # type: ignore[no-untyped-def]
@@ -98,10 +99,11 @@ def test_file_mode_with_config_changes_splits_and_bad_lines_equals_replay() -> N
              + [orjson.dumps(change), b"{broken", b"", orjson.dumps(batch_with_config)]
              + lines_of(records[300:]))
     directives, decisions = replayed(lines)
-    updates = config_updates(lines)
-    assert splits_possible(updates)
+    configs = tuple(archive_configs(lines))
+    assert len(configs) == len(synth.CONFIGS + synth.SPLIT_CONFIGS) + 2
+    assert splits_possible(configs, 0)
     # split routing as the Spark job does it: discovery, union-find, then per-partition runs
-    ctx = ExplodeContext(SETTINGS, MODE_FILE, (), {"f": 0}, discover=True)
+    ctx = ExplodeContext(SETTINGS, MODE_FILE, configs, {"f": 0}, discover=True)
     out = ExplodedRows()
     ex = StreamExploder(ctx)
     for i, v in enumerate(lines):
@@ -125,7 +127,9 @@ def partitioned_run(lines: list[bytes], route_map: dict[str, str] | None, partit
             n += 1
         pin_of[p] = f"pin{p}-{n}"
     pinned = tuple(pin_of[p] for p in range(partitions))
-    ctx = ExplodeContext(SETTINGS, MODE_FILE, (), {"f": 0}, route_map=route_map, pinned=pinned)
+    configs = tuple(archive_configs(lines))
+    ctx = ExplodeContext(SETTINGS, MODE_FILE, configs, {"f": 0}, route_map=route_map,
+                         pinned=pinned)
     batch = pa.record_batch({"file": ["f"] * len(lines), "offset": list(range(len(lines))),
                              "value": lines})
     table = pa.Table.from_batches(list(explode_function(ctx)(iter([batch]))), exploded_schema())
@@ -136,7 +140,7 @@ def partitioned_run(lines: list[bytes], route_map: dict[str, str] | None, partit
     for rows in parts.values():
         rows.sort(key=lambda r: (r["t"], r["s"], r["pos"], r["i"]))
         part = pa.Table.from_pylist(rows, exploded_schema())
-        for out in run_function(RunContext(SETTINGS))(iter(part.to_batches())):
+        for out in run_function(RunContext(SETTINGS, configs))(iter(part.to_batches())):
             for r in out.to_pylist():
                 if r["kind"] == "decision":
                     decisions.append(r)
@@ -154,12 +158,13 @@ def test_any_route_partitioning_gives_the_same_result() -> None:
     assert one["directives"] == replayed(lines)[0]
 
 
-def kafka_streams(records: list[dict[str, Any]]) -> tuple[list[tuple[Any, int, bytes]], dict[Any, int]]:
+def kafka_streams(records: list[dict[str, Any]]
+                  ) -> tuple[list[tuple[Any, int, bytes, None]], dict[Any, int]]:
     by_topic: dict[str, list[bytes]] = {}
     for r in records:
         by_topic.setdefault(synth.topic_of(r), []).append(orjson.dumps(r))
     streams = {(t, 0): i for i, t in enumerate(sorted(k for k in by_topic if k != "quota_config"))}
-    recs = [((t, 0), off, v) for (t, _p) in streams for off, v in enumerate(by_topic[t])]
+    recs = [((t, 0), off, v, None) for (t, _p) in streams for off, v in enumerate(by_topic[t])]
     return recs, streams
 
 
@@ -170,31 +175,52 @@ def canonical(ds: list[bytes]) -> list[bytes]:
 def test_kafka_mode_one_partition_per_topic_equals_replay() -> None:
     events = synth.scenario(seed=6, seconds=6)
     directives, decisions = replayed(lines_of(synth.CONFIGS + events))
-    points, bad = topic_config_points([(0, i, orjson.dumps(c)) for i, c in enumerate(synth.CONFIGS)])
-    assert not bad and [p.key[1] for p in points] == [CONFIG_STREAM] * len(points)
+    configs, bad = topic_configs([(0, i, orjson.dumps(c), None)
+                                  for i, c in enumerate(synth.CONFIGS)])
+    assert not bad and len(configs) == len(synth.CONFIGS)
     recs, streams = kafka_streams(events)
-    result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(points), streams))
+    result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(configs), streams))
     assert canonical(result.directives()) == canonical(directives)
     assert sorted(_tuple(r, r["entity"]) for r in result.decisions()) == sorted(decisions)
 
 
-def test_config_topic_applies_from_its_effective_time_in_every_stream() -> None:
-    """A config with ts Tc applies to events whose stream time >= Tc; earlier ones see none."""
-    t0 = synth.T0
-    produce = [{"type": "request", "v": 1, "ts": t0 + i * 100, "broker": 1, "user": "alice",
-                "client_id": "a", "api": "Produce", "bytes": 50_000} for i in range(30)]
-    config = {"type": "quota_config", "v": 1, "ts": t0 + 1500, "entity": {"user": "alice"},
-              "quotas": {"producer_byte_rate": 1000}}
-    later = {**config, "ts": t0 + 100}  # written after it with an older ts: clamped to t0+1500
-    points, _ = topic_config_points([(0, 0, orjson.dumps(config)), (0, 1, orjson.dumps(later))])
-    assert [p.key[0] for p in points] == [t0 + 1500, t0 + 1500]
-    recs = [(("req", 0), i, orjson.dumps(e)) for i, e in enumerate(produce)]
-    result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(points), {("req", 0): 0}))
-    first = min(r["ts"] for r in result.decisions())
-    assert first == t0 + 1500  # before Tc no quota existed: no decision at all
-    # replay of the same events with the config line placed where Tc falls: identical
-    lines = lines_of(produce[:15] + [config, later] + produce[15:])
-    assert canonical(result.directives()) == canonical(replayed(lines)[0])
+def produce_request(ts: int, user: str = "alice") -> dict[str, Any]:
+    return {"type": "request", "v": 1, "ts": ts, "broker": 1, "user": user, "client_id": "a",
+            "api": "Produce", "bytes": 50_000}
+
+
+def test_config_topic_applies_at_its_ts_or_from_a_late_arrival() -> None:
+    """Each event is judged by the configs with ts <= its own that were in Kafka (less half the
+    grace) by its own arrival; a late config (older ts, written later) counts from its arrival
+    and never overrides one with a newer ts."""
+    t0, grace = synth.T0, SETTINGS.config_grace_ms
+
+    def config(user: str, ts: int, rate: int) -> dict[str, Any]:
+        return {"type": "quota_config", "v": 1, "ts": ts, "entity": {"user": user},
+                "quotas": {"producer_byte_rate": rate}}
+
+    written = [  # (config, its record's Kafka timestamp)
+        (config("alice", t0 + 1500, 1000), t0 + 1500),
+        (config("alice", t0 + 100, 5000), t0 + 2000),  # late, older than the one in force
+        (config("alice", t0 + 2500, 7000), t0 + 1000),  # written early, in force at its ts
+        (config("bob", t0, 2000), t0 + 2000),  # late: in force for bob from its arrival
+    ]
+    events = [produce_request(t0 + i * 100, user) for i in range(40) for user in ("alice", "bob")]
+    configs, _ = topic_configs([(0, i, orjson.dumps(c), at) for i, (c, at) in enumerate(written)])
+    recs = [(("req", 0), i, orjson.dumps(e), e["ts"]) for i, e in enumerate(events)]
+    result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(configs),
+                                                  {("req", 0): 0}))
+
+    def limit(user: str, ts: int) -> int | None:  # the rule, written out for these configs
+        in_force = [(c["ts"], c["quotas"]["producer_byte_rate"]) for c, at in written
+                    if c["entity"]["user"] == user and c["ts"] <= ts and at - grace // 2 <= ts]
+        return max(in_force)[1] if in_force else None
+
+    got = {(r["entity"], r["ts"]): r["limit"] for r in result.decisions()
+           if r["limit"] < UNLIMITED}  # the others: quotas enabled, none for this user
+    want = {(f"user={e['user']}", e["ts"]): limit(e["user"], e["ts"]) for e in events}
+    assert got == {k: v for k, v in want.items() if v is not None}
+    assert {v for v in got.values()} == {1000, 7000, 2000}
 
 
 def test_streams_of_one_topic_merge_by_stream_time_not_by_partition() -> None:
@@ -204,25 +230,25 @@ def test_streams_of_one_topic_merge_by_stream_time_not_by_partition() -> None:
               "quotas": {"producer_byte_rate": 8000}}
     events = [{"type": "request", "v": 1, "ts": t0 + i * 50, "broker": 1, "user": "alice",
                "client_id": f"c{i % 2}", "api": "Produce", "bytes": 700} for i in range(200)]
-    recs = [(("req", i % 2), i // 2, orjson.dumps(e)) for i, e in enumerate(events)]
+    recs = [(("req", i % 2), i // 2, orjson.dumps(e), None) for i, e in enumerate(events)]
     recs.sort(key=lambda r: (r[0], r[1]))
-    points, _ = topic_config_points([(0, 0, orjson.dumps(config))])
-    result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(points),
+    configs, _ = topic_configs([(0, 0, orjson.dumps(config), None)])
+    result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(configs),
                                                   {("req", 0): 0, ("req", 1): 1}))
     assert canonical(result.directives()) == canonical(replayed(lines_of([config] + events))[0])
 
 
 def test_kafka_mode_dead_letters_like_the_ingest_agent() -> None:
-    recs = [(("req", 0), 0, b"nope"), (("req", 0), 1, None),
-            (("req", 0), 2, orjson.dumps(synth.CONFIGS[0])),
+    recs = [(("req", 0), 0, b"nope", None), (("req", 0), 1, None, None),
+            (("req", 0), 2, orjson.dumps(synth.CONFIGS[0]), None),
             (("req", 0), 3, orjson.dumps({"type": "batch", "v": 1, "broker": 1, "events": [
                 {"type": "request", "v": 1, "ts": synth.T0, "user": "a", "client_id": "b",
                  "api": "Produce", "bytes": -1},
                 {"type": "request", "v": 1, "ts": synth.T0 + 10**9, "user": "a",
-                 "client_id": "b", "api": "Produce", "bytes": 1}]})),
+                 "client_id": "b", "api": "Produce", "bytes": 1}]}), None),
             (("req", 0), 4, orjson.dumps({"type": "request", "v": 1, "ts": synth.T0 + 5,
                                           "broker": 1, "user": "a", "client_id": "b",
-                                          "api": "Produce", "bytes": 1}))]
+                                          "api": "Produce", "bytes": 1}), None)]
     result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, (), {("req", 0): 0}))
     rows = [r for r in result.table.to_pylist() if r["kind"] == "deadletter"]
     reasons = [r["reason"] for r in rows]
@@ -250,9 +276,9 @@ def test_runner_refuses_unsorted_input() -> None:
     from app.engine.events import parse_event
 
     parsed = parse_event(event)
-    runner.process((5, 0, 0, 0), parsed, 0, 0, 0, ResultRows())
+    runner.process((5, 0, 0, 0), parsed, FOREVER, ResultRows())
     with pytest.raises(RuntimeError, match="not sorted"):
-        runner.process((4, 0, 1, 0), parsed, 0, 1, 0, ResultRows())
+        runner.process((4, 0, 1, 0), parsed, FOREVER, ResultRows())
 
 
 def test_time_bounds_select_events_and_report_decisions() -> None:
@@ -260,8 +286,9 @@ def test_time_bounds_select_events_and_report_decisions() -> None:
     t_from, t_to = synth.T0 + 4000, synth.T0 + 6000
     full = file_run(lines)
     bounded = recompute_local(
-        (("f", i, v) for i, v in enumerate(lines)),
-        ExplodeContext(SETTINGS, MODE_FILE, (), {"f": 0}, event_from=t_from - 4000,
+        (("f", i, v, None) for i, v in enumerate(lines)),
+        ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(lines)), {"f": 0},
+                       event_from=t_from - 4000,
                        event_to=t_to),
         report_from=t_from, report_to=t_to)
     ts = [r["ts"] for r in bounded.decisions()]
@@ -287,12 +314,16 @@ def test_stop_after_keeps_each_streams_prefix() -> None:
     assert max(r["ts"] for r in result.decisions()) <= at
 
 
-def test_archive_configs_are_replicated_to_every_partition() -> None:
-    ctx = ExplodeContext(SETTINGS, MODE_FILE, (), {"f": 0}, pinned=("a", "b", "c"))
-    out = ExplodedRows(ctx.pinned)
-    StreamExploder(ctx).feed(0, 0, orjson.dumps(synth.CONFIGS[0]), out, lambda: "")
-    assert [[item[4] for item in chunk] for chunk in out.chunks] == [[ROW_CONFIG]] * 3
-    assert out.to_batch().column("rk").to_pylist() == ["a", "b", "c"]
+def test_archive_config_lines_are_counted_once_collected_and_refused_otherwise() -> None:
+    line = orjson.dumps(synth.CONFIGS[0])
+    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs([line])), {"f": 0})
+    out = ExplodedRows(("a", "b"))
+    ex = StreamExploder(ctx)
+    ex.feed(0, 0, line, out, lambda: "")
+    assert ex.configs == 1 and len(out) == 0  # in every engine already: no row to carry it
+    with pytest.raises(RuntimeError, match="archive_configs"):
+        StreamExploder(ExplodeContext(SETTINGS, MODE_FILE, (), {"f": 0})).feed(
+            0, 0, line, out, lambda: "")
 
 
 def test_blank_and_oversized_lines_like_replay() -> None:
@@ -311,23 +342,38 @@ def test_blank_and_oversized_lines_like_replay() -> None:
 
 
 def updates(*quotas: tuple[dict[str, Any], dict[str, Any]]) -> list[Any]:
-    return [parse_config_record({"entity": e, "quotas": q}) for e, q in quotas]
+    return [(parse_config_record({"entity": e, "quotas": q}), None) for e, q in quotas]
 
 
 def test_splits_possible_cases() -> None:
     assert not splits_possible(updates(({"user": "<default>"},
-                                        {"producer_byte_rate": 1, "request_percentage": 1})))
+                                        {"producer_byte_rate": 1, "request_percentage": 1})), 0)
     assert splits_possible(updates(({"user": "alice"}, {"producer_byte_rate": 1}),
-                                   ({"client_id": "<default>"}, {"request_percentage": 1})))
+                                   ({"client_id": "<default>"}, {"request_percentage": 1})), 0)
     # a user default makes every principal resolve to its user: no split
     assert not splits_possible(updates(({"user": "alice"}, {"producer_byte_rate": 1}),
                                        ({"user": "<default>"}, {"producer_byte_rate": 1}),
-                                       ({"user": "bob", "client_id": "x"}, {"request_percentage": 1})))
+                                       ({"user": "bob", "client_id": "x"}, {"request_percentage": 1})), 0)
     # mixed user/user-client levels without a default can fall back to client-id tags
     assert splits_possible(updates(({"user": "alice"}, {"request_percentage": 1}),
                                    ({"user": "bob", "client_id": "x"}, {"request_percentage": 1}),
-                                   ({"user": "carol"}, {"consumer_byte_rate": 1})))
-    assert not splits_possible(updates(({"client_id": "a"}, {"request_percentage": 1})))
+                                   ({"user": "carol"}, {"consumer_byte_rate": 1})), 0)
+    assert not splits_possible(updates(({"client_id": "a"}, {"request_percentage": 1})), 0)
+
+
+def test_splits_possible_checks_sets_only_a_late_config_makes() -> None:
+    """Client-id produce quota, then a user default for produce and for requests: never a split
+    in time order, but while the produce default has not arrived (it is late) requests resolve
+    to users and produce to client ids."""
+    produce_c, produce_u, request_u = (u for u, _ in updates(
+        ({"client_id": "app"}, {"producer_byte_rate": 1}),
+        ({"user": "<default>"}, {"producer_byte_rate": 1}),
+        ({"user": "<default>"}, {"request_percentage": 1})))
+    stamped = [(replace(produce_c, ts=1), None), (replace(produce_u, ts=2), None),
+               (replace(request_u, ts=3), None)]
+    assert not splits_possible(stamped, 0)
+    arrivals = [1, 100, 3]
+    assert splits_possible([(u, at) for (u, _), at in zip(stamped, arrivals)], 0)
 
 
 def test_route_map_from_splits_is_transitive_and_deterministic() -> None:
@@ -338,10 +384,10 @@ def test_route_map_from_splits_is_transitive_and_deterministic() -> None:
 
 
 def test_bad_config_topic_records_are_skipped_like_the_follower() -> None:
-    points, bad = topic_config_points([(0, 0, b"{"), (0, 1, None),
-                                       (0, 2, orjson.dumps({"type": "request", "v": 1})),
-                                       (0, 3, orjson.dumps(synth.CONFIGS[0]))], "cfg")
-    assert len(points) == 1 and points[0].where == "cfg/0@3"
+    configs, bad = topic_configs([(0, 3, orjson.dumps(synth.CONFIGS[0]), 7), (0, 0, b"{", 1),
+                                  (0, 1, None, 2),
+                                  (0, 2, orjson.dumps({"type": "request", "v": 1}), 3)], "cfg")
+    assert [arrival for _, arrival in configs] == [7]
     assert [w for w, _ in bad] == ["cfg/0@0", "cfg/0@1", "cfg/0@2"]
 
 

@@ -80,7 +80,7 @@ class Harness:
         if quotas is not None:
             local = LocalQuotas(EngineSettings(window_ms=100, controller_window_ms=100))
             for q in quotas:
-                local.configs.apply(parse_config_record(
+                local.engine.add_config(parse_config_record(
                     {"type": "quota_config", "v": 1, "ts": 0, **q}))
         self.gateway = gw = Gateway(config, directives=self.active, local=local)
         gw.nodes = NodeMap(PortRule("gw", 9193, BROKER))

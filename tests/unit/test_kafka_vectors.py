@@ -373,10 +373,10 @@ def _run_entity_ops(
 def v_client_id_parsing(v: dict[str, Any]) -> None:
     cfg, exp = v["config"], v["expected"]
     h = Harness(window_num=cfg["samples"], window_ms=cfg["window_ms"])
-    configs = h.engine.configs
     # the quotas as configured before the first record
     h.config({"client_id": "p1"}, {PRODUCE: 2000})
     h.config({"client_id": "p2"}, {PRODUCE: 4000})
+    configs = h.engine.configs
     for client in ("random-client-id", "p1", "p2"):
         res = configs.resolve(PRODUCE, "ANONYMOUS", client)
         assert res is not None and res.limit == exp[f"quota({client})"]

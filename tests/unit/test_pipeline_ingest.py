@@ -11,7 +11,7 @@ from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import StreamClock, parse_event
 from app.pipeline.codec import decode_rows, encode_rows, row_event
-from app.pipeline.ingest import Outbox, route_record
+from app.pipeline.ingest import Outbox, parse_source, route_events
 from app.pipeline.routing import Router
 
 
@@ -22,6 +22,14 @@ def router() -> Router:
         assert isinstance(update, ConfigUpdate)
         engine.process(update)
     return Router(engine, 8)
+
+
+def route_record(value: bytes, clock: StreamClock, r: Router, appended_ms: int,
+                 outbox: Outbox) -> list[tuple[str, Any]]:
+    """The ingest's work on one source record: its rows to the outbox, its dead letters back."""
+    events, dead = parse_source(value, clock)
+    route_events(events, r, appended_ms, outbox)
+    return dead
 
 
 def request(ts: int, **extra: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def configure(engine: QuotaEngine, record: dict[str, Any]) -> None:
 
 
 def expected(engine: QuotaEngine, event: Event) -> list[tuple[int, tuple[str, ...] | None]]:
-    return [(partition_for(k, PARTITIONS), only) for k, only in engine.route_keys(event)]
+    return [(partition_for(k, PARTITIONS), only) for k, only in engine.route_keys(event, event.ts)]
 
 
 def events() -> list[Event]:
@@ -39,9 +39,8 @@ def test_routes_equal_route_keys(scope: str) -> None:
     for record in CONFIGS:
         configure(engine, record)
     router = Router(engine, PARTITIONS)
-    router.refresh()
     for event in events():
-        assert router.routes(event) == expected(engine, event)
+        assert router.routes(event, event.ts) == expected(engine, event)
 
 
 def test_a_config_change_reroutes() -> None:
@@ -49,11 +48,9 @@ def test_a_config_change_reroutes() -> None:
     configure(engine, {"entity": {"client_id": "<default>"}, "quotas": {PRODUCE: 10**6, REQUEST: 50}})
     router = Router(engine, PARTITIONS)
     sample = events()
-    router.refresh()
-    before = [router.routes(e) for e in sample]
+    before = [router.routes(e, e.ts) for e in sample]
     # a user-level quota takes precedence: produce windows move from client ids to users
     configure(engine, {"entity": {"user": "<default>"}, "quotas": {PRODUCE: 10**6}})
-    router.refresh()
-    after = [router.routes(e) for e in sample]
+    after = [router.routes(e, e.ts) for e in sample]
     assert after == [expected(engine, e) for e in sample]
     assert after != before

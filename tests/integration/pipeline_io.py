@@ -1,0 +1,81 @@
+"""Reading what a live pipeline did, for the integration tests that compare it with `replay`.
+
+Import it into a test module (`from pipeline_io import ...`, or via `tests.integration`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from tables.recovery import confirmed_end_offsets
+
+
+async def read_directives(bootstrap: str, topic: str, expected: int, timeout: float,
+                          partitions: int | None = None) -> list[bytes]:
+    """Read a topic (its first `partitions`, default all) until `expected` records arrived and
+    3 quiet seconds passed."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    got: list[bytes] = []
+    try:
+        if partitions is None:
+            await consumer.topics()
+            partitions = len(consumer.partitions_for_topic(topic) or ())
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            if any(batches.values()):
+                quiet_since = time.monotonic()
+            for records in batches.values():
+                got.extend(r.value for r in records)
+            if len(got) >= expected and time.monotonic() - quiet_since > 3:
+                break
+    finally:
+        await consumer.stop()
+    return got
+
+
+async def wait_committed(bootstrap: str, env: dict[str, str], timeout: float) -> None:
+    """Until the app's group has committed the end of the source and re-key topics."""
+    tps = [TopicPartition(env["QS_TOPIC_REQUEST"], 0), TopicPartition(env["QS_TOPIC_MUTATION"], 0),
+           TopicPartition(env["QS_TOPIC_CONNECTION"], 0)]
+    tps += [TopicPartition(f"{env['QS_APP_ID']}-samples", p)
+            for p in range(int(env["QS_PARTITIONS"]))]
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=env["QS_APP_ID"],
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            ends = await confirmed_end_offsets(bootstrap, tps)
+            committed = {tp: (await consumer.committed(tp)) or 0 for tp in tps}
+            if all(committed[tp] >= ends[tp] for tp in tps):
+                return
+            assert time.monotonic() < deadline, "the workers did not commit their input"
+            await asyncio.sleep(0.3)
+    finally:
+        await consumer.stop()
+
+
+def canonical(directives: list[bytes]) -> list[str]:
+    return sorted(orjson.dumps(orjson.loads(d), option=orjson.OPT_SORT_KEYS).decode() for d in directives)
+
+
+def assert_same(live: list[bytes], expected: list[bytes]) -> None:
+    """Equal as multisets; on failure, say which directives only one side has."""
+    got, want = canonical(live), canonical(expected)
+    if got != want:
+        only_live = sorted(set(got) - set(want), key=lambda d: orjson.loads(d)["ts"])[:4]
+        only_replay = sorted(set(want) - set(got), key=lambda d: orjson.loads(d)["ts"])[:4]
+        raise AssertionError(f"{len(got)} live vs {len(want)} replayed directives\n"
+                             f"live only: {only_live}\nreplay only: {only_replay}")
+
+
