@@ -1,4 +1,4 @@
-"""Slows a worker's config follower on purpose (test_config_timeline puts this directory on the
+"""Slows a worker's config follower on purpose (test_live_configs puts this directory on the
 workers' PYTHONPATH): each pass of its loop first sleeps QS_TEST_FOLLOWER_DELAY_MS, so configs are
 read well after events that they apply to, which the workers must hold until the configs are known."""
 
