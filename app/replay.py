@@ -11,11 +11,13 @@ wherever in the file they are. A config line still gets its (empty) line of outp
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 import orjson
 
+from app.engine.brief import brief
 from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, StreamClock, parse_record
@@ -34,11 +36,44 @@ class LineResult:
     bad: list[tuple[str, Any]] = field(default_factory=list)
 
 
+#: Largest dead letter written: well under Kafka's default 1 MB message limit, with room for the
+#: key and the record overhead.
+MAX_DEADLETTER_BYTES = 512 * 1024
+
+
 def deadletter_record(reason: str, value: Any, source: str) -> dict[str, Any]:
     """The dead-letter shape every driver writes: the reason, where it came from, the input."""
     if isinstance(value, (bytes, bytearray)):
         value = value.decode("utf-8", "replace")
     return {"v": 1, "reason": reason, "source": source, "value": value}
+
+
+def encode_deadletter(reason: str, value: Any, source: str,
+                      limit: int = MAX_DEADLETTER_BYTES) -> bytes:
+    """A dead letter as JSON of at most `limit` bytes, whatever the input.
+
+    An input too large for that (or nested too deep to encode again) is cut: `value` holds its
+    start as text, with `truncated`, the original's size `value_bytes` and `value_sha256` to
+    find it by.
+    """
+    try:
+        encoded = orjson.dumps(deadletter_record(reason, value, source))
+        if len(encoded) <= limit:
+            return encoded
+    except orjson.JSONEncodeError:
+        pass
+    if isinstance(value, (bytes, bytearray)):
+        original = bytes(value)
+    else:
+        try:
+            original = orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            original = brief(value).encode()
+    reason, source = reason[:1024], source[:1024]
+    keep = max(0, (limit - 4096) // 6)  # a JSON string takes up to 6 bytes per input byte
+    return orjson.dumps({
+        **deadletter_record(reason, original[:keep], source), "truncated": True,
+        "value_bytes": len(original), "value_sha256": hashlib.sha256(original).hexdigest()})
 
 
 def file_configs(lines: Iterable[bytes | None]) -> list[ConfigUpdate]:

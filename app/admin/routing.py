@@ -12,12 +12,13 @@ they are unambiguous whatever characters a user or client id holds. A batch whos
 all of one type is sent as it is; a mixed batch is split into one batch per type (order kept
 within each type, the batch's `broker` default kept), and quota_config events in a batch go to
 the config topic as records of their own. Lines are validated with the engine's
-`parse_record` (as the workers will): a line with any bad event is skipped whole.
+`parse_record` (as the workers will): a bad line is skipped, and so is a bad event of a batch,
+whose good events are sent (as the workers would take them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -41,6 +42,15 @@ class Outgoing:
     key: bytes
     value: bytes
     update: ConfigUpdate | None = None  # config records: partitioned by entity
+    line: int = 0  # of the input, for reports
+
+
+@dataclass
+class Routed:
+    """What one line becomes: its records, and why each of its left-out batch events was bad."""
+
+    records: list[Outgoing]
+    skipped: list[str] = field(default_factory=list)
 
 
 def event_key(item: Parsed) -> bytes:
@@ -54,39 +64,44 @@ def _kind(item: Parsed) -> str:
     return "config" if isinstance(item, ConfigUpdate) else item.type
 
 
-def route_line(line: bytes) -> list[Outgoing]:
-    """The records one JSON line becomes, or `BadLine` with the reason it is skipped."""
+def route_line(line: bytes, number: int = 0) -> Routed:
+    """The records one JSON line (line `number` of the input) becomes, or `BadLine` with the
+    reason it is skipped whole."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise BadLine(f"not JSON: {exc}") from None
     items = parse_record(obj)
     is_batch = isinstance(obj, dict) and obj.get("type") == "batch"
-    for i, item in enumerate(items):
-        if isinstance(item, BadEvent):
-            where = f"event {i + 1} of the batch: " if is_batch and item.raw is not obj else ""
-            raise BadLine(where + item.reason)
-    value = line.strip()
-    if not is_batch:
+    if not is_batch or (len(items) == 1 and isinstance(items[0], BadEvent) and items[0].raw is obj):
         item = items[0]
+        if isinstance(item, BadEvent):
+            raise BadLine(item.reason)
         if isinstance(item, ConfigUpdate):
-            return [Outgoing("config", config_key(item), value, item)]
-        return [Outgoing(item.type, event_key(item), value)]
+            return Routed([Outgoing("config", config_key(item), line.strip(), item, number)])
+        return Routed([Outgoing(item.type, event_key(item), line.strip(), line=number)])
     if not items:
         raise BadLine("batch has no events")
-    kinds = {_kind(item) for item in items}
-    if len(kinds) == 1 and "config" not in kinds:
-        return [Outgoing(items[0].type, event_key(items[0]), value)]
-    return _split(obj, items)
+    skipped = [f"event {i + 1} of the batch: {item.reason}"
+               for i, item in enumerate(items) if isinstance(item, BadEvent)]
+    if len(skipped) == len(items):
+        raise BadLine(f"no good event in the batch ({skipped[0]})")
+    kinds = {_kind(item) for item in items if not isinstance(item, BadEvent)}
+    if not skipped and len(kinds) == 1 and "config" not in kinds:
+        return Routed([Outgoing(items[0].type, event_key(items[0]), line.strip(), line=number)])
+    return Routed(_split(obj, items, number), skipped)
 
 
-def _split(batch: dict[str, Any], items: list[Parsed]) -> list[Outgoing]:
+def _split(batch: dict[str, Any], items: list[Parsed], number: int) -> list[Outgoing]:
+    """A batch's good events, one batch per type (configs: one record each)."""
     raws: list[Any] = batch["events"]
     groups: dict[str, list[tuple[Any, Parsed]]] = {}
     out: list[Outgoing] = []
     for raw, item in zip(raws, items):
+        if isinstance(item, BadEvent):
+            continue
         if isinstance(item, ConfigUpdate):
-            out.append(Outgoing("config", config_key(item), orjson.dumps(raw), item))
+            out.append(Outgoing("config", config_key(item), orjson.dumps(raw), item, number))
         else:
             groups.setdefault(item.type, []).append((raw, item))
     head = {"type": "batch", "v": batch["v"]}
@@ -94,5 +109,5 @@ def _split(batch: dict[str, Any], items: list[Parsed]) -> list[Outgoing]:
         head["broker"] = batch["broker"]
     for kind, members in groups.items():
         sub = {**head, "events": [raw for raw, _ in members]}
-        out.append(Outgoing(kind, event_key(members[0][1]), orjson.dumps(sub)))
+        out.append(Outgoing(kind, event_key(members[0][1]), orjson.dumps(sub), line=number))
     return out

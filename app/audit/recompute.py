@@ -66,7 +66,7 @@ from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, MutationEvent, RequestEvent, StreamClock, parse_record
 from app.engine.timeline import FOREVER, ConfigTimeline
 from app.pipeline.ingest import parse_config_value
-from app.replay import MAX_LINE_BYTES, deadletter_record, file_configs
+from app.replay import MAX_LINE_BYTES, encode_deadletter, file_configs
 
 from app.audit.event_codec import EVENT_CLASSES, MARSHAL_VERSION, event_args
 from app.audit.results import ResultRows, result_schema
@@ -311,7 +311,7 @@ class ExplodedRows:
 
     def bad(self, key: Key, reason: str, raw: Any, where: str) -> None:
         self.chunks[self.partition("")].append(
-            (*key, ROW_BAD, (reason, orjson.dumps(deadletter_record(reason, raw, where))), 0))
+            (*key, ROW_BAD, (reason, encode_deadletter(reason, raw, where)), 0))
         self.size += 1
 
     def to_batch(self) -> pa.RecordBatch:

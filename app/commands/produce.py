@@ -18,15 +18,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "quota_config records to the config topic with the compaction-safe key. The configs are "
         "sent first and acknowledged before any event, so each is in force for the events by "
         "its ts wherever it is in the file, as in `replay` (configs are on event time; "
-        "docs/admin.md). Lines are validated as the workers validate them; bad lines are reported with their line number "
-        "and skipped. Prints the number of records sent per topic.",
+        "docs/admin.md). Lines are validated as the workers validate them: a bad line, or a bad "
+        "event of a batch, is reported with its line number and skipped, the rest sent; a "
+        "record Kafka refuses (too large) is reported and the rest still sent (exit 1). Prints "
+        "the number of records sent per topic.",
         epilog="Reads KAFKA_BOOTSTRAP_SERVERS and the QS_TOPIC_* names (see docs/admin.md).")
     p.add_argument("input", metavar="FILE", help="JSON-lines file, or '-' for stdin")
     p.add_argument("--partition", type=int_at_least(0), metavar="N",
                    help="send every event record to partition N of its topic (a defined order for "
                    "tests); config records always go to their entity's partition")
     p.add_argument("--strict", action="store_true",
-                   help="if any line is bad, send nothing and exit 1")
+                   help="if any line (or event of a batch) is bad, send nothing and exit 1")
     p.add_argument("--no-create-topics", action="store_true",
                    help="do not create missing topics (when an operator manages them)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -41,40 +43,62 @@ def run(args: argparse.Namespace) -> int:
     topics = {"request": str(settings.topic_request), "connection": str(settings.topic_connection),
               "mutation": str(settings.topic_mutation), "config": str(settings.topic_configs)}
     out: list[Outgoing] = []
-    bad = 0
+    bad = bad_events = 0
     with contextlib.ExitStack() as stack:
         source = open_input(args.input, stack)
         for number, line in enumerate(progress(source, args.quiet), start=1):
             if not line.strip():
                 continue
             try:
-                out.extend(route_line(line))
+                routed = route_line(line, number)
             except BadLine as exc:
                 bad += 1
                 print(f"line {number}: {exc}", file=sys.stderr)
-    if bad and args.strict:
-        print(f"{bad} bad line{'' if bad == 1 else 's'}: nothing sent (--strict)", file=sys.stderr)
+                continue
+            for reason in routed.skipped:
+                bad_events += 1
+                print(f"line {number}: {reason} (the batch's other events are sent)",
+                      file=sys.stderr)
+            out.extend(routed.records)
+    if (bad or bad_events) and args.strict:
+        print(f"{_count(bad, 'bad line')}, {_count(bad_events, 'bad batch event')}: nothing sent "
+              "(--strict)", file=sys.stderr)
         return 1
-    counts = run_kafka(bootstrap, _send(bootstrap, settings, topics, out, args))
+    counts, failed = run_kafka(bootstrap, _send(bootstrap, settings, topics, out, args))
     for topic in topics.values():
         if counts[topic]:
-            print(f"{topic}: {counts[topic]} record{'' if counts[topic] == 1 else 's'}")
+            print(f"{topic}: {_count(counts[topic], 'record')}")
     if not out:
         print("nothing to send")
     if bad:
-        print(f"{bad} bad line{'' if bad == 1 else 's'} skipped", file=sys.stderr)
+        print(f"{_count(bad, 'bad line')} skipped", file=sys.stderr)
+    if bad_events:
+        print(f"{_count(bad_events, 'bad batch event')} skipped", file=sys.stderr)
+    if failed:
+        print(f"{_count(failed, 'record')} not sent (see above)", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: list, args: argparse.Namespace) -> Counter[str]:
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: list,
+                args: argparse.Namespace) -> tuple[Counter[str], int]:
+    """Send every record; one that the client or the broker refuses (too large, say) is
+    reported with its line and the rest still go. Returns the counts sent and the failures."""
+    from aiokafka.errors import KafkaError
+
     from app.admin.config_topic import entity_partition
     from app.cli import UserError
     from app.kafka_io import ensure_topics, producer
     from app.pipeline.topology import topic_specs
 
     counts: Counter[str] = Counter()
+    failed = 0
     if not out:
-        return counts
+        return counts, failed
     needed = {topics[o.kind] for o in out}
     if not args.no_create_topics:
         await ensure_topics(bootstrap, [s for s in topic_specs(settings) if s[0] in needed])  # type: ignore[arg-type]
@@ -96,9 +120,17 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
                     partition = entity_partition(o.update, partitions[topic])
                 else:
                     partition = args.partition
-                futures.append(await p.send(topic, o.value, key=o.key, partition=partition))
-                counts[topic] += 1
+                try:
+                    futures.append((o, await p.send(topic, o.value, key=o.key, partition=partition)))
+                except KafkaError as exc:
+                    failed += 1
+                    print(f"line {o.line}: not sent ({len(o.value):,} bytes): {exc}", file=sys.stderr)
             await p.flush()
-            for f in futures:
-                await f
-    return counts
+            for o, f in futures:
+                try:
+                    await f
+                    counts[topics[o.kind]] += 1
+                except KafkaError as exc:
+                    failed += 1
+                    print(f"line {o.line}: not sent: {exc}", file=sys.stderr)
+    return counts, failed

@@ -12,7 +12,7 @@ from typing import IO, cast
 import orjson
 
 from app.cli_support import add_window_options, engine_settings, open_input, progress
-from app.replay import deadletter_record, file_configs, replay
+from app.replay import encode_deadletter, file_configs, replay
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                 if deadletter is None:
                     deadletter = stack.enter_context(open(args.deadletter_out, "ab"))
                 source_name = f"{args.input}:{result.index + 1}"
-                deadletter.write(orjson.dumps(deadletter_record(reason, raw, source_name)) + b"\n")
+                deadletter.write(encode_deadletter(reason, raw, source_name) + b"\n")
     if not args.quiet:
         print(f"replayed {lines} lines: {throttled} throttled, {directives} directives, "
               f"{bad_lines} bad", file=sys.stderr)

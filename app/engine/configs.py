@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from app.engine.brief import brief
 from app.engine.kafka_math import INT_MAX, INT_MAX_F, LONG_MAX, UNLIMITED
 from app.engine.pickling import by_constructor
 
@@ -81,14 +82,14 @@ def validate_value(key: str, value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{key}: {value!r} is not a number")
+        raise ConfigError(f"{key}: {brief(value)} is not a number")
     if value <= 0:
-        raise ConfigError(f"{key}: {value!r} must be greater than 0")
+        raise ConfigError(f"{key}: {brief(value)} must be greater than 0")
     if key in INTEGRAL:
         if abs(value - round(value)) > 1e-6:
-            raise ConfigError(f"{key}: {value!r} must be an integer")
+            raise ConfigError(f"{key}: {brief(value)} must be an integer")
         if value > INTEGRAL[key]:
-            raise ConfigError(f"{key}: {value!r} is out of range (max {INTEGRAL[key]})")
+            raise ConfigError(f"{key}: {brief(value)} is out of range (max {INTEGRAL[key]})")
         return float(round(value))
     return float(value)
 
@@ -114,7 +115,7 @@ def parse_config_record(record: Mapping[str, Any]) -> ConfigUpdate:
             try:
                 ip = str(ipaddress.ip_address(ip))
             except ValueError:
-                raise ConfigError(f"ip {ip!r} is not an IP address") from None
+                raise ConfigError(f"ip {brief(ip)} is not an IP address") from None
         kind, allowed, ent = "ip", {IP_RATE}, (ip,)
     elif "broker" in keys:
         if not keys <= {"broker", "listener"}:
@@ -143,7 +144,7 @@ def parse_config_record(record: Mapping[str, Any]) -> ConfigUpdate:
     parsed: dict[str, float | None] = {}
     for key, value in quotas.items():
         if key not in allowed:
-            raise ConfigError(f"unknown quota {key!r} for a {kind} entity (allowed: {', '.join(sorted(allowed))})")
+            raise ConfigError(f"unknown quota {brief(key)} for a {kind} entity (allowed: {', '.join(sorted(allowed))})")
         parsed[key] = validate_value(key, value)
     return ConfigUpdate(kind, ent, parsed, ts)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Union
 
+from app.engine.brief import brief
 from app.engine.configs import ConfigError, ConfigUpdate, parse_config_record
 
 VERSION = 1
@@ -146,7 +147,7 @@ def _bool(d: Mapping[str, Any], key: str, default: bool = False) -> bool:
 
 def _common(d: Mapping[str, Any], default_broker: int | None) -> tuple[int, int]:
     if d.get("v") != VERSION:
-        raise _Invalid(f"unsupported version v={d.get('v')!r} (this processor reads v={VERSION})")
+        raise _Invalid(f"unsupported version v={brief(d.get('v'))} (this processor reads v={VERSION})")
     ts = _int(d, "ts")
     if ts >= MAX_TS:
         raise _Invalid("ts is not an epoch-ms timestamp")
@@ -189,11 +190,11 @@ def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
             )
         if kind == "quota_config":
             if d.get("v") != VERSION:
-                raise _Invalid(f"unsupported version v={d.get('v')!r}")
+                raise _Invalid(f"unsupported version v={brief(d.get('v'))}")
             return parse_config_record(d)
         if kind == "batch":
             raise _Invalid("a batch cannot be nested in a batch")
-        raise _Invalid(f"unknown type {kind!r}")
+        raise _Invalid(f"unknown type {brief(kind)}")
     except (_Invalid, ConfigError) as exc:
         return BadEvent(str(exc), d)
 
@@ -205,7 +206,7 @@ def parse_record(d: Any) -> list[Parsed]:
     """
     if isinstance(d, dict) and d.get("type") == "batch":
         if d.get("v") != VERSION:
-            return [BadEvent(f"unsupported batch version v={d.get('v')!r}", d)]
+            return [BadEvent(f"unsupported batch version v={brief(d.get('v'))}", d)]
         events = d.get("events")
         broker = d.get("broker")
         if not isinstance(events, list):

@@ -39,7 +39,7 @@ from app.pipeline.ingest import MAX_ROWS, Outbox, parse_source, route_events
 from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.routing import Router
 from app.pipeline.topology import samples_topic
-from app.replay import deadletter_record
+from app.replay import encode_deadletter
 from app.settings import Settings, load
 from tables.entity_state import TABLE_NAME, PartitionCache
 from tables.recovery import install_highwater_fix
@@ -139,7 +139,7 @@ def _delivered(delivery: asyncio.Future) -> None:
 
 async def send_deadletter(reason: str, raw: Any, source_name: str, key: bytes | None = None) -> None:
     metrics.DEADLETTER.labels(metrics.reason_label(reason)).inc()
-    await deadletter_topic.send(key=key, value=orjson.dumps(deadletter_record(reason, raw, source_name)))
+    await deadletter_topic.send(key=key, value=encode_deadletter(reason, raw, source_name))
 
 
 @app.task

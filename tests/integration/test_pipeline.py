@@ -12,6 +12,7 @@ what `replay` publishes for the same lines.
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import time
 import urllib.request
@@ -92,6 +93,10 @@ BAD_INPUT: list[bytes] = [
     orjson.dumps({"type": "batch", "v": 1, "broker": 1, "events": [
         {"type": "request", "v": 1, "ts": T0, "user": "a", "client_id": "b", "api": "Produce", "bytes": -5},
         {"type": "request", "v": 1, "ts": T0 + 10**12, "user": "a", "client_id": "b", "api": "Produce"}]}),
+    # ~0.9 MB of noise: its dead letter, as text, would be ~3 MB, past the topic's limit
+    random.Random(5).randbytes(900_000),
+    # nested 600 deep: too deep to encode again, and to quote in full
+    b'{"type": "request", "v": ' + b"[" * 600 + b"]" * 600 + b"}",
 ]
 
 
@@ -110,19 +115,22 @@ def test_live_directives_equal_replay(cluster: LocalCluster, cluster_env: dict[s
                                        len(expected), timeout=120))
     assert_same(live, expected)
     dead = [orjson.loads(d) for d in asyncio.run(read_directives(
-        str(cluster.bootstrap), cluster_env["QS_TOPIC_DEADLETTER"], 4, timeout=30, partitions=1))]
+        str(cluster.bootstrap), cluster_env["QS_TOPIC_DEADLETTER"], 6, timeout=30, partitions=1))]
     reasons = [d["reason"] for d in dead]
-    assert len(dead) == 4, reasons
+    assert len(dead) == 6, reasons
     assert reasons[0].startswith("not JSON") and dead[0]["value"] == "not json"
     assert "unsupported version" in reasons[1]
     assert "bytes must be >= 0" in reasons[2] or "negative" in reasons[2]
     assert "from the stream time" in reasons[3]
+    assert reasons[4].startswith("not JSON") and dead[4]["truncated"] is True
+    assert dead[4]["value_bytes"] == 900_000 and len(dead[4]["value_sha256"]) == 64
+    assert "unsupported version" in reasons[5] and len(reasons[5]) < 200
     assert all(d["source"].startswith(cluster_env["QS_TOPIC_REQUEST"] + "/0@") for d in dead)
     with urllib.request.urlopen(f"http://127.0.0.1:{cluster.ports[0]}/metrics", timeout=5) as page:
         text = page.read().decode()
     counted = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                   if line.startswith("quota_streams_deadletter_total{"))
-    assert counted == 4
+    assert counted == 6
     assert "quota_streams_directives_total{" in text
 
 

@@ -218,6 +218,25 @@ def test_produce_strict_and_partition_range(env: Settings, tmp_path: Path, capsy
     assert code == 2 and "has 2 partitions" in err
 
 
+def test_produce_reports_bad_events_and_refused_records_and_goes_on(
+        env: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    huge = {"type": "batch", "v": 1, "broker": 1,  # ~2 MB: over the producer's request size
+            "events": [REQ | {"bytes": i} for i in range(15_000)]}
+    partly_bad = {"type": "batch", "v": 1, "broker": 1,
+                  "events": [REQ | {"bytes": 11}, REQ | {"bytes": -1}, REQ | {"bytes": 12}]}
+    src = tmp_path / "events.jsonl"
+    src.write_bytes(b"\n".join(orjson.dumps(x) for x in (REQ, huge, partly_bad, REQ | {"bytes": 4}))
+                    + b"\n")
+    code, out, err = cli(capsys, "produce", str(src), "--partition", "0")
+    assert code == 1
+    assert "line 2: not sent" in err and "1 record not sent" in err
+    assert "line 3: event 2 of the batch: bytes must be >= 0" in err
+    assert "1 bad batch event skipped" in err
+    req = [orjson.loads(r.value) for r in records(env, str(env.topic_request))]
+    assert [r.get("bytes") or [e["bytes"] for e in r["events"]] for r in req] == [10, [11, 12], 4]
+    assert f"{env.topic_request}: 3 records" in out
+
+
 async def _send(bootstrap: str, topic: str, values: list[dict[str, Any]]) -> None:
     async with producer(bootstrap) as p:
         for i, v in enumerate(values):

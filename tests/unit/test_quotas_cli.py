@@ -348,23 +348,34 @@ MUT = {"type": "mutation", "v": 1, "ts": T0, "broker": 1, "user": "ops", "client
 
 
 def test_route_single_events_and_configs() -> None:
-    (out,) = route_line(orjson.dumps(REQ) + b"\n")
+    (out,) = route_line(orjson.dumps(REQ) + b"\n").records
     assert (out.kind, out.key, out.value) == ("request", b'{"client_id":"app","user":"alice"}', orjson.dumps(REQ))
-    assert route_line(orjson.dumps(CONN))[0].key == b'{"ip":"10.0.0.1"}'
-    assert route_line(orjson.dumps(MUT))[0].kind == "mutation"
+    assert route_line(orjson.dumps(CONN)).records[0].key == b'{"ip":"10.0.0.1"}'
+    assert route_line(orjson.dumps(MUT)).records[0].kind == "mutation"
     cfg = config({"user": "alice"}, producer_byte_rate=1)
-    (out,) = route_line(orjson.dumps(cfg))
+    (out,) = route_line(orjson.dumps(cfg)).records
     assert out.kind == "config" and out.key == b'{"entity":{"user":"alice"},"keys":["producer_byte_rate"]}'
+
+
+def test_a_batch_keeps_its_good_events_and_says_why_the_others_were_left_out() -> None:
+    batch = {"type": "batch", "v": 1, "broker": 2,
+             "events": [REQ, REQ | {"bytes": -1}, CONN, REQ | {"bytes": 7}]}
+    routed = route_line(orjson.dumps(batch), 9)
+    assert routed.skipped == ["event 2 of the batch: bytes must be >= 0"]
+    by_kind = {o.kind: o for o in routed.records}
+    assert orjson.loads(by_kind["request"].value)["events"] == [REQ, REQ | {"bytes": 7}]
+    assert orjson.loads(by_kind["connection"].value)["events"] == [CONN]
+    assert {o.line for o in routed.records} == {9}
 
 
 def test_route_batches() -> None:
     same = {"type": "batch", "v": 1, "broker": 2, "events": [REQ | {"user": "bob"}, REQ]}
-    (out,) = route_line(orjson.dumps(same))
+    (out,) = route_line(orjson.dumps(same)).records
     assert out.kind == "request" and out.key == b'{"client_id":"app","user":"bob"}'
     assert out.value == orjson.dumps(same)
     mixed = {"type": "batch", "v": 1, "broker": 2,
              "events": [REQ, CONN, REQ | {"bytes": 5}, config({"user": "x"}, producer_byte_rate=1)]}
-    outs = route_line(orjson.dumps(mixed))
+    outs = route_line(orjson.dumps(mixed)).records
     by_kind = {o.kind: o for o in outs}
     assert sorted(by_kind) == ["config", "connection", "request"]
     assert orjson.loads(by_kind["request"].value) == {"type": "batch", "v": 1, "broker": 2,
@@ -378,7 +389,7 @@ def test_route_batches() -> None:
     (b"[1]", "not a JSON object"),
     (orjson.dumps(REQ | {"v": 2}), "unsupported version"),
     (orjson.dumps({"type": "batch", "v": 1, "events": []}), "batch has no events"),
-    (orjson.dumps({"type": "batch", "v": 1, "events": [REQ, REQ | {"bytes": -1}]}), "event 2 of the batch"),
+    (orjson.dumps({"type": "batch", "v": 1, "events": [REQ | {"bytes": -1}]}), "no good event"),
     (orjson.dumps(config({"user": "a"}, producer_byte_rate=0)), "greater than 0"),
 ])
 def test_bad_lines(line: bytes, reason: str) -> None:

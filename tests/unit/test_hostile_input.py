@@ -1,0 +1,146 @@
+"""Hostile input through every intake: `replay`, the live ingest's `parse_source` and the
+audit's step 1 never raise, dead-letter each bad input once with its reason in a dead letter
+that always encodes within the size limit, and leave the good events' decisions unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.audit.recompute import MODE_FILE, ExplodeContext, archive_configs, recompute_local
+from app.engine.engine import EngineSettings
+from app.engine.events import BadEvent, StreamClock, parse_record
+from app.pipeline.ingest import parse_source
+from app.replay import MAX_DEADLETTER_BYTES, encode_deadletter, replay
+
+SETTINGS = EngineSettings(window_ms=100)
+T0 = 1_763_800_000_000
+CONFIG = {"type": "quota_config", "v": 1, "ts": 0, "entity": {"user": "<default>"},
+          "quotas": {"producer_byte_rate": 2000}}
+GOOD = [orjson.dumps({"type": "request", "v": 1, "ts": T0 + 40 * i, "broker": 1, "user": "u",
+                      "client_id": "c", "api": "Produce", "bytes": 300}) for i in range(80)]
+
+
+def nested_json(depth: int) -> bytes:
+    """JSON of a value nested `depth` levels (objects and lists by turns) around 1."""
+    opens = [b'{"k":' if i % 2 else b"[" for i in range(depth)]
+    closes = [b"}" if i % 2 else b"]" for i in reversed(range(depth))]
+    return b"".join(opens) + b"1" + b"".join(closes)
+
+
+def with_deep(record: dict[str, Any], field: str, depth: int) -> bytes:
+    """The record's JSON with `field` nested `depth` deep (deeper than orjson writes)."""
+    return orjson.dumps({**record, field: "@deep@"}).replace(b'"@deep@"', nested_json(depth))
+
+
+def hostile_lines() -> list[bytes]:
+    """The kinds a tester found crashing or stalling workers, and their neighbours."""
+    lines = [os.urandom(3 << 20), b"{" * 5000, b"[" * 2000 + b"]" * 2000,
+             b'{"type": "request", "v": 1, "ts": 1' + b"0" * 5000 + b"}", b'{"v": 1e400}']
+    request = {"type": "request", "v": 1, "ts": T0, "broker": 1, "user": "u", "client_id": "c",
+               "api": "Produce", "bytes": 1}
+    for depth in (300, 1000):
+        for field in ("v", "type", "ts", "user", "bytes", "api"):
+            lines.append(with_deep(request, field, depth))
+        lines.append(with_deep(CONFIG, "quotas", depth))
+        lines.append(with_deep({"type": "batch", "v": 1, "broker": 1}, "events", depth))
+    lines.append(orjson.dumps({**request, "user": "u" * 10**6}))
+    return lines
+
+
+def dead_letters(lines: list[bytes]) -> list[tuple[str, bytes]]:
+    """(reason, encoded dead letter) of every bad input, as `replay` writes them."""
+    out = []
+    for result in replay(lines, SETTINGS):
+        for reason, raw in result.bad:
+            out.append((reason, encode_deadletter(reason, raw, f"f:{result.index + 1}")))
+    return out
+
+
+def directives(lines: list[bytes]) -> list[bytes]:
+    return [orjson.dumps(d) for r in replay(lines, SETTINGS) for d in r.directives]
+
+
+def test_hostile_lines_are_dead_lettered_once_each_and_change_nothing_else() -> None:
+    bad = hostile_lines()
+    clean = [orjson.dumps(CONFIG), *GOOD]
+    mixed = [orjson.dumps(CONFIG)]
+    for i, line in enumerate(GOOD):
+        mixed.append(line)
+        if i < len(bad):
+            mixed.append(bad[i])
+    want = directives(clean)
+    assert want
+    assert directives(mixed) == want
+    letters = dead_letters(mixed)
+    assert len(letters) == len(bad)
+    for reason, letter in letters:
+        assert reason and len(reason) < 600
+        assert len(letter) <= MAX_DEADLETTER_BYTES
+        assert orjson.loads(letter)["reason"] == reason
+    # the ingest's intake dead-letters the same inputs, one each (one record per line)
+    clock = StreamClock()
+    ingest_dead = 0
+    for line in mixed:
+        _events, dead = parse_source(line, clock)
+        for reason, raw in dead:
+            assert len(encode_deadletter(reason, raw, "t/0@1")) <= MAX_DEADLETTER_BYTES
+        ingest_dead += len(dead)
+    assert ingest_dead == len(bad) + 1  # and the config line, which belongs on the config topic
+    # the audit's step 1 and 2 in file mode: same directives, same dead letters
+    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(mixed)), {"f": 0})
+    result = recompute_local((("f", i, v, None) for i, v in enumerate(mixed)), ctx)
+    assert result.directives() == want and result.bad == len(bad)
+
+
+def test_a_huge_bad_record_is_cut_with_its_size_and_digest() -> None:
+    raw = os.urandom(5 << 20)
+    letter = orjson.loads(encode_deadletter("not JSON: x", raw, "t/0@7"))
+    assert letter["truncated"] is True and letter["value_bytes"] == len(raw)
+    assert letter["value_sha256"] == hashlib.sha256(raw).hexdigest()
+    assert letter["source"] == "t/0@7" and len(letter["value"]) > 1000
+    small = orjson.loads(encode_deadletter("bad", {"a": 1}, "s"))
+    assert small == {"v": 1, "reason": "bad", "source": "s", "value": {"a": 1}}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(["type", "v", "ts", "broker", "user", "client_id", "api", "bytes",
+                         "events", "ip", "listener", "entity", "quotas", "partitions",
+                         "api_version", "count", "x"]), children, max_size=6),
+    max_leaves=20)
+records = st.fixed_dictionaries(
+    {"type": st.sampled_from(["request", "connection", "mutation", "quota_config", "batch"]),
+     "v": st.sampled_from([1, 1, 2, "1"]), "ts": st.sampled_from([T0, -1, 2**62, "x"])},
+    optional={"broker": json_values, "user": json_values, "api": json_values,
+              "bytes": json_values, "events": st.lists(json_values, max_size=3),
+              "entity": json_values, "quotas": json_values, "ip": json_values})
+
+
+def all_bad(value: Any) -> bool:
+    """Only inputs that hold no valid event (a valid one would rightly change decisions)."""
+    try:
+        line = orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    return all(isinstance(item, BadEvent) for item in parse_record(orjson.loads(line)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(st.lists(st.one_of(json_values, records).filter(all_bad), min_size=1, max_size=12))
+def test_random_bad_records_never_change_the_good_decisions(bad: list[Any]) -> None:
+    lines = [orjson.dumps(CONFIG)]
+    for i, line in enumerate(GOOD[:30]):
+        lines.append(line)
+        if i < len(bad):
+            lines.append(orjson.dumps(bad[i]))
+    assert directives(lines) == directives([orjson.dumps(CONFIG), *GOOD[:30]])
+    bad_items = sum(len(parse_record(b)) for b in bad)
+    assert len(dead_letters(lines)) == bad_items
