@@ -32,7 +32,7 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
                    help="controller.quota.window.num (default %(default)s)")
     g.add_argument("--controller-window-ms", type=_positive, default=1000,
                    help="controller.quota.window.size.seconds in ms (default %(default)s)")
-    g.add_argument("--min-extension-ms", type=int, default=None,
+    g.add_argument("--min-extension-ms", type=int_at_least(0), default=None,
                    help="a directive extending an active one is published only if it moves "
                    "'until' later by more than this (default: window/10)")
     g.add_argument("--config-grace-ms", type=int_at_least(0), default=50,

@@ -59,6 +59,24 @@ def _port(raw: str) -> int:
     return value
 
 
+def _bootstrap(raw: str) -> str:
+    """Empty (the embedded broker) or host:port[,host:port...], as Kafka clients take it."""
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"must be host:port[,host:port...] with ports 1-65535 (got {part!r})")
+    return raw
+
+
+def _kafka_name(raw: str) -> str:
+    """A legal Kafka topic name (or a prefix of one: the app id): the broker refuses others."""
+    if not raw or raw in (".", "..") or len(raw) > 200 or not all(
+            c.isascii() and (c.isalnum() or c in "._-") for c in raw):
+        raise ValueError("must be 1-200 characters of a-z, A-Z, 0-9, '.', '_' and '-' "
+                         "(Kafka's topic names)")
+    return raw
+
+
 def _flag(raw: str) -> bool:
     value = raw.lower()
     if value not in ("0", "1", "true", "false", "yes", "no"):
@@ -74,9 +92,9 @@ def _log_level(raw: str) -> str:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("KAFKA_BOOTSTRAP_SERVERS", "", "Kafka cluster to use; empty starts the embedded broker (demo, tests)"),
+    Setting("KAFKA_BOOTSTRAP_SERVERS", "", "Kafka cluster to use; empty starts the embedded broker (demo, tests)", _bootstrap),
     Setting("QS_VERIFY_END_OFFSETS", "0", "confirm end offsets by fetching (on for the embedded Tansu broker, which under-reports them)", _flag),
-    Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics"),
+    Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics", _kafka_name),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
     Setting("QS_ACCOUNTING", "kafka", "`kafka`: take back what Kafka would have refused (exact); `served`: count every reported event, for closed-loop enforcement", _accounting),
     Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
@@ -84,12 +102,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_CONTROLLER_WINDOW_NUM", "11", "controller.quota.window.num", _positive_int),
     Setting("QS_CONTROLLER_WINDOW_SIZE_MS", "1000", "controller.quota.window.size.seconds, in ms", _positive_int),
     Setting("QS_PARTITIONS", "8", "partitions of the internal re-key topic and the tables", _positive_int),
-    Setting("QS_TOPIC_REQUEST", "quota.events.request", "request events topic"),
-    Setting("QS_TOPIC_CONNECTION", "quota.events.connection", "connection events topic"),
-    Setting("QS_TOPIC_MUTATION", "quota.events.mutation", "mutation events topic"),
-    Setting("QS_TOPIC_CONFIGS", "quota.configs", "compacted quota config topic"),
-    Setting("QS_TOPIC_DIRECTIVES", "quota.directives", "control topic the brokers read"),
-    Setting("QS_TOPIC_DEADLETTER", "quota.deadletter", "dead-letter topic"),
+    Setting("QS_TOPIC_REQUEST", "quota.events.request", "request events topic", _kafka_name),
+    Setting("QS_TOPIC_CONNECTION", "quota.events.connection", "connection events topic", _kafka_name),
+    Setting("QS_TOPIC_MUTATION", "quota.events.mutation", "mutation events topic", _kafka_name),
+    Setting("QS_TOPIC_CONFIGS", "quota.configs", "compacted quota config topic", _kafka_name),
+    Setting("QS_TOPIC_DIRECTIVES", "quota.directives", "control topic the brokers read", _kafka_name),
+    Setting("QS_TOPIC_DEADLETTER", "quota.deadletter", "dead-letter topic", _kafka_name),
     Setting("QS_STATE_DIR", "./state", "directory of the RocksDB tables (a persistent volume in production)"),
     Setting("QS_STANDBY_REPLICAS", "0", "Faust table standby replicas", _non_negative_int),
     Setting("QS_WEB_HOST", "127.0.0.1", "address the HTTP server binds (0.0.0.0 in containers)"),
@@ -98,7 +116,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_CONFIG_GRACE_MS", "50", "an event is judged once the config topic is read past its arrival plus this; a config record reaching Kafka more than half of it after its ts is in force from its arrival (set audit/replay --config-grace-ms the same)", _non_negative_int),
     Setting("QS_CONFIG_HOLD_MAX_MS", "2000", "longest an event is held waiting for the config topic (counted when reached)", _positive_int),
     Setting("QS_FLUSH_INTERVAL_MS", "1000", "how often dirty windows are written to the table and their offsets acked", _positive_int),
-    Setting("QS_METRICS_TOP_N", "20", "entities with per-entity gauges (bounds label cardinality)", _non_negative_int),
+    Setting("QS_METRICS_TOP_N", "20", "entities with per-entity gauges (bounds label cardinality; 0: none, so /metrics names no entity)", _non_negative_int),
     Setting("QS_LOG_LEVEL", "info", "log level", _log_level),
 )
 

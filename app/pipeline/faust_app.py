@@ -65,6 +65,12 @@ app = faust.App(
     producer_acks=-1,
     web_bind=settings.web_host,
     web_port=settings.web_port,
+    # Faust's own pages would dump table rows (user names, usage) and the partition of any key:
+    # the worker serves /metrics and /ready only.
+    web_tables_enabled=False,
+    web_router_enabled=False,
+    web_graph_enabled=False,
+    web_stats_enabled=False,
     key_serializer="raw",
     value_serializer="raw",
     producer_partitioner=MemoPartitioner(),

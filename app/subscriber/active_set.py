@@ -32,6 +32,7 @@ from app.subscriber.directive import (
     DEFAULT,
     IP,
     LISTENER,
+    MAX_FUTURE_MS,
     MUTATION,
     BadDirective,
     ParsedDirective,
@@ -136,10 +137,12 @@ class ActiveSet:
     def apply(self, directive: Any, now: int | None = None) -> str:
         """Add or replace a directive; return ADDED/REPLACED/LIFTED/STALE/IGNORED.
 
-        Raises `BadDirective` for an invalid record. With `now`, a directive already expired is not
+        Raises `BadDirective` for an invalid record (a `ts` more than a day after `now`, too). With `now`, a directive already expired is not
         stored, but still replaces (removes) the entry it supersedes: that is how a lift works.
         """
         parsed = parse_directive(directive)
+        if now is not None and parsed.ts > now + MAX_FUTURE_MS:
+            raise BadDirective("ts_in_future", f"ts {parsed.ts} is more than a day after now {now}")
         if not self.applies_here(parsed):
             return IGNORED
         old = self._by_key.get(parsed.key)

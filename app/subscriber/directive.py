@@ -37,6 +37,14 @@ ACTIONS_BY_QUOTA: Mapping[str, frozenset[str]] = {
 CLIENT, MUTATION, IP, LISTENER = "client", "mutation", "ip", "listener"
 
 
+#: The longest throttle Kafka computes (byte rates saturate at Integer.MAX_VALUE ms; the other
+#: quotas stay far below): a directive asking for more is forged or broken, not obeyed.
+MAX_THROTTLE_MS = 2**31 - 1
+#: How far ahead of the reader's clock a directive's `ts` may be (the workers' stream clock
+#: accepts events up to a day off).
+MAX_FUTURE_MS = 86_400_000
+
+
 class BadDirective(ValueError):
     """A record that is not a valid v1 directive; `reason` is a short, countable label."""
 
@@ -125,6 +133,9 @@ def parse_directive(directive: Any) -> ParsedDirective:
         raise BadDirective("wrong_version", repr(version))
     ts = _int(directive, "ts")
     until = _int(directive, "until")
+    if until - ts > MAX_THROTTLE_MS:
+        raise BadDirective("until_out_of_range",
+                           f"until is {until - ts} ms after ts (no throttle exceeds {MAX_THROTTLE_MS})")
     scope = directive.get("scope")
     if scope not in ("broker", "cluster"):
         raise BadDirective("bad_scope", repr(scope))

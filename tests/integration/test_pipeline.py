@@ -15,6 +15,7 @@ import asyncio
 import random
 import signal
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -132,6 +133,10 @@ def test_live_directives_equal_replay(cluster: LocalCluster, cluster_env: dict[s
                   if line.startswith("quota_streams_deadletter_total{"))
     assert counted == 6
     assert "quota_streams_directives_total{" in text
+    for page in ("/table/entity-state/", "/router/", "/graph/", "/stats/"):  # Faust's own, off
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{cluster.ports[0]}{page}", timeout=5)
+        assert refused.value.code == 404, page
 
 
 @pytest.mark.parametrize("cluster", [2], indirect=True)

@@ -271,6 +271,13 @@ def test_heap_is_compacted_under_many_replacements(active: ActiveSet) -> None:
 # --------------------------------------------------------------------------- bad input
 
 
+def test_a_directive_from_the_far_future_is_refused_and_one_from_today_kept(active: ActiveSet) -> None:
+    with pytest.raises(BadDirective) as info:
+        active.apply(directive(), now=T0 - 2 * 86_400_000)
+    assert info.value.reason == "ts_in_future" and len(active) == 0
+    assert active.apply(directive(until=T0 + 2**31 - 1), now=T0 - 3_600_000) == ADDED
+
+
 @pytest.mark.parametrize(
     ("record", "reason"),
     [
@@ -283,6 +290,8 @@ def test_heap_is_compacted_under_many_replacements(active: ActiveSet) -> None:
         (directive(until="soon"), "wrong_type"),
         (directive(until=1.5), "wrong_type"),
         (directive(until=-1), "negative"),
+        (directive(until=2**62), "until_out_of_range"),  # the forged one of the hostile test
+        (directive(until=T0 + 2**31), "until_out_of_range"),
         (directive(scope="global"), "bad_scope"),
         (directive(scope="broker", broker=None), "missing_field"),
         (directive(quota="bogus_rate"), "unknown_quota"),
