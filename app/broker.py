@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from app.kafka_security import client_options
+
 __all__ = [
     "BrokerError",
     "EmbeddedBroker",
@@ -367,7 +369,7 @@ async def create_topics(
     if not wanted:
         return []
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000)
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000), **client_options()
     )
     created: list[str] = []
     async with asyncio.timeout(timeout):

@@ -23,6 +23,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from app.kafka_security import client_options
 from tables.recovery import confirmed_end_offsets
 
 __all__ = ["TopicMissing", "consumer", "ensure_topics", "producer", "quiet_client_logs",
@@ -51,7 +52,7 @@ async def consumer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaCons
     kwargs: dict[str, Any] = {"enable_auto_commit": False, "auto_offset_reset": "earliest",
                               "request_timeout_ms": REQUEST_TIMEOUT_MS, **options}
     kwargs["group_id"] = None
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kwargs)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(), **kwargs)
     try:
         await c.start()
         yield c
@@ -64,7 +65,7 @@ async def producer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaProd
     """A started producer (acks=all) that is flushed and stopped on exit."""
     kwargs: dict[str, Any] = {"acks": "all", "linger_ms": 5,
                               "request_timeout_ms": REQUEST_TIMEOUT_MS, **options}
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, **kwargs)
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, **client_options(), **kwargs)
     try:
         await p.start()
         yield p

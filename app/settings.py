@@ -18,12 +18,14 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its default, how to parse it and what it means."""
+    """One environment variable: its default, how to parse it and what it means. A `secret`
+    one comes from a secret store (a Kubernetes Secret), never from a ConfigMap or a file in git."""
 
     env: str
     default: str
     help: str
     parse: Callable[[str], object] = str
+    secret: bool = False
 
 
 def _positive_int(raw: str) -> int:
@@ -77,6 +79,14 @@ def _kafka_name(raw: str) -> str:
     return raw
 
 
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return raw
+    return parse
+
+
 def _flag(raw: str) -> bool:
     value = raw.lower()
     if value not in ("0", "1", "true", "false", "yes", "no"):
@@ -93,6 +103,14 @@ def _log_level(raw: str) -> str:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("KAFKA_BOOTSTRAP_SERVERS", "", "Kafka cluster to use; empty starts the embedded broker (demo, tests)", _bootstrap),
+    Setting("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "security.protocol of every Kafka connection: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    Setting("KAFKA_SSL_CAFILE", "", "PEM file of the CA(s) that signed the brokers' certificates (empty: the system's)"),
+    Setting("KAFKA_SSL_CERTFILE", "", "PEM client certificate, for mutual TLS (with KAFKA_SSL_KEYFILE)"),
+    Setting("KAFKA_SSL_KEYFILE", "", "PEM private key of the client certificate"),
+    Setting("KAFKA_SSL_CHECK_HOSTNAME", "1", "check that a broker's certificate names the host connected to", _flag),
+    Setting("KAFKA_SASL_MECHANISM", "PLAIN", "sasl.mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    Setting("KAFKA_SASL_USERNAME", "", "SASL user of this component (see docs/security.md for its ACLs)"),
+    Setting("KAFKA_SASL_PASSWORD", "", "SASL password (a secret: from a Kubernetes Secret, never a ConfigMap)", secret=True),
     Setting("QS_VERIFY_END_OFFSETS", "0", "confirm end offsets by fetching (on for the embedded Tansu broker, which under-reports them)", _flag),
     Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics", _kafka_name),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),

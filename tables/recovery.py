@@ -43,6 +43,8 @@ from faust.tables.recovery import Recovery
 from faust.types import TP, AppT
 from faust.types.transports import ConsumerT
 
+from app.kafka_security import client_options
+
 __all__ = [
     "EndOffsetError",
     "VerifiedRecovery",
@@ -93,6 +95,7 @@ async def confirmed_end_offsets(
         # long; the answer still carries the high watermark, so there is no reason to wait.
         "fetch_max_wait_ms": 10,
         "request_timeout_ms": max(1000, int(timeout * 1000)),
+        **client_options(),
         **consumer_kwargs,
     }
     options["group_id"] = None

@@ -49,6 +49,7 @@ from app.audit.recompute import (
 )
 from app.audit.results import RESULT_DDL
 from app.engine.engine import EngineSettings
+from app.kafka_security import client_options, from_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -232,7 +233,7 @@ def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
     async def run() -> set[str]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                     enable_auto_commit=False,
-                                    request_timeout_ms=int(timeout_s * 1000))
+                                    request_timeout_ms=int(timeout_s * 1000), **client_options())
         await consumer.start()
         try:
             return set(await consumer.topics())
@@ -261,7 +262,8 @@ def read_topic_local(bootstrap: str, topic: str
     )
 
     opts = KafkaSourceOptions.from_options({"bootstrap": bootstrap, "topics": topic,
-                                            "max_records_per_partition": WHOLE_PARTITION})
+                                            "max_records_per_partition": WHOLE_PARTITION,
+                                            **from_env().options()})
     earliest, latest = probe_partitions(opts)
     out: list[tuple[int, int, bytes | None, int | None]] = []
     for part in plan_partitions(resolve_ranges(earliest, latest), 2**62):
@@ -308,7 +310,7 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
     for t in missing:
         progress.step(f"note: event topic {t} does not exist; skipped")
     source = {"bootstrap": opts.bootstrap, "topics": ",".join(events),
-              "max_records_per_partition": WHOLE_PARTITION}
+              "max_records_per_partition": WHOLE_PARTITION, **from_env().options()}
     if opts.starting_offsets:
         source["starting_offsets"] = opts.starting_offsets
     if opts.ending_offsets:
@@ -338,7 +340,8 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
         if opts.topics.directives in topics:
             control = (spark.read.format("quota_kafka")
                        .option("bootstrap", opts.bootstrap)
-                       .option("topics", opts.topics.directives).load()
+                       .option("topics", opts.topics.directives)
+                       .options(**from_env().options()).load()
                        .select("partition", "offset", "value"))
         elif want == ["kafka"]:
             raise AuditError(f"control topic {opts.topics.directives} does not exist")
@@ -381,7 +384,8 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
             if not opts.bootstrap:
                 raise AuditError("--control kafka needs --bootstrap or KAFKA_BOOTSTRAP_SERVERS")
             control = (spark.read.format("quota_kafka").option("bootstrap", opts.bootstrap)
-                       .option("topics", opts.topics.directives).load()
+                       .option("topics", opts.topics.directives)
+                       .options(**from_env().options()).load()
                        .select("partition", "offset", "value"))
         else:
             control = read_control_files(spark, opts.control)

@@ -64,6 +64,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from app.kafka_security import KafkaSecurity
+
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
@@ -382,6 +384,9 @@ class KafkaSourceOptions:
     request_timeout_ms: int = 30_000
     max_records_per_trigger: int | None = None
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: TLS/SASL, from the `security_*` options (`KafkaSecurity.options`): the executors build
+    #: their connections from these, not from an environment they may not have
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool = False) -> KafkaSourceOptions:
@@ -426,6 +431,10 @@ class KafkaSourceOptions:
             idle_timeout = float(idle) if idle else 30.0
         except ValueError:
             raise ValueError(f"option idle_timeout_s={idle!r}: must be a number") from None
+        try:
+            security = KafkaSecurity.from_options(opts)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"options security_*: {exc}") from None
         return cls(
             bootstrap=bootstrap,
             topics=topics,
@@ -441,6 +450,7 @@ class KafkaSourceOptions:
             request_timeout_ms=_int_opt(opts, "request_timeout_ms", 30_000, 1000) or 30_000,
             max_records_per_trigger=_int_opt(opts, "max_records_per_trigger", None, 1),
             consumer_config=consumer_config,
+            security=security,
         )
 
 
@@ -469,6 +479,7 @@ def _consumer_kwargs(opts: KafkaSourceOptions) -> dict[str, Any]:
         "max_partition_fetch_bytes": 8 * 1024 * 1024,
         "fetch_max_wait_ms": 100,
         "client_id": "quota-audit-spark",
+        **opts.security.aiokafka(),
     }
     kwargs.update(opts.consumer_config)
     return kwargs

@@ -43,6 +43,7 @@ from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.policy import Directives
+from app.kafka_security import client_options
 from app.usage.publisher import EventPublisher
 from app.usage.recorder import UsageRecorder
 
@@ -297,7 +298,8 @@ class Gateway:
 
         cfg = self.config
         producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka_bootstrap, acks="all",
-                                    linger_ms=cfg.flush_ms, request_timeout_ms=15_000)
+                                    linger_ms=cfg.flush_ms, request_timeout_ms=15_000,
+                                    **client_options())
         try:
             async with asyncio.timeout(cfg.probe_timeout):
                 await producer.start()

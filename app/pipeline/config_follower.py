@@ -23,6 +23,7 @@ from typing import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.engine.timeline import ConfigTimeline
+from app.kafka_security import client_options
 from app.pipeline.ingest import parse_config_value
 from tables.recovery import confirmed_end_offsets
 
@@ -58,7 +59,7 @@ class ConfigFollower:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
                                     group_id=None, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=POLL_MS)
+                                    fetch_max_wait_ms=POLL_MS, **client_options())
         await consumer.start()
         self._consumer = consumer
         await consumer.topics()  # loads metadata, so partitions_for_topic answers

@@ -32,6 +32,7 @@ from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import StreamClock
 from app.gc_tuning import tune_gc
+from app.kafka_security import KafkaSecurity
 from app.pipeline.aggregate import apply_rows
 from app.pipeline.codec import decode_rows, encode_rows, latest_arrival
 from app.pipeline.config_follower import ConfigFollower
@@ -74,6 +75,7 @@ app = faust.App(
     key_serializer="raw",
     value_serializer="raw",
     producer_partitioner=MemoPartitioner(),
+    broker_credentials=KafkaSecurity.from_settings(settings).faust(),
 )
 # Tansu under-reports end offsets; confirm them by fetching (no-op on a real Kafka cluster).
 install_highwater_fix(app, enabled=bool(settings.verify_end_offsets))

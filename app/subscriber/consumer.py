@@ -24,6 +24,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from app.kafka_security import client_options
 from app.subscriber.active_set import (
     ActiveSet,
     ConnectionDecision,
@@ -107,7 +108,8 @@ class DirectiveSubscriber:
         the rebuild is done (await `wait_ready()` or `ready.wait()`)."""
         if self._task is not None:
             return
-        options: dict[str, Any] = {"fetch_max_wait_ms": 100, **self._consumer_options}
+        options: dict[str, Any] = {"fetch_max_wait_ms": 100, **client_options(),
+                                   **self._consumer_options}
         options.update(group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, **options)
         try:

@@ -17,6 +17,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from app.kafka_io import partitions_of
+from app.kafka_security import client_options
 from app.subscriber.consumer import wall_clock_ms
 
 
@@ -41,7 +42,7 @@ class DirectiveWatcher:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="latest",
-                                    fetch_max_wait_ms=50)
+                                    fetch_max_wait_ms=50, **client_options())
         await consumer.start()
         try:
             consumer.assign(await partitions_of(consumer, self.topic))

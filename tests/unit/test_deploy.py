@@ -254,8 +254,9 @@ def assert_valid_settings(env: dict[str, str], where: str, *, complete: bool) ->
             SETTINGS_BY_ENV[name].parse(value.strip())
         except ValueError as exc:
             pytest.fail(f"{where}: {name}={value!r} is rejected: {exc}")
+        assert not SETTINGS_BY_ENV[name].secret, f"{where} holds the secret {name}"
     if complete:
-        missing = set(SETTINGS_BY_ENV) - set(env)
+        missing = {n for n, s in SETTINGS_BY_ENV.items() if not s.secret} - set(env)
         assert not missing, f"{where} leaves {sorted(missing)} to their defaults"
 
 
@@ -274,10 +275,17 @@ def test_k8s_containers_take_settings_from_the_configmap(
         pod_spec["containers"] + pod_spec.get("initContainers", []) + job_spec["containers"]
     )
     for container in containers:
-        refs = [e["configMapRef"]["name"] for e in container.get("envFrom", [])]
+        refs = [e["configMapRef"]["name"] for e in container.get("envFrom", []) if "configMapRef" in e]
         assert refs == [cm_name], container["name"]
         inline = {e["name"]: str(e.get("value", "")) for e in container.get("env", [])}
         assert_valid_settings(inline, f"container {container['name']}", complete=False)
+
+
+def test_the_worker_takes_secret_settings_from_a_secret(pod_spec: dict[str, Any]) -> None:
+    (worker,) = [c for c in pod_spec["containers"] if c["name"] == "worker"]
+    secrets = [e["secretRef"] for e in worker["envFrom"] if "secretRef" in e]
+    assert secrets == [{"name": "quota-streams-kafka-credentials", "optional": True}]
+    assert [n for n, s in SETTINGS_BY_ENV.items() if s.secret] == ["KAFKA_SASL_PASSWORD"]
 
 
 def test_compose_env_is_exactly_the_settings(compose: dict[str, Any]) -> None:

@@ -1,0 +1,90 @@
+"""Kafka client security settings: one definition, turned into each client library's options."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+from pathlib import Path
+
+import faust
+import pytest
+
+from app.audit.kafka_source import KafkaSourceOptions
+from app.kafka_security import KafkaSecurity
+from app.settings import SettingsError, load
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def test_plaintext_adds_nothing() -> None:
+    assert KafkaSecurity().aiokafka() == {} and KafkaSecurity().faust() is None
+
+
+def test_sasl_ssl_with_mutual_tls(cert: tuple[str, str]) -> None:
+    security = KafkaSecurity("SASL_SSL", cert[0], cert[0], cert[1], True, "SCRAM-SHA-512",
+                             "worker", "s3cret")
+    kwargs = security.aiokafka()
+    assert kwargs["security_protocol"] == "SASL_SSL"
+    assert (kwargs["sasl_mechanism"], kwargs["sasl_plain_username"],
+            kwargs["sasl_plain_password"]) == ("SCRAM-SHA-512", "worker", "s3cret")
+    context = kwargs["ssl_context"]
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    credentials = security.faust()
+    assert isinstance(credentials, faust.SASLCredentials)
+    assert credentials.username == "worker" and credentials.ssl_context is not None
+
+
+def test_tls_without_hostname_check(cert: tuple[str, str]) -> None:
+    kwargs = KafkaSecurity("SSL", cert[0], check_hostname=False).aiokafka()
+    assert not kwargs["ssl_context"].check_hostname and "sasl_mechanism" not in kwargs
+    assert isinstance(KafkaSecurity("SSL", cert[0]).faust(), faust.SSLCredentials)
+
+
+def test_the_spark_source_carries_them_to_its_executors(cert: tuple[str, str]) -> None:
+    security = KafkaSecurity("SASL_SSL", cert[0], "", "", False, "PLAIN", "auditor", "pw")
+    opts = KafkaSourceOptions.from_options({"bootstrap": "127.0.0.1:9092", "topics": "t",
+                                            **security.options()})
+    assert opts.security == security
+    with pytest.raises(ValueError, match="security_"):
+        KafkaSourceOptions.from_options({"bootstrap": "127.0.0.1:9092", "topics": "t",
+                                         "security_protocol": "TLS"})
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"KAFKA_SECURITY_PROTOCOL": "TLS"}, "must be one of PLAINTEXT"),
+    ({"KAFKA_SASL_MECHANISM": "GSSAPI"}, "must be one of PLAIN"),
+])
+def test_bad_values_are_setting_errors(env: dict[str, str], says: str) -> None:
+    with pytest.raises(SettingsError, match=says):
+        load(env)
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "KAFKA_SASL_USERNAME"),
+    ({"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"},
+     "cannot load the Kafka TLS files"),
+    ({"KAFKA_SSL_CERTFILE": "c.pem"}, "KAFKA_SSL_KEYFILE"),
+])
+def test_combinations_that_cannot_work_are_setting_errors(env: dict[str, str], says: str) -> None:
+    with pytest.raises(SettingsError, match=says):
+        KafkaSecurity.from_settings(load(env))
+
+
+def test_the_password_is_never_in_a_message(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as info:
+        KafkaSecurity.from_settings(load({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                                          "KAFKA_SASL_USERNAME": "u",
+                                          "KAFKA_SASL_PASSWORD": "hunter2",
+                                          "KAFKA_SSL_CAFILE": str(tmp_path / "none.pem")}))
+    assert "hunter2" not in str(info.value)
+    assert "hunter2" not in repr(KafkaSecurity("SASL_PLAINTEXT", sasl_username="u",
+                                               sasl_password="hunter2"))
