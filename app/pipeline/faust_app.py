@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from typing import Any, cast
 
 import faust
+from mode import CrashingSupervisor
 import orjson
 from faust.streams import _current_event
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
@@ -155,7 +156,11 @@ async def start_config_follower() -> None:
     await follower.start()
 
 
-@app.agent(source)
+# An agent that raises takes the worker down (exit code != 0) instead of being restarted in
+# place: Faust's default restart left the crashed agent's partitions unprocessed, with /ready
+# still saying ready and SIGTERM no longer stopping the worker. The orchestrator restarts the
+# process, which resumes from the committed offsets.
+@app.agent(source, supervisor_strategy=CrashingSupervisor)
 async def ingest(stream: faust.StreamT) -> None:
     """Validate contract records and re-key their events by resolved quota entity.
 
@@ -232,7 +237,7 @@ async def send_outbox() -> None:
         event.ack()
 
 
-@app.agent(samples)
+@app.agent(samples, supervisor_strategy=CrashingSupervisor)
 async def aggregate(stream: faust.StreamT) -> None:
     """Run the engine over each partition's windows; publish directives at once."""
     await follower.ready.wait()
