@@ -35,7 +35,7 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-extension-ms", type=int_at_least(0), default=None,
                    help="a directive extending an active one is published only if it moves "
                    "'until' later by more than this (default: window/10)")
-    g.add_argument("--config-grace-ms", type=int_at_least(0), default=50,
+    g.add_argument("--config-grace-ms", type=int_at_least(0), default=20,
                    help="QS_CONFIG_GRACE_MS of the workers: a config record that reached Kafka "
                    "more than half this after its ts is in force from its arrival (default "
                    "%(default)s)")

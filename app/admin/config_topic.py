@@ -19,6 +19,7 @@ Reading back goes through the workers' own `ConfigFollower.apply` (JSON -> `pars
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -107,10 +108,13 @@ async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
 
 
 async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str, Any], ConfigUpdate]],
-                        spec: tuple[str, int, Any] | None) -> None:
+                        spec: tuple[str, int, Any] | None, stamp_now: bool = False) -> None:
     """Produce config records (value = contract JSON, compaction-safe key), acked by the cluster.
 
     `spec`: create the topic first if missing (None: the operator manages topics).
+    `stamp_now`: set each record's `ts` (in place) to the time it is handed to the producer,
+    once connected, so its arrival follows within a few ms: a config counts as late only if
+    it reaches Kafka more than half the grace after its `ts` (docs/admin.md).
     """
     from app.kafka_io import ensure_topics, producer
 
@@ -118,9 +122,12 @@ async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str
         await ensure_topics(bootstrap, [spec])
     async with producer(bootstrap) as p:
         partitions = len(await p.partitions_for(topic))
-        futures = [await p.send(topic, orjson.dumps(record), key=config_key(update),
-                                partition=entity_partition(update, partitions))
-                   for record, update in updates]
+        futures = []
+        for record, update in updates:
+            if stamp_now:
+                record["ts"] = int(time.time() * 1000)
+            futures.append(await p.send(topic, orjson.dumps(record), key=config_key(update),
+                                        partition=entity_partition(update, partitions)))
         await p.flush()
         for f in futures:
             await f

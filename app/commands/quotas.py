@@ -96,7 +96,7 @@ def run_alter(args: argparse.Namespace) -> int:
     settings, bootstrap = settings_with_bootstrap()
     topic = str(settings.topic_configs)
     topic_spec = None if args.no_create_topics else next(s for s in topic_specs(settings) if s[0] == topic)
-    run_kafka(bootstrap, write_records(bootstrap, topic, records, topic_spec))
+    run_kafka(bootstrap, write_records(bootstrap, topic, records, topic_spec, stamp_now=True))
     for record, _update in records:
         if args.json:
             emit(orjson.dumps(record).decode())

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
                 bad_lines += 1
                 print(f"line {result.index + 1}: {reason}", file=sys.stderr)
                 if deadletter is None:
-                    deadletter = stack.enter_context(open(args.deadletter_out, "ab"))
+                    deadletter = _open_out(args.deadletter_out, stack, "ab")
+                    assert deadletter is not None  # the option has a default
                 source_name = f"{args.input}:{result.index + 1}"
                 deadletter.write(encode_deadletter(reason, raw, source_name) + b"\n")
     if not args.quiet:
@@ -79,10 +80,16 @@ def rewindable(source: IO[bytes], stack: contextlib.ExitStack) -> IO[bytes]:
     return cast(IO[bytes], spool)
 
 
-def _open_out(path: str | None, stack: contextlib.ExitStack) -> IO[bytes] | None:
+def _open_out(path: str | None, stack: contextlib.ExitStack, mode: str = "wb") -> IO[bytes] | None:
+    """An output file (`-`: stdout); one that cannot be written is a user error, not a traceback."""
+    from app.cli import UserError
+
     if path is None:
         return None
     if path == "-":
         return sys.stdout.buffer
-    return stack.enter_context(open(path, "wb"))
+    try:
+        return stack.enter_context(open(path, mode))
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
 

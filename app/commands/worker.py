@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
 from app.cli_support import ensure_product_topics
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.embedded:
         raise UserError("KAFKA_BOOTSTRAP_SERVERS is not set: point it at your Kafka cluster, "
                         "or run `quota-streams demo` to use the embedded broker")
+    check_web_address(str(settings.web_host), int(settings.web_port))  # type: ignore[call-overload]
     if not args.no_create_topics:
         ensure_product_topics(settings)
     try:
@@ -43,3 +45,23 @@ def run(args: argparse.Namespace) -> int:
                 "--web-port", str(settings.web_port), "--web-bind", str(settings.web_host)]
     app.main()
     return 0
+
+
+def check_web_address(host: str, port: int) -> None:
+    """The web server's address, tried before Faust starts: a port in use or a host that does
+    not resolve would otherwise surface as a traceback from deep inside the worker."""
+    from app.cli import UserError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UserError(f"QS_WEB_HOST={host}: cannot resolve it ({exc.strerror}); use an "
+                        "address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UserError(f"QS_WEB_HOST={host} QS_WEB_PORT={port}: cannot listen there "
+                            f"({exc.strerror}); choose a free port") from None

@@ -63,7 +63,7 @@ class EngineSettings:
     min_extension_ms: int | None = None
     #: how late after its `ts` a config record may reach Kafka and still take effect at its
     #: `ts` (half of it; the other half covers clocks): `app.engine.timeline`
-    config_grace_ms: int = 50
+    config_grace_ms: int = 20
 
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):

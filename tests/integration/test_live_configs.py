@@ -79,8 +79,10 @@ class Writer:
         self.configs: list[dict[str, Any]] = []
 
     async def configs_now(self, records: list[dict[str, Any]]) -> None:
+        """Each stamped with the time it is sent, as `quotas alter` does."""
         async with self._producer() as p:
             for record in records:
+                record = {**record, "ts": now_ms()}
                 await p.send_and_wait(self.topics["quota_config"], orjson.dumps(record), partition=0)
                 self.configs.append(record)
 
@@ -158,7 +160,7 @@ def test_configs_written_while_events_stream_apply_at_their_ts_in_every_driver(
     try:
         bootstrap = cluster.start_broker()
         writer = Writer(bootstrap, env)
-        asyncio.run(writer.configs_now([{**c, "ts": now_ms()} for c in CONFIGS]))
+        asyncio.run(writer.configs_now(CONFIGS))
         cluster.start()
         cluster.wait_ready()
         asyncio.run(writer.run(rng, seed, seconds=4, changes=5))

@@ -52,7 +52,7 @@ def no_kafka(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Any attempt to write to Kafka is recorded instead (and must not happen on errors)."""
     calls: list[Any] = []
 
-    async def fake_write(*args: Any) -> None:
+    async def fake_write(*args: Any, **kwargs: Any) -> None:
         calls.append(args)
 
     monkeypatch.setattr("app.admin.config_topic.write_records", fake_write)

@@ -3,6 +3,9 @@ in one line naming the variable, and the CLI exits 2."""
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 import pytest
 
 from app.cli import main
@@ -44,3 +47,29 @@ def test_a_negative_min_extension_is_a_usage_error(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as exit_:
         main(["replay", "--min-extension-ms", "-1", "-"])
     assert exit_.value.code == 2 and "--min-extension-ms" in capsys.readouterr().err
+
+
+def test_a_busy_web_port_or_unknown_web_host_stops_the_worker_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        monkeypatch.setenv("QS_WEB_PORT", str(busy.getsockname()[1]))
+        assert main(["worker", "--no-create-topics"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "choose a free port" in err
+    monkeypatch.setenv("QS_WEB_HOST", "no-such-host.invalid")
+    assert main(["worker", "--no-create-topics"]) == 2
+    assert "QS_WEB_HOST=no-such-host.invalid: cannot resolve it" in capsys.readouterr().err
+
+
+def test_an_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                          ) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"type": "request"}\n')
+    for option in ("--decisions-out", "--directives-out", "--deadletter-out"):
+        code = main(["replay", str(src), option, str(tmp_path / "missing" / "out.jsonl"),
+                     "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and err[-1].startswith("quota-streams replay: cannot write"), option
