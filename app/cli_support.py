@@ -12,6 +12,7 @@ import time
 from typing import IO, Callable, Iterable, Iterator, TypeVar
 
 from app.engine.engine import EngineSettings
+from app.errors import reason
 
 T = TypeVar("T")
 
@@ -128,7 +129,7 @@ def ensure_product_topics(settings: object, bootstrap: str | None = None,
     except BrokerError as exc:
         raise UserError(str(exc)) from None
     except (OSError, TimeoutError) as exc:
-        raise UserError(f"cannot reach Kafka at {address}: {exc or type(exc).__name__}; {fix}") from None
+        raise UserError(f"cannot reach Kafka at {address}: {reason(exc)}; {fix}") from None
     except Exception as exc:  # aiokafka raises its own KafkaConnectionError etc.
         if type(exc).__module__.startswith("aiokafka"):
             raise UserError(f"cannot reach Kafka at {address} ({type(exc).__name__}); {fix}") from None

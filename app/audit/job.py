@@ -49,6 +49,7 @@ from app.audit.recompute import (
 )
 from app.audit.results import RESULT_DDL
 from app.engine.engine import EngineSettings
+from app.errors import reason
 from app.kafka_security import client_options, from_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -244,7 +245,7 @@ def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
     try:
         return loop.run_until_complete(asyncio.wait_for(run(), timeout_s + 5))
     except Exception as exc:  # noqa: BLE001 - any connection failure is one line for the user
-        raise AuditError(f"cannot reach Kafka at {bootstrap}: {exc or type(exc).__name__}") from None
+        raise AuditError(f"cannot reach Kafka at {bootstrap}: {reason(exc)}") from None
     finally:
         loop.close()
 

@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
                 continue
             for reason in routed.skipped:
                 bad_events += 1
-                print(f"line {number}: {reason} (the batch's other events are sent)",
-                      file=sys.stderr)
+                rest = "" if args.strict else " (the batch's other events are sent)"
+                print(f"line {number}: {reason}{rest}", file=sys.stderr)
             out.extend(routed.records)
     if (bad or bad_events) and args.strict:
         print(f"{_count(bad, 'bad line')}, {_count(bad_events, 'bad batch event')}: nothing sent "

@@ -37,6 +37,7 @@ from typing import Any
 from app.engine.engine import EngineSettings
 from app.gateway import messages
 from app.gateway.connection import Session
+from app.errors import reason
 from app.gateway.local import LocalQuotas
 from app.gateway.frames import SIZE, frame
 from app.gateway.messages import MessageError, Node
@@ -100,7 +101,7 @@ async def probe_cluster(upstream: tuple[Address, ...], tls: ssl.SSLContext | Non
             async with asyncio.timeout(timeout):
                 return await _probe_one(host, port, tls)
         except (OSError, TimeoutError, MessageError, struct.error, asyncio.IncompleteReadError) as exc:
-            reasons.append(f"{host}:{port}: {exc or type(exc).__name__}")
+            reasons.append(f"{host}:{port}: {reason(exc)}")
     raise GatewayError("cannot reach the upstream cluster (" + "; ".join(reasons) + "); check "
                        "--upstream (and its TLS settings)")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.errors import reason
 from app.settings import SettingsError, load
 
 
@@ -73,3 +74,9 @@ def test_an_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.Capture
                      "--quiet"])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and err[-1].startswith("quota-streams replay: cannot write"), option
+
+
+def test_an_error_without_text_still_says_something() -> None:
+    assert "no answer in time" in reason(TimeoutError())
+    assert reason(ConnectionRefusedError(111, "Connection refused")) == "[Errno 111] Connection refused"
+    assert reason(KeyError()) == "KeyError"
