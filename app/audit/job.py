@@ -235,8 +235,8 @@ def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                     enable_auto_commit=False,
                                     request_timeout_ms=int(timeout_s * 1000), **client_options())
-        await consumer.start()
-        try:
+        try:  # stopped even when the start fails, or aiokafka warns of an unclosed consumer
+            await consumer.start()
             return set(await consumer.topics())
         finally:
             await consumer.stop()

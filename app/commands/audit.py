@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise UserError("the audit needs PySpark: pip install 'quota-streams[audit]'") from None
     from app.audit.common import parse_when
-    from app.audit.job import AuditError, AuditOptions, Progress, Topics, build_session, run_audit
+    from app.audit.job import (AuditError, AuditOptions, Progress, Topics, build_session,
+                               existing_topics, run_audit)
     from app.audit.report import format_recommendations
 
     try:
@@ -105,6 +106,15 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1")
     if args.headroom <= 0:
         raise UserError("--headroom must be > 0")
+    _check_out(args.out)
+    if needs_kafka:  # before Spark's ~10 s start: an unreachable cluster is known in a moment
+        from app.kafka_io import quiet_client_logs
+
+        quiet_client_logs()
+        try:
+            existing_topics(args.bootstrap)
+        except AuditError as exc:
+            raise UserError(str(exc)) from None
     opts = AuditOptions(
         out=args.out, inputs=args.input, settings=engine_settings(args),
         topics=Topics(args.topic_request, args.topic_connection, args.topic_mutation,
@@ -160,3 +170,16 @@ def _print_summary(summary: dict, format_recommendations) -> None:  # type: igno
     if sys.stdout.isatty():
         print(f"took {summary['seconds']['total']:.1f}s")
 
+
+def _check_out(out: str) -> None:
+    """A local output directory must be creatable before Spark starts (remote ones, s3a:// or
+    hdfs://, are Spark's to reach)."""
+    from app.cli import UserError
+
+    if "://" in out and not out.startswith("file:"):
+        return
+    path = Path(out.removeprefix("file://").removeprefix("file:"))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write --out {out}: {exc.strerror}") from None
