@@ -18,6 +18,7 @@ from app.sim.scenario import (
     QuotaFile,
     ScenarioError,
     as_list,
+    client_head,
     integer,
     number,
     positive,
@@ -118,20 +119,9 @@ def parse_demo(data: Any, default_name: str = "demo") -> DemoSpec:
 
 
 def _client(raw: Any, index: int, gateways: int, topics: Mapping[str, int]) -> DemoClient:
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"clients[{index}] must be a mapping")
-    unknown_fields(raw, _CLIENT, f"clients[{index}]")
-    program = raw.get("program")
-    if program not in PROGRAMS:
-        raise ScenarioError(f"clients[{index}].program: {program!r} is not one of {', '.join(PROGRAMS)}")
-    name = str(raw.get("name", f"{program}-{index}"))
-    where = f"client {name!r}"
-    values: dict[str, Any] = {"name": name, "program": program}
-    for key in ("library", "client_id", "topic", "note"):
-        if key in raw:
-            if not isinstance(raw[key], str):
-                raise ScenarioError(f"{where}.{key} must be a string")
-            values[key] = raw[key]
+    values, where = client_head(raw, index, _CLIENT, "program", PROGRAMS,
+                                ("library", "client_id", "topic", "note"))
+    program = values["program"]
     if values.get("library", "confluent-kafka") not in LIBRARIES:
         raise ScenarioError(f"{where}.library must be one of {', '.join(LIBRARIES)}")
     if "gateway" in raw:

@@ -230,21 +230,9 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
 
 def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
             default_listener: str) -> ClientSpec:
-    where = f"clients[{index}]"
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{where} must be a mapping")
-    unknown_fields(raw, _CLIENT_KEYS, where)
-    kind = raw.get("kind")
-    if kind not in KINDS:
-        raise ScenarioError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
-    name = str(raw.get("name", f"{kind}-{index}"))
-    where = f"client {name!r}"
-    values: dict[str, Any] = {"name": name, "kind": kind}
-    for key in ("user", "client_id", "listener", "api"):
-        if key in raw:
-            if not isinstance(raw[key], str):
-                raise ScenarioError(f"{where}.{key} must be a string")
-            values[key] = raw[key]
+    values, where = client_head(raw, index, _CLIENT_KEYS, "kind", KINDS,
+                                ("user", "client_id", "listener", "api"))
+    kind = values["kind"]
     if "ip" in raw:
         try:
             values["ip"] = str(ipaddress.ip_address(str(raw["ip"])))
@@ -278,6 +266,29 @@ def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
     if "stop" in values and values["stop"] <= values.get("start", 0.0):
         raise ScenarioError(f"{where}.stop must be after start")
     return ClientSpec(**values)
+
+
+def client_head(raw: Any, index: int, allowed: set[str], selector: str, choices: Any,
+                strings: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    """The checks every scenario file's `clients[index]` entry starts with: a mapping of known
+    fields whose `selector` is one of `choices`; its name (default `<selector>-<index>`) and
+    string fields. Returns those values and the name to report errors under."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"clients[{index}] must be a mapping")
+    unknown_fields(raw, allowed, f"clients[{index}]")
+    chosen = raw.get(selector)
+    if chosen not in choices:
+        raise ScenarioError(f"clients[{index}].{selector}: {chosen!r} is not one of "
+                            f"{', '.join(choices)}")
+    name = str(raw.get("name", f"{chosen}-{index}"))
+    where = f"client {name!r}"
+    values: dict[str, Any] = {"name": name, selector: chosen}
+    for key in strings:
+        if key in raw:
+            if not isinstance(raw[key], str):
+                raise ScenarioError(f"{where}.{key} must be a string")
+            values[key] = raw[key]
+    return values, where
 
 
 def quota_entry(raw: Any, index: int) -> Mapping[str, Any]:
