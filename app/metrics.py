@@ -61,6 +61,10 @@ CONFIG_MISSED = Counter("quota_streams_config_missed",
                         "Config records read after events they applied to were judged (a write "
                         "delay or clock skew beyond the grace; the audit will differ)",
                         registry=REGISTRY)
+CLOCK_SEEDS = Counter("quota_streams_clock_seeds",
+                      "Source partitions whose stream clock was rebuilt from the records before "
+                      "the worker's first one, by outcome (failed: it started empty)",
+                      ["outcome"], registry=REGISTRY)
 CONFIG_WATERMARK_AGE = Gauge("quota_streams_config_watermark_age_seconds",
                              "Wall time since the config topic was last confirmed read to its end",
                              registry=REGISTRY)

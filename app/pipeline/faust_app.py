@@ -35,6 +35,7 @@ from app.engine.events import StreamClock
 from app.gc_tuning import tune_gc
 from app.kafka_security import KafkaSecurity
 from app.pipeline.aggregate import apply_rows
+from app.pipeline.clock_seed import ClockSeeder
 from app.pipeline.codec import decode_rows, encode_rows, latest_arrival
 from app.pipeline.config_follower import ConfigFollower
 from app.pipeline.ingest import MAX_ROWS, Outbox, parse_source, route_events
@@ -126,6 +127,7 @@ pending: dict[int, list[Any]] = defaultdict(list)
 outbox = Outbox()  # the ingest's rows not yet sent to the samples topic
 state_lock = asyncio.Lock()
 clocks: dict[tuple[str, int], StreamClock] = {}
+seeder = ClockSeeder(bootstrap)
 stats: Counter[str] = Counter()  # for the periodic progress line in the log
 metrics_seen: Counter[str] = Counter()  # follower counters already exported
 processed: dict[TP, int] = {}  # next offset to process per source/samples partition (lag gauge)
@@ -210,7 +212,7 @@ async def route(event: faust.EventT) -> None:
     processed[message.tp] = message.offset + 1
     clock = clocks.get((message.topic, message.partition))
     if clock is None:
-        clock = clocks[(message.topic, message.partition)] = StreamClock()
+        clock = clocks[(message.topic, message.partition)] = await seeded_clock(message)
     arrival = arrival_ms(event)
     events, dead = parse_source(event.value, clock)
     if events:
@@ -224,6 +226,16 @@ async def route(event: faust.EventT) -> None:
             await send_deadletter(reason, raw, where, event.key)
     if outbox.size >= MAX_ROWS:
         await send_outbox()
+
+
+async def seeded_clock(message: Any) -> StreamClock:
+    """The clock a worker that had read the partition from its start would have here."""
+    clock = StreamClock()
+    found = await seeder.timestamps(message.topic, message.partition, message.offset)
+    metrics.CLOCK_SEEDS.labels("failed" if found is None else "seeded").inc()
+    if found:
+        clock.seed(found)
+    return clock
 
 
 async def send_outbox() -> None:
@@ -357,6 +369,7 @@ async def on_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
     """Forget windows of partitions this worker lost; their new owner restores the table."""
     async with state_lock:
         for tp in revoked:
+            clocks.pop((tp.topic, tp.partition), None)  # its next owner may move it on
             if tp.topic == samples_name:
                 caches.pop(tp.partition, None)
                 pending.pop(tp.partition, None)

@@ -88,6 +88,17 @@ def parse_source(value: bytes | None, clock: StreamClock) -> tuple[list[Event], 
     return events, dead
 
 
+def event_timestamps(value: bytes | None) -> list[int]:
+    """The `ts` of every event of a source record that a `StreamClock` would judge (what
+    `parse_source` checks), in order: what rebuilds a partition's clock (`StreamClock.seed`)."""
+    try:
+        record = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return []
+    return [item.ts for item in parse_record(record)
+            if not isinstance(item, (BadEvent, ConfigUpdate))]
+
+
 def route_events(events: list[Event], router: Router, appended_ms: int, outbox: Outbox) -> None:
     """Put validated events' rows in the outbox, each where its windows live under the configs
     in force for it (`appended_ms`: its source record's Kafka timestamp, its arrival)."""

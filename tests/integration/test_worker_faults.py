@@ -1,5 +1,6 @@
 """A worker whose agent dies exits non-zero (for the orchestrator to restart it) instead of
-running on with partitions nobody processes; SIGTERM stops a busy worker promptly."""
+running on with partitions nobody processes; SIGTERM stops a busy worker promptly; a restarted
+worker judges timestamps by the partition's history, not by its first record."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from aiokafka import AIOKafkaProducer
 
 from app.audit.synth import CONFIGS, T0, scenario
 from app.launcher import LocalCluster
+
+try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
+    from tests.integration.pipeline_io import read_directives, wait_committed
+except ImportError:  # pragma: no cover
+    from pipeline_io import read_directives, wait_committed  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.integration
 MARKER = "crash-here-7f3a"
@@ -88,5 +94,38 @@ def test_sigterm_stops_a_busy_worker_promptly(kafka_bootstrap: str, tmp_path: Pa
         code = wait_exit(cluster, 30)
         assert code is not None, "SIGTERM did not stop the worker within 30 s"
         assert time.monotonic() - started < 30
+    finally:
+        cluster.stop()
+
+
+def test_a_junk_timestamp_first_after_a_restart_costs_only_itself(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The stream clock is rebuilt from the records before the restarted worker's first one:
+    a `ts: 0` event there is dead-lettered alone. A clock starting empty would accept it and
+    dead-letter the good event after it."""
+    env = worker_env(tmp_path)
+    topic = env["QS_TOPIC_REQUEST"]
+    batches = [orjson.dumps(r) for r in scenario(seed=5, start_ms=T0, seconds=20)
+               if r["type"] == "batch"]
+    half = len(batches) // 2
+    cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
+    try:
+        cluster.start()
+        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"],
+                         [orjson.dumps(c) for c in CONFIGS]))
+        cluster.wait_ready()
+        asyncio.run(send(kafka_bootstrap, topic, batches[:half]))
+        asyncio.run(wait_committed(kafka_bootstrap, env, timeout=120))
+        cluster.kill_worker(0, signal.SIGKILL)
+        junk = {"type": "request", "v": 1, "ts": 0, "broker": 1, "user": "junk",
+                "client_id": "c", "api": "Produce", "bytes": 1}
+        asyncio.run(send(kafka_bootstrap, topic, [orjson.dumps(junk)] + batches[half:]))
+        cluster.start_worker(0)
+        cluster.wait_ready()
+        asyncio.run(wait_committed(kafka_bootstrap, env, timeout=120))
+        dead = [orjson.loads(v) for v in asyncio.run(
+            read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 1, timeout=20))]
+        assert [d["value"] for d in dead] == [junk]
+        assert "from the stream time" in dead[0]["reason"]
     finally:
         cluster.stop()
