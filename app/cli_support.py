@@ -40,6 +40,10 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
                    help="QS_CONFIG_GRACE_MS of the workers: a config record that reached Kafka "
                    "more than half this after its ts is in force from its arrival (default "
                    "%(default)s)")
+    g.add_argument("--idle-expiry-ms", type=int_at_least(0), default=3_600_000,
+                   help="QS_IDLE_EXPIRY_MS of the workers: a window idle longer than this starts "
+                   "afresh, as Kafka expires an inactive quota sensor (default %(default)s; "
+                   "0: never)")
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
@@ -74,7 +78,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         scope=args.scope, accounting=args.accounting, window_num=args.window_num, window_ms=args.window_ms,
         controller_window_num=args.controller_window_num,
         controller_window_ms=args.controller_window_ms, min_extension_ms=args.min_extension_ms,
-        config_grace_ms=args.config_grace_ms,
+        config_grace_ms=args.config_grace_ms, idle_expiry_ms=args.idle_expiry_ms,
     )
 
 

@@ -32,6 +32,10 @@ LATENCY = Histogram("quota_streams_event_to_directive_latency_seconds",
                     registry=REGISTRY)
 LAG = Gauge("quota_streams_consumer_lag_records", "Records behind the end of each assigned partition",
             ["topic", "partition"], registry=REGISTRY)
+WINDOWS_EXPIRED = Counter("quota_streams_windows_expired",
+                          "Quota windows dropped after QS_IDLE_EXPIRY_MS of event time without "
+                          "an event (a tombstone each on the table's changelog)",
+                          registry=REGISTRY)
 ACTIVE_ENTITIES = Gauge("quota_streams_active_entities", "Quota windows held by this worker",
                         registry=REGISTRY)
 THROTTLED_ENTITIES = Gauge("quota_streams_throttled_entities",

@@ -116,6 +116,7 @@ class Replayer:
         if reason is not None:
             return {"throttle_time_ms": 0, "decisions": [], "error": reason}, [], (reason, raw)
         decisions, directives = self.engine.process(item)
+        self.engine.expire_due(item.ts)
         return {
             "throttle_time_ms": max((d.throttle_time_ms for d in decisions), default=0),
             "decisions": [d.as_dict() for d in decisions],

@@ -133,6 +133,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_INGEST_LINGER_MS", "10", "how long the ingest gathers source records before re-keying them together (fewer, larger internal records; adds up to this much latency)", _positive_int),
     Setting("QS_CONFIG_GRACE_MS", "20", "an event is judged once the config topic is read past its arrival plus this; a config record reaching Kafka more than half of it after its ts is in force from its arrival (set audit/replay --config-grace-ms the same)", _non_negative_int),
     Setting("QS_CONFIG_HOLD_MAX_MS", "2000", "longest an event is held waiting for the config topic (counted when reached)", _positive_int),
+    Setting("QS_IDLE_EXPIRY_MS", "3600000", "a quota window idle longer than this (event time) starts afresh and leaves memory, RocksDB and the changelog, as Kafka expires an inactive sensor after an hour (set audit/replay --idle-expiry-ms the same; 0: never)", _non_negative_int),
     Setting("QS_FLUSH_INTERVAL_MS", "1000", "how often dirty windows are written to the table and their offsets acked", _positive_int),
     Setting("QS_METRICS_TOP_N", "20", "entities with per-entity gauges (bounds label cardinality; 0: none, so /metrics names no entity)", _non_negative_int),
     Setting("QS_LOG_LEVEL", "info", "log level", _log_level),

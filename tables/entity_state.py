@@ -1,101 +1,82 @@
-"""Per-entity quota state in a changelog-backed RocksDB Faust table, behind a write-back cache.
+"""Per-window quota state in a changelog-backed RocksDB Faust table, behind a write-back cache.
 
-Table writes are Faust's expensive path (one changelog record each), so the engine works on
-decoded state objects in memory, windows share table rows (buckets), and each touched row is
-written at most once per flush.
-The flush is tied to offset acknowledgement: a source record is acked (and so can be committed)
-only after every window it changed has been written. A crash therefore loses no update; it can
-re-apply the records between the last flush's changelog write and the following offset commit
-(at-least-once).
+One table key per window (`app.engine.engine` state keys), its value in the versioned format of
+`app.engine.state_codec`: the changelog carries bytes in proportion to the windows that
+changed, and an idle window leaves with a tombstone, so the compacted changelog and RocksDB
+shrink with the active population.
+
+The engine works on decoded state objects in memory; each changed window is written at most
+once per flush. The flush is tied to offset acknowledgement: a source record is acked (and so
+can be committed) only after every window it changed has been written. A crash therefore loses
+no update; it can re-apply the records between the last flush's changelog write and the
+following offset commit (at-least-once).
 """
 
 from __future__ import annotations
 
 import logging
-import struct
-import zlib
-from typing import Any, Callable, Iterator, MutableMapping
+from typing import Any, Callable, Iterable, Iterator, MutableMapping, Protocol
 
 from app.engine.engine import State
 from app.engine.state_codec import StateDecodeError, decode, encode
 
 log = logging.getLogger(__name__)
 
-TABLE_NAME = "entity-state"
+#: Renamed from "entity-state" (rows of 64 windows) when rows became windows: an upgraded
+#: worker starts its windows afresh (they hold seconds of history) instead of misreading rows.
+TABLE_NAME = "entity-windows"
 
 
-BUCKETS = 64
-_ENTRY = struct.Struct("<HI")
+class WindowStore(Protocol):
+    """One partition of the table as bytes (`tables.faust_store.PartitionStore`, or a dict in
+    tests and benchmarks)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def items(self) -> Iterable[tuple[bytes, bytes]]: ...
 
 
-def bucket_of(key: str) -> int:
-    """Which table row holds a window: crc32 is stable across processes."""
-    return zlib.crc32(key.encode()) % BUCKETS
-
-
-def encode_entry(key: str, state: State) -> bytes:
-    """One window inside a table row: `key_len:u16 state_len:u32 key state`."""
-    k = key.encode()
-    v = encode(state)
-    return _ENTRY.pack(len(k), len(v)) + k + v
-
-
-def encode_bucket(entries: list[tuple[str, State]]) -> bytes:
-    return b"".join(encode_entry(key, state) for key, state in entries)
-
-
-def decode_bucket(data: bytes) -> dict[str, State]:
-    out: dict[str, State] = {}
-    offset = 0
-    while offset < len(data):
-        klen, vlen = _ENTRY.unpack_from(data, offset)
-        offset += _ENTRY.size
-        key = data[offset:offset + klen].decode()
-        offset += klen
-        out[key] = decode(data[offset:offset + vlen])
-        offset += vlen
-    if offset != len(data):
-        raise StateDecodeError("truncated bucket")
-    return out
+#: Writes one window's new bytes (None: a tombstone) to the store and the changelog.
+Write = Callable[[str, "bytes | None"], None]
 
 
 class PartitionCache(MutableMapping[str, State]):
-    """The decoded windows of one table partition; reads fall through to the table.
+    """The decoded windows of one table partition; reads fall through to the partition's store.
 
-    Windows are stored BUCKETS to a table row, so a flush writes at most BUCKETS rows per
-    partition however many windows changed: Faust's cost is per table write (a changelog
-    record each), and 10k busy entities would otherwise mean 10k+ writes per flush.
-
-    Reads must happen while Faust's current event is from this partition (Faust's RocksDB
-    store picks the partition from it), which holds inside the agent's iteration.
+    `load_all` reads every window the partition holds, so an expiry sweep (`QuotaEngine.expire`
+    over this mapping) sees windows written before a restart too.
     """
 
-    def __init__(self, table: Any) -> None:
-        self.table = table
+    def __init__(self, store: WindowStore, sweep_every_ms: int = 0) -> None:
+        self.store = store
         self.states: dict[str, State] = {}
-        self.members: dict[int, set[str]] = {}
-        self.dirty: set[int] = set()
-        self.dirty_keys: set[str] = set()
-        #: encoded entries as last written, so a flush re-encodes only the windows that changed
-        self.encoded: dict[str, bytes] = {}
+        self.dirty: set[str] = set()
+        #: windows dropped since the last flush: their tombstones, and never read back
+        self.deleted: set[str] = set()
         self.decode_errors = 0
+        self.sweep_every_ms = sweep_every_ms
+        self.next_sweep = -1
 
-    def _load(self, bucket: int) -> set[str]:
-        members = self.members.get(bucket)
-        if members is not None:
-            return members
-        members = self.members[bucket] = set()
-        raw = self.table.get(f"b{bucket}")
-        if raw:
-            try:
-                states = decode_bucket(raw)
-            except (StateDecodeError, struct.error, UnicodeDecodeError) as exc:
-                self.decode_errors += 1
-                log.error("table row b%d unreadable (%s): its windows start afresh", bucket, exc)
-                return members
-            self.states.update(states)
-            members.update(states)
-        return members
+    def _decode(self, key: str, raw: bytes) -> State | None:
+        try:
+            return decode(raw)
+        except StateDecodeError as exc:
+            self.decode_errors += 1
+            log.error("window %r unreadable (%s): it starts afresh", key, exc)
+            return None
+
+    def load_all(self) -> int:
+        """Decode every window the partition holds that is not in memory yet; how many."""
+        loaded = 0
+        for raw_key, raw in self.store.items():
+            key = raw_key.decode()
+            if key in self.states or key in self.deleted:
+                continue
+            state = self._decode(key, raw)
+            if state is not None:
+                self.states[key] = state
+                loaded += 1
+        return loaded
 
     def __getitem__(self, key: str) -> State:
         state = self.get(key)
@@ -107,22 +88,26 @@ class PartitionCache(MutableMapping[str, State]):
         state = self.states.get(key)
         if state is not None:
             return state
-        self._load(bucket_of(key))
-        return self.states.get(key, default)
+        if key in self.deleted:
+            return default
+        raw = self.store.get(key.encode())
+        if raw is None:
+            return default
+        state = self._decode(key, raw)
+        if state is None:
+            return default
+        self.states[key] = state
+        return state
 
     def __setitem__(self, key: str, state: State) -> None:
-        bucket = bucket_of(key)
-        self._load(bucket).add(key)
         self.states[key] = state
-        self.dirty.add(bucket)
-        self.dirty_keys.add(key)
+        self.dirty.add(key)
+        self.deleted.discard(key)
 
     def __delitem__(self, key: str) -> None:
-        bucket = bucket_of(key)
         del self.states[key]
-        self.encoded.pop(key, None)
-        self._load(bucket).discard(key)
-        self.dirty.add(bucket)
+        self.dirty.discard(key)
+        self.deleted.add(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.states)
@@ -131,23 +116,26 @@ class PartitionCache(MutableMapping[str, State]):
         return len(self.states)
 
     def mark(self, keys: set[str]) -> None:
-        self.dirty_keys |= keys
-        self.dirty.update(bucket_of(k) for k in keys)
+        self.dirty |= keys
 
-    def flush(self, write: Callable[[str, bytes], None] | None = None) -> int:
-        """Write every dirty row once (through `write(row_key, value)` if given, else by
-        setting the table key); return how many rows were written."""
+    def sweep_due(self, now: int) -> bool:
+        """Whether event time `now` calls for an expiry sweep (every `sweep_every_ms`)."""
+        if not self.sweep_every_ms or now < self.next_sweep:
+            return False
+        self.next_sweep = now + self.sweep_every_ms
+        return True
+
+    def flush(self, write: Write) -> tuple[int, int]:
+        """Write every changed window once and a tombstone per dropped one; (written, deleted)."""
         dirty, self.dirty = self.dirty, set()
-        states, encoded = self.states, self.encoded
-        for key in self.dirty_keys:
-            if key in states:
-                encoded[key] = encode_entry(key, states[key])
-        self.dirty_keys = set()
-        for bucket in dirty:
-            members = self.members.get(bucket, ())
-            row = b"".join(encoded.get(k) or encode_entry(k, states[k]) for k in sorted(members))
-            if write is None:
-                self.table[f"b{bucket}"] = row
-            else:
-                write(f"b{bucket}", row)
-        return len(dirty)
+        deleted, self.deleted = self.deleted, set()
+        states = self.states
+        written = 0
+        for key in dirty:
+            state = states.get(key)
+            if state is not None:
+                write(key, encode(state))
+                written += 1
+        for key in deleted:
+            write(key, None)
+        return written, len(deleted)

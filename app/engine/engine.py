@@ -37,7 +37,7 @@ from app.engine.kafka_math import (
     token_throttle_time_ms,
 )
 from app.engine.pickling import by_constructor
-from app.engine.stats import Rate, TokenBucket, burst
+from app.engine.stats import Rate, TokenBucket, burst, idle
 
 State = Union[Rate, TokenBucket]
 SEP: Final = "\x1f"
@@ -64,6 +64,10 @@ class EngineSettings:
     #: how late after its `ts` a config record may reach Kafka and still take effect at its
     #: `ts` (half of it; the other half covers clocks): `app.engine.timeline`
     config_grace_ms: int = 20
+    #: a window with no event for longer than this (event time; 0: never) starts afresh, as
+    #: Kafka drops a quota sensor inactive for an hour; idle windows may then be dropped
+    #: (`QuotaEngine.expire`) without changing any decision
+    idle_expiry_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):
@@ -75,6 +79,8 @@ class EngineSettings:
                 raise ValueError(f"{name} must be >= 1")
         if self.config_grace_ms < 0:
             raise ValueError("config_grace_ms must be >= 0")
+        if self.idle_expiry_ms < 0:
+            raise ValueError("idle_expiry_ms must be >= 0")
 
     @property
     def extension_ms(self) -> int:
@@ -162,6 +168,8 @@ class QuotaEngine:
         self._n, self._w = s.window_num, s.window_ms
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
+        self._idle = s.idle_expiry_ms
+        self._next_sweep = -1
         self._principals: dict[tuple[int, str, str], tuple[Window | None, ...]] = {}
         #: the configs of the event being processed, and the snapshot `_principals` was built on
         self._configs: QuotaConfigs = self.timeline.at(0).configs
@@ -218,6 +226,29 @@ class QuotaEngine:
     def forget_states(self) -> None:
         """Drop every reference the engine keeps to state objects (and so to their stores)."""
         self._principals.clear()
+
+    def expire(self, now: int) -> list[str]:
+        """Drop from the store every state idle at event time `now` (one that would start
+        afresh if used then, so no decision changes); returns their keys. Costs a pass over
+        the store: call it every few minutes of event time, not per event."""
+        idle_ms = self._idle
+        if not idle_ms:
+            return []
+        store = self.store
+        gone = [key for key, state in store.items() if idle(state, now, idle_ms)]
+        for key in gone:
+            del store[key]
+            self.touched.discard(key)
+        if gone:
+            self.forget_states()  # cached windows may hold the dropped states
+        return gone
+
+    def expire_due(self, now: int) -> list[str]:
+        """`expire` every sixth of the expiry time of event time, for a driver with one store."""
+        if not self._idle or now < self._next_sweep:
+            return []
+        self._next_sweep = now + self._idle // 6
+        return self.expire(now)
 
     def drain_touched(self) -> set[str]:
         touched, self.touched = self.touched, set()
@@ -347,7 +378,7 @@ class QuotaEngine:
             # KafkaApis.handleProduceRequest: bandwidth first, then request time
             if produce is not None:
                 rate = self._window_rate(produce)
-                t = rate.advance(event.ts)
+                t = rate.advance(event.ts, self._idle)
                 self._check(produce, rate, t, event.bytes, None, event.broker, decisions)
             if request is not None:
                 self._request_time(request, event, decisions)
@@ -357,7 +388,7 @@ class QuotaEngine:
             rq = 0 if request is None else self._request_time(request, event, decisions)
             if fetch is not None:
                 rate = self._window_rate(fetch)
-                t = rate.advance(event.ts)
+                t = rate.advance(event.ts, self._idle)
                 bw = self._check(fetch, rate, t, event.bytes, None, event.broker, decisions)
                 if (bw > 0 or rq > 0) and self.take_back:
                     rate.record(-event.bytes, t, self._n, self._w)
@@ -367,7 +398,7 @@ class QuotaEngine:
     def _request_time(self, window: Window, event: RequestEvent, decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
         rate = self._window_rate(window)
-        t = rate.advance(event.ts)
+        t = rate.advance(event.ts, self._idle)
         percent = round_half_even(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
         throttle = self._check(window, rate, t, percent, self._w, event.broker, decisions)
         if event.network_ms:
@@ -398,7 +429,7 @@ class QuotaEngine:
             bucket = TokenBucket(full, event.ts)
             self.store[key] = bucket
         self.touched.add(key)
-        t = bucket.advance(event.ts)
+        t = bucket.advance(event.ts, self._idle, full)
         tokens = bucket.refill(t, rate, full)
         action = "none"
         throttle = 0
@@ -425,7 +456,7 @@ class QuotaEngine:
                     entity: dict[str, Any], action: str, broker: int | None,
                     decisions: list[Decision]) -> tuple[int, Rate]:
         rate = self._rate(key)
-        t = rate.advance(t)
+        t = rate.advance(t, self._idle)
         n, w = self._n, self._w
         observed = rate.record_measure(1, t, n, w)
         throttle = 0

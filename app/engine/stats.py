@@ -75,12 +75,29 @@ class Rate:
         self.purge_at = 0
         self.oldest = UNKNOWN
 
-    def advance(self, t: int) -> int:
-        """Return the time to use for an event at `t`: never earlier than one already seen."""
+    def advance(self, t: int, idle_ms: int = 0) -> int:
+        """Return the time to use for an event at `t`: never earlier than one already seen.
+
+        A state idle for more than `idle_ms` (0: never) with no directive in force starts
+        afresh, as Kafka expires an inactive sensor and creates a new one.
+        """
         if t < self.clock:
             return self.clock
+        if idle_ms and t - self.clock > idle_ms and self.until <= t and self.values:
+            self.reset()
         self.clock = t
         return t
+
+    def reset(self) -> None:
+        """The state of a new `Rate` (its clock is set by the caller)."""
+        self.values, self.starts, self.lasts = [], [], []
+        self.current = 0
+        self.cur_value = 0.0
+        self.cur_last = self.cur_start = 0
+        self.until = 0
+        self.purge_at = 0
+        self.oldest = UNKNOWN
+        self.window = 0
 
     def _new_sample(self, now: int, n: int) -> None:
         """Move on to the next slot (a new sample starting at `now`), or create the first."""
@@ -208,9 +225,12 @@ class TokenBucket:
         self.clock = now
         self.until = 0
 
-    def advance(self, t: int) -> int:
+    def advance(self, t: int, idle_ms: int = 0, full: float = 0.0) -> int:
+        """As `Rate.advance`; a bucket that starts afresh is full (`full`)."""
         if t < self.clock:
             return self.clock
+        if idle_ms and t - self.clock > idle_ms and self.until <= t:
+            self.tokens, self.last, self.until = full, t, 0
         self.clock = t
         return t
 
@@ -224,6 +244,11 @@ class TokenBucket:
         self.refill(now, rate, burst)
         tokens = self.tokens - value
         self.tokens = burst if tokens > burst else tokens
+
+
+def idle(state: Rate | TokenBucket, now: int, idle_ms: int) -> bool:
+    """Whether a state would start afresh at `now` (what `advance` checks): safe to drop."""
+    return now - state.clock > idle_ms and state.until <= now
 
 
 def burst(rate: float, n: int, w: int) -> float:

@@ -60,6 +60,7 @@ class LocalQuotas:
         event = RequestEvent(ts, broker, listener, user, client_id, ip, api, nbytes, thread_ms,
                              0.0, exempt, 1)
         decisions, _ = self.engine.process(event)
+        self.engine.expire_due(ts)  # idle principals leave memory
         return max((d.throttle_time_ms for d in decisions), default=0)
 
     def fetch_cap(self, user: str, client_id: str) -> int | None:

@@ -44,6 +44,15 @@ def row_event(row: list[Any]) -> tuple[Event, tuple[str, ...] | None, int]:
             None, row[10])
 
 
+def latest_ts(rows: list[list[Any]]) -> int:
+    """The latest event time (ms) among rows (-1 for none): every row starts with it."""
+    latest = -1
+    for row in rows:
+        if row[1] > latest:
+            latest = row[1]
+    return latest
+
+
 def latest_arrival(rows: list[list[Any]]) -> int:
     """The latest source append time (ms) among rows (-1 for none): every row ends with it."""
     latest = -1

@@ -6,8 +6,8 @@ Topology (all quota logic is in `app.engine`; this module only moves bytes and s
         -> agent `ingest`: validate, dead-letter bad events, resolve the quota entity and
            re-key: rows grouped per destination partition, many events per record
     <app_id>-samples                              (internal, partitioned by crc32(route key))
-        -> agent `aggregate`: QuotaEngine over windows in the `entity-state` RocksDB table,
-           directives sent as soon as they are decided
+        -> agent `aggregate`: QuotaEngine over windows in the `entity-windows` RocksDB table,
+           directives sent as soon as they are decided; idle windows expire
     quota.directives                              (the control topic)
 
 Run it with `quota-streams worker` (or `faust -A app.pipeline.faust_app worker -l info`).
@@ -18,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections import Counter, defaultdict
 from typing import Any, cast
 
 import faust
 from mode import CrashingSupervisor
 import orjson
-from faust.streams import _current_event
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import TP
 
@@ -36,7 +34,7 @@ from app.gc_tuning import tune_gc
 from app.kafka_security import KafkaSecurity
 from app.pipeline.aggregate import apply_rows
 from app.pipeline.clock_seed import ClockSeeder
-from app.pipeline.codec import decode_rows, encode_rows, latest_arrival
+from app.pipeline.codec import decode_rows, encode_rows, latest_arrival, latest_ts
 from app.pipeline.config_follower import ConfigFollower
 from app.pipeline.ingest import MAX_ROWS, Outbox, parse_source, route_events
 from app.pipeline.partitioner import MemoPartitioner
@@ -45,6 +43,7 @@ from app.pipeline.topology import samples_topic
 from app.replay import encode_deadletter
 from app.settings import Settings, load
 from tables.entity_state import TABLE_NAME, PartitionCache
+from tables.faust_store import PartitionStore, raw_table
 from tables.recovery import install_highwater_fix
 
 log = logging.getLogger("quota_streams")
@@ -107,7 +106,10 @@ engine_settings = EngineSettings(
     controller_window_num=int(settings.controller_window_num),
     controller_window_ms=int(settings.controller_window_size_ms),
     config_grace_ms=int(settings.config_grace_ms),
+    idle_expiry_ms=int(settings.idle_expiry_ms),
 )
+#: how often (event time) each partition's windows are swept for idle ones
+sweep_every_ms = engine_settings.idle_expiry_ms // 6
 engine = QuotaEngine(engine_settings)
 partitions = int(settings.partitions)
 router = Router(engine, partitions)
@@ -117,7 +119,8 @@ samples = app.topic(samples_topic(settings), partitions=partitions, internal=Tru
 samples_name = samples.get_topic_name()
 directives_name = str(settings.topic_directives)
 deadletter_topic = app.topic(settings.topic_deadletter)
-state_table = app.Table(TABLE_NAME, partitions=partitions, key_type=str, value_type=bytes)
+state_table = raw_table(app.Table(TABLE_NAME, partitions=partitions, key_type=bytes,
+                                  value_type=bytes))
 
 follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.timeline)
 hold_max_s = int(settings.config_hold_max_ms) / 1000.0
@@ -261,15 +264,31 @@ async def aggregate(stream: faust.StreamT) -> None:
         async with state_lock:                           # worker's ingest routed them
             cache = caches.get(partition)
             if cache is None:
-                cache = caches[partition] = PartitionCache(state_table)
+                cache = caches[partition] = partition_cache(partition)
             engine.store = cache
             out = apply_rows(engine, rows, top_entities.latest)
             stats["samples"] += len(rows)
             stats["records"] += 1
+            now = latest_ts(rows)
+            if cache.sweep_due(now):
+                expired = engine.expire(now)
+                stats["expired"] += len(expired)
+                metrics.WINDOWS_EXPIRED.inc(len(expired))
             cache.mark(engine.drain_touched())
             pending[partition].append(event)
         for directive, appended_ms in out:
             await publish(directive, appended_ms)
+
+
+def partition_cache(partition: int) -> PartitionCache:
+    """A partition's windows, all of them read (an expiry sweep then sees every one)."""
+    cache = PartitionCache(PartitionStore(state_table, partition), sweep_every_ms)
+    started = time.monotonic()
+    loaded = cache.load_all()
+    if loaded:
+        log.info("partition %d: %d windows loaded in %.1f s", partition, loaded,
+                 time.monotonic() - started)
+    return cache
 
 
 async def publish(directive: dict[str, Any], appended_ms: int) -> None:
@@ -281,15 +300,6 @@ async def publish(directive: dict[str, Any], appended_ms: int) -> None:
     metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
 
 
-def row_writer(partition: int, delivered: list[Any]) -> Any:
-    """What `table[key] = value` does (RocksDB write + changelog record), keeping the send's
-    future so the flush can wait until the changelog record is acknowledged by the broker."""
-    def write(key: str, value: bytes) -> None:
-        state_table.data[key] = value
-        delivered.append(state_table.send_changelog(partition, key, value))
-    return write
-
-
 async def flush_all() -> None:
     """Write each partition's dirty windows once, then ack the records that changed them.
 
@@ -297,8 +307,6 @@ async def flush_all() -> None:
     the changelog's delivery outside it: the agents keep running meanwhile instead of stalling
     for the whole flush (a latency spike once per flush interval).
 
-    Faust's RocksDB store and changelog pick the partition from the current event, so the
-    write runs with the current event set to the partition's latest pending record.
     """
     written: list[Any] = []
     delivered: list[Any] = []
@@ -308,12 +316,10 @@ async def flush_all() -> None:
             if not events:
                 continue
             cache = caches.get(partition)
-            if cache is not None and cache.dirty:
-                token = _current_event.set(weakref.ref(events[-1]))
-                try:
-                    stats["rows_written"] += cache.flush(row_writer(partition, delivered))
-                finally:
-                    _current_event.reset(token)
+            if cache is not None and (cache.dirty or cache.deleted):
+                written_now, deleted_now = cache.flush(cache.store.writer(delivered))
+                stats["windows_written"] += written_now
+                stats["tombstones"] += deleted_now
             written.extend(events)
             events.clear()
         await asyncio.sleep(0)
@@ -348,8 +354,9 @@ async def flush_loop() -> None:
             delta = stats - last
             last = stats.copy()
             log.info("last %.0f s: %d samples (%.0f/s) in %d internal records, %d directives, "
-                     "%d table rows written", elapsed, delta["samples"], delta["samples"] / elapsed,
-                     delta["records"], delta["directives"], delta["rows_written"])
+                     "%d windows written, %d expired", elapsed, delta["samples"],
+                     delta["samples"] / elapsed, delta["records"], delta["directives"],
+                     delta["windows_written"], delta["expired"])
 
 
 def export_lag() -> None:

@@ -29,5 +29,5 @@ def topic_specs(settings: Settings) -> list[tuple[str, int, Mapping[str, str] | 
         (settings.topic_directives, p, None),
         (settings.topic_deadletter, 1, None),
         (samples_topic(settings), p, None),
-        (f"{settings.app_id}-entity-state-changelog", p, COMPACT),
+        (f"{settings.app_id}-entity-windows-changelog", p, COMPACT),
     ]

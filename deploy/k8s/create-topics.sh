@@ -48,8 +48,8 @@ topics=(
   "$QS_TOPIC_DEADLETTER|1|cleanup.policy=delete retention.ms=$((30 * DAY_MS))"
   # events re-keyed by resolved quota entity (the workers' internal topic)
   "$QS_APP_ID-samples|$P|cleanup.policy=delete retention.ms=$DAY_MS"
-  # changelog of the Faust table `entity-state` (tables/entity_state.py)
-  "$QS_APP_ID-entity-state-changelog|$P|cleanup.policy=compact"
+  # changelog of the Faust table `entity-windows` (tables/entity_state.py)
+  "$QS_APP_ID-entity-windows-changelog|$P|cleanup.policy=compact"
 )
 
 if [ "$mode" = create ]; then
