@@ -61,6 +61,16 @@ def _port(raw: str) -> int:
     return value
 
 
+def _signing_keys(raw: str) -> str:
+    from app.signing import Signing, SigningError
+
+    try:
+        Signing.parse(raw)
+    except SigningError as exc:
+        raise ValueError(str(exc)) from None
+    return raw
+
+
 def _bootstrap(raw: str) -> str:
     """Empty (the embedded broker) or host:port[,host:port...], as Kafka clients take it."""
     for part in filter(None, (p.strip() for p in raw.split(","))):
@@ -111,6 +121,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KAFKA_SASL_MECHANISM", "PLAIN", "sasl.mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
     Setting("KAFKA_SASL_USERNAME", "", "SASL user of this component (see docs/security.md for its ACLs)"),
     Setting("KAFKA_SASL_PASSWORD", "", "SASL password (a secret: from a Kubernetes Secret, never a ConfigMap)", secret=True),
+    Setting("QS_SIGNING_KEYS", "", "id:secret[,id:secret] HMAC keys: writers seal directives and quota configs with the first, readers refuse records no listed key sealed (a secret; docs/security.md)", _signing_keys, secret=True),
     Setting("QS_VERIFY_END_OFFSETS", "0", "confirm end offsets by fetching (on for the embedded Tansu broker, which under-reports them)", _flag),
     Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics", _kafka_name),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
@@ -174,7 +185,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
             reason = str(exc) if setting.parse is not int else "must be an integer"
             if "invalid literal" in reason:
                 reason = "must be an integer"
-            raise SettingsError(f"{setting.env}={raw!r}: {reason}") from None
+            shown = "<hidden>" if setting.secret else repr(raw)  # a secret is never printed
+            raise SettingsError(f"{setting.env}={shown}: {reason}") from None
     return Settings(values)
 
 

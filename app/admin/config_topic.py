@@ -117,6 +117,9 @@ async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str
     it reaches Kafka more than half the grace after its `ts` (docs/admin.md).
     """
     from app.kafka_io import ensure_topics, producer
+    from app.signing import signing_from_env
+
+    signing = signing_from_env()
 
     if spec is not None:
         await ensure_topics(bootstrap, [spec])
@@ -126,7 +129,8 @@ async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str
         for record, update in updates:
             if stamp_now:
                 record["ts"] = int(time.time() * 1000)
-            futures.append(await p.send(topic, orjson.dumps(record), key=config_key(update),
+            futures.append(await p.send(topic, signing.seal(topic, orjson.dumps(record)),
+                                        key=config_key(update),
                                         partition=entity_partition(update, partitions)))
         await p.flush()
         for f in futures:

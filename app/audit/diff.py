@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from app.audit.common import entity_string
+from app.signing import Signing, signing_from_env
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -69,10 +70,19 @@ class DiffRow:
                 "fields": self.fields, "expected": self.expected, "actual": self.actual}
 
 
-def parse_directive(value: bytes | str | None) -> tuple[dict[str, Any] | None, str | None]:
-    """A control-topic value -> (directive dict, None) or (None, why it is not a directive)."""
+def parse_directive(value: bytes | str | None, topic: str | None = None,
+                    signing: Signing | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """A directive's JSON -> (directive dict, None) or (None, why it is not a directive).
+    `topic`: read from that control topic, so sealed (`app.signing`): with QS_SIGNING_KEYS one
+    no listed key sealed is refused, as the brokers refuse it."""
+    raw = value.encode() if isinstance(value, str) else (value or b"")
+    if topic is not None:
+        payload, refused = (signing or signing_from_env()).open(topic, raw)
+        if payload is None:
+            return None, f"refused: {refused}"
+        raw = payload
     try:
-        d = orjson.loads(value or b"")
+        d = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return None, f"not JSON: {exc}"
     if not isinstance(d, dict):
@@ -144,8 +154,10 @@ def pair_group(group: Group, expected: list[tuple[int, str, dict[str, Any]]],
 
 
 def compare(expected: Iterable[bytes | str | dict[str, Any]],
-            actual: Iterable[bytes | str | dict[str, Any]]) -> list[DiffRow]:
-    """Whole-list comparison (in-process): expected and actual directives in their orders."""
+            actual: Iterable[bytes | str | dict[str, Any]], topic: str | None = None
+            ) -> list[DiffRow]:
+    """Whole-list comparison (in-process): expected and actual directives in their orders;
+    `topic`: the control topic the actual ones were read from (`parse_directive`)."""
 
     def load(items: Iterable[bytes | str | dict[str, Any]], side: str
              ) -> tuple[dict[Group, list[tuple[int, str, dict[str, Any]]]], list[DiffRow]]:
@@ -155,7 +167,7 @@ def compare(expected: Iterable[bytes | str | dict[str, Any]],
             if isinstance(item, dict):
                 d, err, text = item, None, orjson.dumps(item).decode()
             else:
-                d, err = parse_directive(item)
+                d, err = parse_directive(item, topic if side == "actual" else None)
                 text = item.decode("utf-8", "replace") if isinstance(item, bytes) else item
             if d is None:
                 if side == "expected":
@@ -214,7 +226,8 @@ def within_tolerance(counts: dict[str, int], tolerance: tuple[float, bool]) -> b
 # -- Spark adapters --------------------------------------------------------------------------
 
 
-def side_rows_function(side: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def side_rows_function(side: str, topic: str | None = None
+                       ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """`mapInArrow` over control records (`value`, plus `partition`/`offset` when present):
     parse each into a comparator row (`SIDE_DDL`)."""
 
@@ -231,12 +244,13 @@ def side_rows_function(side: str) -> Callable[[Iterator[pa.RecordBatch]], Iterat
                                                           "quota", "ts", "k1", "k2", "k3",
                                                           "json", "error")}
             for value, a, b in zip(values, k1, k2):
-                d, err = parse_directive(value)
+                d, err = parse_directive(value, topic)
                 text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                 if d is None:
                     row = (side, None, None, None, None, None, a or 0, b or 0, 0, text, err)
                 else:
                     scope, broker, entity, quota = group_of(d)
+                    text = orjson.dumps(d).decode()  # without its seal, if it had one
                     row = (side, scope, broker, entity, quota, d["ts"], a or 0, b or 0, 0, text,
                            None)
                 for name, v in zip(cols, row):

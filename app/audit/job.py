@@ -554,8 +554,9 @@ def directives_frame(decisions: DataFrame) -> DataFrame:
 
 
 def diff_frame(directives: DataFrame, control: DataFrame, n: int,
-               bounds: tuple[int | None, int | None]) -> DataFrame:
-    """Expected (recomputed) vs actual (control) directives -> `DIFF_DDL` rows."""
+               bounds: tuple[int | None, int | None], control_topic: str) -> DataFrame:
+    """Expected (recomputed) vs actual (control) directives -> `DIFF_DDL` rows; the actual ones
+    as read from `control_topic` (sealed ones verified, `app.signing`)."""
     from pyspark.sql import functions as F
 
     expected = directives.select(
@@ -563,7 +564,8 @@ def diff_frame(directives: DataFrame, control: DataFrame, n: int,
         F.col("s").cast("long").alias("k1"), F.col("pos").alias("k2"),
         (F.col("i").cast("long") * 1000 + F.col("di")).alias("k3"),
         F.col("directive").alias("json"), F.lit(None).cast("string").alias("error"))
-    actual = control.mapInArrow(diffmod.side_rows_function("a"), diffmod.SIDE_DDL)
+    actual = control.mapInArrow(diffmod.side_rows_function("a", control_topic),
+                                diffmod.SIDE_DDL)
     lo, hi = bounds
     if lo is not None:
         actual = actual.where(F.col("ts").isNull() | (F.col("ts") >= lo))
@@ -671,8 +673,8 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
             if (opts.starting_offsets or opts.ending_offsets) and opts.time_from is None:
                 span = decisions.agg(F.min("ts"), F.max("ts")).collect()[0]
                 bounds = (span[0], None if span[1] is None else span[1] + 1)
-            diff_frame(directives, plan.control, n, bounds).write.mode("overwrite").parquet(
-                f"{out}/diff")
+            diff_frame(directives, plan.control, n, bounds, opts.topics.directives
+                       ).write.mode("overwrite").parquet(f"{out}/diff")
             diff = spark.read.parquet(f"{out}/diff")
             by = diff.groupBy("status", "quota").count().collect()
             diff_counts = {s: 0 for s in diffmod.STATUSES}

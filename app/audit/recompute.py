@@ -67,6 +67,7 @@ from app.engine.events import BadEvent, MutationEvent, RequestEvent, StreamClock
 from app.engine.timeline import FOREVER, ConfigTimeline
 from app.pipeline.ingest import parse_config_value
 from app.replay import MAX_LINE_BYTES, encode_deadletter, file_configs
+from app.signing import Signing, signing_from_env
 
 from app.audit.event_codec import EVENT_CLASSES, MARSHAL_VERSION, event_args
 from app.audit.results import ResultRows, result_schema
@@ -109,15 +110,18 @@ def exploded_schema() -> pa.Schema:
 
 
 def topic_configs(
-    records: Iterable[tuple[int, int, bytes | None, int | None]], topic: str = ""
+    records: Iterable[tuple[int, int, bytes | None, int | None]], topic: str = "",
+    signing: Signing | None = None,
 ) -> tuple[list[ConfigEntry], list[tuple[str, str]]]:
     """Config-topic records `(partition, offset, value, Kafka timestamp)` -> config entries in
-    (partition, offset) order, and the bad ones skipped as the workers skip them: `(where,
-    reason)` each."""
+    (partition, offset) order, and the bad ones skipped as the workers skip them (unsealed ones
+    too, with QS_SIGNING_KEYS): `(where, reason)` each."""
+    signing = signing_from_env() if signing is None else signing
     entries: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []
     for partition, offset, value, timestamp in sorted(records, key=lambda r: (r[0], r[1])):
-        update, reason = parse_config_value(value)
+        payload, reason = signing.open(topic, value or b"")
+        update, reason = (None, reason) if payload is None else parse_config_value(payload)
         if update is None:
             bad.append((f"{topic}/{partition}@{offset}", reason or "bad config"))
             continue

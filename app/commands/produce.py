@@ -94,6 +94,9 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
     from app.cli import UserError
     from app.kafka_io import ensure_topics, producer
     from app.pipeline.topology import topic_specs
+    from app.signing import signing_from_env
+
+    signing = signing_from_env()
 
     counts: Counter[str] = Counter()
     failed = 0
@@ -116,12 +119,14 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
             futures = []
             for o in stage:
                 topic = topics[o.kind]
+                value = o.value
                 if o.update is not None:
                     partition = entity_partition(o.update, partitions[topic])
+                    value = signing.seal(topic, value)
                 else:
                     partition = args.partition
                 try:
-                    futures.append((o, await p.send(topic, o.value, key=o.key, partition=partition)))
+                    futures.append((o, await p.send(topic, value, key=o.key, partition=partition)))
                 except KafkaError as exc:
                     failed += 1
                     print(f"line {o.line}: not sent ({len(o.value):,} bytes): {exc}", file=sys.stderr)

@@ -210,6 +210,10 @@ class QuotaConfigs:
         self._cache.clear()
         self.version += 1
 
+    def forget_resolutions(self) -> None:
+        """Drop the cached resolutions (principals that left; they are found again on use)."""
+        self._cache.clear()
+
     def copy(self) -> QuotaConfigs:
         """An independent copy (its own resolution cache)."""
         new = QuotaConfigs()

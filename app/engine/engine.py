@@ -241,6 +241,7 @@ class QuotaEngine:
             self.touched.discard(key)
         if gone:
             self.forget_states()  # cached windows may hold the dropped states
+            self.timeline.forget_resolutions()  # and the configs, every principal they resolved
         return gone
 
     def expire_due(self, now: int) -> list[str]:

@@ -80,6 +80,14 @@ class ConfigTimeline:
     def __len__(self) -> int:
         return len(self._order)
 
+    def forget_resolutions(self) -> None:
+        """Drop every snapshot's cached resolutions (`QuotaConfigs.forget_resolutions`)."""
+        self._initial.forget_resolutions()
+        for snapshot in self._snapshots.values():
+            snapshot.configs.forget_resolutions()
+        if self._last is not None:
+            self._last.configs.forget_resolutions()
+
     def add(self, update: ConfigUpdate, arrival: int | None = None) -> bool:
         """A config update; `arrival` is its record's Kafka timestamp (None: read from a file).
         Returns True if it arrived late: it takes effect from its arrival, not its `ts`."""

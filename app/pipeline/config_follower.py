@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from app.engine.timeline import ConfigTimeline
 from app.kafka_security import client_options
 from app.pipeline.ingest import parse_config_value
+from app.signing import Signing, signing_from_env
 from tables.recovery import confirmed_end_offsets
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,13 @@ class ConfigFollower:
     """Tails the config topic into a `ConfigTimeline`; bad records are counted and skipped."""
 
     def __init__(self, bootstrap: str, topic: str, timeline: ConfigTimeline,
-                 on_bad: Callable[[str, bytes], None] | None = None) -> None:
+                 on_bad: Callable[[str, bytes], None] | None = None,
+                 signing: Signing | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.timeline = timeline
+        #: records no key of QS_SIGNING_KEYS sealed are bad (`app.signing`)
+        self.signing = signing_from_env() if signing is None else signing
         self.on_bad = on_bad
         self.ready = asyncio.Event()
         self.applied = 0
@@ -135,7 +139,8 @@ class ConfigFollower:
 
     def apply(self, value: bytes, arrival: int | None = None) -> None:
         """One config record; `arrival` is its Kafka timestamp (None: not from Kafka)."""
-        update, reason = parse_config_value(value)
+        payload, reason = self.signing.open(self.topic, value)
+        update, reason = (None, reason) if payload is None else parse_config_value(payload)
         if update is None:
             self._bad(reason or "not a quota_config record", value)
             return

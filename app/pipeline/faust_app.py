@@ -42,6 +42,7 @@ from app.pipeline.routing import Router
 from app.pipeline.topology import samples_topic
 from app.replay import encode_deadletter
 from app.settings import Settings, load
+from app.signing import Signing
 from tables.entity_state import TABLE_NAME, PartitionCache
 from tables.faust_store import PartitionStore, raw_table
 from tables.recovery import install_highwater_fix
@@ -122,7 +123,8 @@ deadletter_topic = app.topic(settings.topic_deadletter)
 state_table = raw_table(app.Table(TABLE_NAME, partitions=partitions, key_type=bytes,
                                   value_type=bytes))
 
-follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.timeline)
+signing = Signing.parse(str(settings.signing_keys))
+follower = ConfigFollower(bootstrap, str(settings.topic_configs), engine.timeline, signing=signing)
 hold_max_s = int(settings.config_hold_max_ms) / 1000.0
 top_entities = metrics.TopEntities(int(settings.metrics_top_n))
 caches: dict[int, PartitionCache] = {}
@@ -294,7 +296,7 @@ def partition_cache(partition: int) -> PartitionCache:
 async def publish(directive: dict[str, Any], appended_ms: int) -> None:
     stats["directives"] += 1
     key = directive["quota"].encode() + b"|" + orjson.dumps(directive["entity"])
-    await produce(directives_name, orjson.dumps(directive), key=key)
+    await produce(directives_name, signing.seal(directives_name, orjson.dumps(directive)), key=key)
     metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
     metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
     metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))

@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from app.kafka_security import client_options
+from app.signing import Signing, signing_from_env
 from app.subscriber.active_set import (
     ActiveSet,
     ConnectionDecision,
@@ -79,6 +80,7 @@ class DirectiveSubscriber:
         expire_interval_ms: int = 1000,
         start_timeout: float = 30.0,
         consumer_options: Mapping[str, Any] | None = None,
+        signing: Signing | None = None,
     ) -> None:
         self.topic = topic
         self.broker_id = broker_id
@@ -90,6 +92,8 @@ class DirectiveSubscriber:
         self._expire_interval_ms = expire_interval_ms
         self._start_timeout = start_timeout
         self._consumer_options = dict(consumer_options or {})
+        #: directives no key of QS_SIGNING_KEYS sealed are refused (`app.signing`)
+        self._signing = signing_from_env() if signing is None else signing
         self._active = ActiveSet(broker_id)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
@@ -250,10 +254,14 @@ class DirectiveSubscriber:
         directive: Any = None
         reason = ""
         if record.value is not None:
-            try:
-                directive = orjson.loads(record.value)
-            except orjson.JSONDecodeError:
-                reason = "not_json"
+            payload, refused = self._signing.open(record.topic, record.value)
+            if payload is None:
+                reason = refused or "unsigned"
+            else:
+                try:
+                    directive = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    reason = "not_json"
         with self._lock:
             self._counts["records"] += 1
             if record.value is None:

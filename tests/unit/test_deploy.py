@@ -285,7 +285,9 @@ def test_the_worker_takes_secret_settings_from_a_secret(pod_spec: dict[str, Any]
     (worker,) = [c for c in pod_spec["containers"] if c["name"] == "worker"]
     secrets = [e["secretRef"] for e in worker["envFrom"] if "secretRef" in e]
     assert secrets == [{"name": "quota-streams-kafka-credentials", "optional": True}]
-    assert [n for n, s in SETTINGS_BY_ENV.items() if s.secret] == ["KAFKA_SASL_PASSWORD"]
+    # the ones the Secret holds (statefulset.yaml's comment names them)
+    assert [n for n, s in SETTINGS_BY_ENV.items() if s.secret] == ["KAFKA_SASL_PASSWORD",
+                                                                   "QS_SIGNING_KEYS"]
 
 
 def test_compose_env_is_exactly_the_settings(compose: dict[str, Any]) -> None:
