@@ -1,6 +1,7 @@
 """A worker whose agent dies exits non-zero (for the orchestrator to restart it) instead of
 running on with partitions nobody processes; SIGTERM stops a busy worker promptly; a restarted
-worker judges timestamps by the partition's history, not by its first record."""
+worker judges timestamps by the partition's history, not by its first record; a broker frozen
+for 30 s costs nothing; SIGKILLs under load leave no window behind."""
 
 from __future__ import annotations
 
@@ -15,13 +16,19 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.audit.synth import CONFIGS, T0, scenario
+from app.audit.synth import CONFIGS, T0, scenario, topic_of
+from app.broker import EmbeddedBroker
+from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.events import parse_record
+from app.engine.state_codec import decode
 from app.launcher import LocalCluster
+from app.replay import replay
+from tables.recovery import confirmed_end_offsets
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.pipeline_io import read_directives, wait_committed
+    from tests.integration.pipeline_io import assert_same, read_directives, wait_committed
 except ImportError:  # pragma: no cover
-    from pipeline_io import read_directives, wait_committed  # type: ignore[no-redef]
+    from pipeline_io import assert_same, read_directives, wait_committed  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.integration
 MARKER = "crash-here-7f3a"
@@ -127,5 +134,114 @@ def test_a_junk_timestamp_first_after_a_restart_costs_only_itself(
             read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 1, timeout=20))]
         assert [d["value"] for d in dead] == [junk]
         assert "from the stream time" in dead[0]["reason"]
+    finally:
+        cluster.stop()
+
+
+def by_topic(env: dict[str, str], records: list[dict]) -> dict[str, list[bytes]]:
+    names = {"request": env["QS_TOPIC_REQUEST"], "connection": env["QS_TOPIC_CONNECTION"],
+             "mutation": env["QS_TOPIC_MUTATION"], "quota_config": env["QS_TOPIC_CONFIGS"]}
+    out: dict[str, list[bytes]] = {}
+    for r in records:
+        out.setdefault(names[topic_of(r)], []).append(orjson.dumps(r))
+    return out
+
+
+def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: Path) -> None:
+    """SIGSTOP on the broker (a long GC pause, a stalled disk, a partition): the worker waits it
+    out, rejoins its group and goes on; every directive is the one `replay` publishes."""
+    env = worker_env(tmp_path)
+    first = scenario(seed=13, start_ms=T0, seconds=6)
+    second = scenario(seed=14, start_ms=T0 + 6000, seconds=6)
+    expected = [orjson.dumps(d) for result in replay(
+        (orjson.dumps(r) for r in CONFIGS + first + second), EngineSettings())
+        for d in result.directives]
+    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as broker:
+        assert broker.pid is not None
+        cluster = LocalCluster(1, bootstrap=broker.bootstrap, work_dir=tmp_path, env=env)
+        try:
+            cluster.start()
+            asyncio.run(send(broker.bootstrap, env["QS_TOPIC_CONFIGS"],
+                             [orjson.dumps(c) for c in CONFIGS]))
+            cluster.wait_ready()
+            for topic, values in by_topic(env, first).items():
+                asyncio.run(send(broker.bootstrap, topic, values))
+            asyncio.run(wait_committed(broker.bootstrap, env, timeout=120))
+            os.kill(broker.pid, signal.SIGSTOP)
+            try:
+                time.sleep(30)
+            finally:
+                os.kill(broker.pid, signal.SIGCONT)
+            assert cluster.procs[0].poll() is None, "the worker died while the broker was frozen"
+            for topic, values in by_topic(env, second).items():
+                asyncio.run(send(broker.bootstrap, topic, values))
+            live = asyncio.run(read_directives(broker.bootstrap, env["QS_TOPIC_DIRECTIVES"],
+                                               len(expected), timeout=180))
+            assert_same(live, expected)
+        finally:
+            cluster.stop()
+
+
+async def table_clocks(bootstrap: str, topic: str) -> dict[str, int]:
+    """The latest event time of every window on a table's changelog (its last record each)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    latest: dict[str, bytes | None] = {}
+    try:
+        await consumer.topics()
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        ends = await confirmed_end_offsets(bootstrap, tps)  # Tansu under-reports ListOffsets
+        while True:
+            positions = [await consumer.position(tp) for tp in tps]
+            if all(p >= ends[tp] for p, tp in zip(positions, tps)):
+                break
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for r in records:
+                    latest[r.key.decode()] = r.value
+    finally:
+        await consumer.stop()
+    return {key: decode(value).clock for key, value in latest.items() if value is not None}
+
+
+def test_sigkills_under_load_leave_no_window_behind(kafka_bootstrap: str,
+                                                    tmp_path: Path) -> None:
+    """A worker SIGKILLed three times while input streams in, mid-processing: it comes back
+    each time, commits all its input, dead-letters nothing, and the table holds exactly the
+    windows `replay` ends with, each at the same latest event time. (Their counts may differ:
+    at-least-once re-applies what was processed after the last commit; the exact comparison
+    after a kill is `test_pipeline.test_sigkilled_worker_loses_no_window`.)"""
+    env = worker_env(tmp_path, QS_FLUSH_INTERVAL_MS="200")
+    records = scenario(seed=17, start_ms=T0, seconds=30)
+    engine = QuotaEngine(EngineSettings())
+    for record in CONFIGS + records:
+        for item in parse_record(record):
+            engine.process(item)
+    expected = {key: state.clock for key, state in engine.store.items()}
+    cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
+    try:
+        cluster.start()
+        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"],
+                         [orjson.dumps(c) for c in CONFIGS]))
+        cluster.wait_ready()
+        chunks = [records[i * len(records) // 4:(i + 1) * len(records) // 4] for i in range(4)]
+        for n, chunk in enumerate(chunks):
+            for topic, values in by_topic(env, chunk).items():
+                asyncio.run(send(kafka_bootstrap, topic, values))
+            if n < 3:
+                time.sleep(0.5 + n * 0.7)  # mid-processing, at a different point each time
+                cluster.kill_worker(0, signal.SIGKILL)
+                cluster.start_worker(0)
+        cluster.wait_ready(timeout=120)
+        asyncio.run(wait_committed(kafka_bootstrap, env, timeout=180))
+        live = asyncio.run(table_clocks(kafka_bootstrap,
+                                        f"{env['QS_APP_ID']}-entity-windows-changelog"))
+        assert live == expected
+        dead = asyncio.run(read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 0,
+                                           timeout=5))
+        assert dead == []
     finally:
         cluster.stop()
