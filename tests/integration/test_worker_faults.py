@@ -55,6 +55,13 @@ async def send(bootstrap: str, topic: str, values: list[bytes]) -> None:
         await producer.stop()
 
 
+def start_with_configs(cluster: LocalCluster, bootstrap: str, env: dict[str, str]) -> None:
+    """The cluster's worker started and ready, the scenario's quota configs written."""
+    cluster.start()
+    asyncio.run(send(bootstrap, env["QS_TOPIC_CONFIGS"], [orjson.dumps(c) for c in CONFIGS]))
+    cluster.wait_ready()
+
+
 def wait_exit(cluster: LocalCluster, timeout: float) -> int | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -88,10 +95,7 @@ def test_sigterm_stops_a_busy_worker_promptly(kafka_bootstrap: str, tmp_path: Pa
     env = worker_env(tmp_path)
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
     try:
-        cluster.start()
-        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"],
-                         [orjson.dumps(c) for c in CONFIGS]))
-        cluster.wait_ready()
+        start_with_configs(cluster, kafka_bootstrap, env)
         records = [orjson.dumps(r) for r in scenario(seed=3, start_ms=T0, seconds=60)
                    if r["type"] == "batch"]
         asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_REQUEST"], records))
@@ -117,10 +121,7 @@ def test_a_junk_timestamp_first_after_a_restart_costs_only_itself(
     half = len(batches) // 2
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
     try:
-        cluster.start()
-        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"],
-                         [orjson.dumps(c) for c in CONFIGS]))
-        cluster.wait_ready()
+        start_with_configs(cluster, kafka_bootstrap, env)
         asyncio.run(send(kafka_bootstrap, topic, batches[:half]))
         asyncio.run(wait_committed(kafka_bootstrap, env, timeout=120))
         cluster.kill_worker(0, signal.SIGKILL)
@@ -160,10 +161,7 @@ def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: 
         assert broker.pid is not None
         cluster = LocalCluster(1, bootstrap=broker.bootstrap, work_dir=tmp_path, env=env)
         try:
-            cluster.start()
-            asyncio.run(send(broker.bootstrap, env["QS_TOPIC_CONFIGS"],
-                             [orjson.dumps(c) for c in CONFIGS]))
-            cluster.wait_ready()
+            start_with_configs(cluster, broker.bootstrap, env)
             for topic, values in by_topic(env, first).items():
                 asyncio.run(send(broker.bootstrap, topic, values))
             asyncio.run(wait_committed(broker.bootstrap, env, timeout=120))
@@ -223,10 +221,7 @@ def test_sigkills_under_load_leave_no_window_behind(kafka_bootstrap: str,
     expected = {key: state.clock for key, state in engine.store.items()}
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
     try:
-        cluster.start()
-        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"],
-                         [orjson.dumps(c) for c in CONFIGS]))
-        cluster.wait_ready()
+        start_with_configs(cluster, kafka_bootstrap, env)
         chunks = [records[i * len(records) // 4:(i + 1) * len(records) // 4] for i in range(4)]
         for n, chunk in enumerate(chunks):
             for topic, values in by_topic(env, chunk).items():
