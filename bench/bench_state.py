@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     engine = QuotaEngine(settings, configs())
     tmp = tempfile.TemporaryDirectory()
     store = RocksStore(str(Path(tmp.name) / "p0"))
-    cache = PartitionCache(store, sweep_every_ms=args.idle_expiry_ms // 6)
+    cache = PartitionCache(store, sweep_every_ms=settings.sweep_every_ms)
     engine.store = cache
     baseline, blocks = rss_mb(), sys.getallocatedblocks()
     since = {"bytes": 0, "records": 0, "tombstones": 0}
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             next_flush += 1000
 
     def flush(now: int) -> None:
-        if cache.sweep_due(now):
+        if cache.sweeps.due(now):
             engine.expire(now)
         cache.mark(engine.drain_touched())
         cache.flush(store.write)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Iterator, MutableMapping, Protocol
 
-from app.engine.engine import State
+from app.engine.engine import Cadence, State
 from app.engine.state_codec import StateDecodeError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,14 @@ class PartitionCache(MutableMapping[str, State]):
     """
 
     def __init__(self, store: WindowStore, sweep_every_ms: int = 0) -> None:
+        """`sweep_every_ms`: how often (event time) `sweeps` says an expiry sweep is due."""
         self.store = store
         self.states: dict[str, State] = {}
         self.dirty: set[str] = set()
         #: windows dropped since the last flush: their tombstones, and never read back
         self.deleted: set[str] = set()
         self.decode_errors = 0
-        self.sweep_every_ms = sweep_every_ms
-        self.next_sweep = -1
+        self.sweeps = Cadence(sweep_every_ms)
 
     def _decode(self, key: str, raw: bytes) -> State | None:
         try:
@@ -117,13 +117,6 @@ class PartitionCache(MutableMapping[str, State]):
 
     def mark(self, keys: set[str]) -> None:
         self.dirty |= keys
-
-    def sweep_due(self, now: int) -> bool:
-        """Whether event time `now` calls for an expiry sweep (every `sweep_every_ms`)."""
-        if not self.sweep_every_ms or now < self.next_sweep:
-            return False
-        self.next_sweep = now + self.sweep_every_ms
-        return True
 
     def flush(self, write: Write) -> tuple[int, int]:
         """Write every changed window once and a tombstone per dropped one; (written, deleted)."""

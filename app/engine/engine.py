@@ -83,11 +83,32 @@ class EngineSettings:
             raise ValueError("idle_expiry_ms must be >= 0")
 
     @property
+    def sweep_every_ms(self) -> int:
+        """How often (event time) a driver drops idle windows: a sixth of the expiry."""
+        return self.idle_expiry_ms // 6
+
+    @property
     def extension_ms(self) -> int:
         return self.window_ms // 10 if self.min_extension_ms is None else self.min_extension_ms
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return by_constructor(self)
+
+
+class Cadence:
+    """When periodic work is due, by event time: every `every_ms` (0: never)."""
+
+    __slots__ = ("every_ms", "next")
+
+    def __init__(self, every_ms: int) -> None:
+        self.every_ms = every_ms
+        self.next = -1
+
+    def due(self, now: int) -> bool:
+        if not self.every_ms or now < self.next:
+            return False
+        self.next = now + self.every_ms
+        return True
 
 
 class Window:
@@ -169,7 +190,7 @@ class QuotaEngine:
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
         self._idle = s.idle_expiry_ms
-        self._next_sweep = -1
+        self._sweeps = Cadence(s.sweep_every_ms)
         self._principals: dict[tuple[int, str, str], tuple[Window | None, ...]] = {}
         #: the configs of the event being processed, and the snapshot `_principals` was built on
         self._configs: QuotaConfigs = self.timeline.at(0).configs
@@ -245,11 +266,9 @@ class QuotaEngine:
         return gone
 
     def expire_due(self, now: int) -> list[str]:
-        """`expire` every sixth of the expiry time of event time, for a driver with one store."""
-        if not self._idle or now < self._next_sweep:
-            return []
-        self._next_sweep = now + self._idle // 6
-        return self.expire(now)
+        """`expire` when a sweep is due (`EngineSettings.sweep_every_ms`), for a driver with one
+        store (a driver that swaps stores keeps a `Cadence` per store)."""
+        return self.expire(now) if self._sweeps.due(now) else []
 
     def drain_touched(self) -> set[str]:
         touched, self.touched = self.touched, set()

@@ -109,8 +109,6 @@ engine_settings = EngineSettings(
     config_grace_ms=int(settings.config_grace_ms),
     idle_expiry_ms=int(settings.idle_expiry_ms),
 )
-#: how often (event time) each partition's windows are swept for idle ones
-sweep_every_ms = engine_settings.idle_expiry_ms // 6
 engine = QuotaEngine(engine_settings)
 partitions = int(settings.partitions)
 router = Router(engine, partitions)
@@ -272,7 +270,7 @@ async def aggregate(stream: faust.StreamT) -> None:
             stats["samples"] += len(rows)
             stats["records"] += 1
             now = latest_ts(rows)
-            if cache.sweep_due(now):
+            if cache.sweeps.due(now):
                 expired = engine.expire(now)
                 stats["expired"] += len(expired)
                 metrics.WINDOWS_EXPIRED.inc(len(expired))
@@ -284,7 +282,8 @@ async def aggregate(stream: faust.StreamT) -> None:
 
 def partition_cache(partition: int) -> PartitionCache:
     """A partition's windows, all of them read (an expiry sweep then sees every one)."""
-    cache = PartitionCache(PartitionStore(state_table, partition), sweep_every_ms)
+    cache = PartitionCache(PartitionStore(state_table, partition),
+                           engine_settings.sweep_every_ms)
     started = time.monotonic()
     loaded = cache.load_all()
     if loaded:

@@ -113,7 +113,7 @@ def test_partition_cache_writes_each_window_and_a_tombstone_per_expired_one() ->
     writes.clear()
     engine.process(produce(T0 + 2 * HOUR, 100, "carol"))  # alice and bob are idle
     cache.mark(engine.drain_touched())
-    assert cache.sweep_due(T0 + 2 * HOUR) and not cache.sweep_due(T0 + 2 * HOUR + 1)
+    assert cache.sweeps.due(T0 + 2 * HOUR) and not cache.sweeps.due(T0 + 2 * HOUR + 1)
     gone = engine.expire(T0 + 2 * HOUR)
     assert len(gone) == 2
     written, deleted = cache.flush(write)
