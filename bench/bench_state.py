@@ -144,7 +144,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if cache.sweeps.due(now):
             engine.expire(now)
         cache.mark(engine.drain_touched())
-        cache.flush(store.write)
+        for key, value in cache.flush():
+            store.write(key, value)
 
     n = args.principals
     active_ms = args.active_s * 1000

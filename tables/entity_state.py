@@ -15,7 +15,7 @@ following offset commit (at-least-once).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Iterator, MutableMapping, Protocol
+from typing import Any, Iterable, Iterator, MutableMapping, Protocol
 
 from app.engine.engine import Cadence, State
 from app.engine.state_codec import StateDecodeError, decode, encode
@@ -36,8 +36,8 @@ class WindowStore(Protocol):
     def items(self) -> Iterable[tuple[bytes, bytes]]: ...
 
 
-#: Writes one window's new bytes (None: a tombstone) to the store and the changelog.
-Write = Callable[[str, "bytes | None"], None]
+#: A flush's writes: each changed window's new bytes, None for a tombstone.
+Changes = list[tuple[str, "bytes | None"]]
 
 
 class PartitionCache(MutableMapping[str, State]):
@@ -118,17 +118,12 @@ class PartitionCache(MutableMapping[str, State]):
     def mark(self, keys: set[str]) -> None:
         self.dirty |= keys
 
-    def flush(self, write: Write) -> tuple[int, int]:
-        """Write every changed window once and a tombstone per dropped one; (written, deleted)."""
+    def flush(self) -> Changes:
+        """Every changed window once, encoded, and a tombstone per dropped one: what to write
+        to the partition's store and changelog (`tables.faust_store.PartitionStore.write`)."""
         dirty, self.dirty = self.dirty, set()
         deleted, self.deleted = self.deleted, set()
         states = self.states
-        written = 0
-        for key in dirty:
-            state = states.get(key)
-            if state is not None:
-                write(key, encode(state))
-                written += 1
-        for key in deleted:
-            write(key, None)
-        return written, len(deleted)
+        changes: Changes = [(key, encode(states[key])) for key in dirty if key in states]
+        changes.extend((key, None) for key in deleted)
+        return changes

@@ -318,9 +318,9 @@ async def flush_all() -> None:
                 continue
             cache = caches.get(partition)
             if cache is not None and (cache.dirty or cache.deleted):
-                written_now, deleted_now = cache.flush(cache.store.writer(delivered))
-                stats["windows_written"] += written_now
-                stats["tombstones"] += deleted_now
+                changes = cache.flush()
+                stats["windows_written"] += len(changes)
+                delivered.append(await cache.store.write(changes))
             written.extend(events)
             events.clear()
         await asyncio.sleep(0)
@@ -331,7 +331,12 @@ async def flush_all() -> None:
     metrics_seen["late"], metrics_seen["missed"] = follower.late, follower.missed
     # The changelog records must be on the broker before their inputs may be committed,
     # or a SIGKILL right after the commit would lose the last rows: wait for delivery.
-    await asyncio.gather(*delivered)
+    try:
+        await asyncio.gather(*delivered)
+    except Exception as exc:  # a window the changelog lost: its inputs must not be committed
+        log.error("changelog write failed, stopping: %r", exc)
+        await app.crash(exc)
+        return
     for event in written:
         event.ack()
 

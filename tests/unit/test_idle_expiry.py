@@ -108,7 +108,10 @@ def test_partition_cache_writes_each_window_and_a_tombstone_per_expired_one() ->
     for user in ("alice", "bob", "carol"):
         engine.process(produce(T0, 100, user))
     cache.mark(engine.drain_touched())
-    assert cache.flush(write) == (3, 0)  # a produce window per user
+    changes = cache.flush()
+    for key, value in changes:
+        write(key, value)
+    assert len(changes) == 3  # a produce window per user
     assert all(v for _, v in writes) and len({k for k, _ in writes}) == 3
     writes.clear()
     engine.process(produce(T0 + 2 * HOUR, 100, "carol"))  # alice and bob are idle
@@ -116,8 +119,10 @@ def test_partition_cache_writes_each_window_and_a_tombstone_per_expired_one() ->
     assert cache.sweeps.due(T0 + 2 * HOUR) and not cache.sweeps.due(T0 + 2 * HOUR + 1)
     gone = engine.expire(T0 + 2 * HOUR)
     assert len(gone) == 2
-    written, deleted = cache.flush(write)
-    assert (written, deleted) == (1, 2)
+    changes = cache.flush()
+    for key, value in changes:
+        write(key, value)
+    assert sorted(v is None for _, v in changes) == [False, True, True]
     assert sorted(k for k, v in writes if v is None) == sorted(gone)
     assert len(store) == 1 and all(b"carol" in k for k in store)
     # a restarted worker reads every window the partition holds, and only those
@@ -137,4 +142,4 @@ def test_a_dropped_window_is_not_read_back_before_its_tombstone_is_written() -> 
     del cache["k"]
     assert cache.get("k") is None and "k" in cache.deleted
     cache["k"] = Rate()
-    assert cache.flush(lambda k, v: None) == (1, 0)
+    assert [(k, v is None) for k, v in cache.flush()] == [("k", False)]
