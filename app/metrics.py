@@ -83,7 +83,8 @@ METRIC_NAMES = (
     "quota_streams_entity_limit", "quota_streams_config_held_records_total",
     "quota_streams_config_hold_seconds", "quota_streams_config_hold_expired_total",
     "quota_streams_config_late_total", "quota_streams_config_missed_total",
-    "quota_streams_config_watermark_age_seconds",
+    "quota_streams_config_watermark_age_seconds", "quota_streams_clock_seeds_total",
+    "quota_streams_windows_expired_total",
 )
 
 

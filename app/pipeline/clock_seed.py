@@ -69,6 +69,7 @@ class ClockSeeder:
                     break
             found = chunk + found
             end = start
+        consumer.assign([])  # no fetching in the background until the next read-back
         return found[-CLOCK_SPAN:]
 
     async def _started(self) -> AIOKafkaConsumer:
