@@ -40,6 +40,11 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
                    help="QS_CONFIG_GRACE_MS of the workers: a config record that reached Kafka "
                    "more than half this after its ts is in force from its arrival (default "
                    "%(default)s)")
+    g.add_argument("--allocations", action="store_true",
+                   help="QS_CLUSTER_ENFORCEMENT=allocations of the workers (cluster scope): "
+                   "client quotas are divided among brokers and published as allocations")
+    g.add_argument("--allocation-validity-ms", type=int_at_least(200), default=5000,
+                   help="QS_ALLOCATION_VALIDITY_MS of the workers (default %(default)s)")
     g.add_argument("--idle-expiry-ms", type=int_at_least(0), default=3_600_000,
                    help="QS_IDLE_EXPIRY_MS of the workers: a window idle longer than this starts "
                    "afresh, as Kafka expires an inactive quota sensor (default %(default)s; "
@@ -79,6 +84,8 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         controller_window_num=args.controller_window_num,
         controller_window_ms=args.controller_window_ms, min_extension_ms=args.min_extension_ms,
         config_grace_ms=args.config_grace_ms, idle_expiry_ms=args.idle_expiry_ms,
+        allocations=args.allocations and args.scope == "cluster",
+        allocation_validity_ms=args.allocation_validity_ms,
     )
 
 

@@ -42,9 +42,22 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
+def _validity(raw: str) -> int:
+    value = int(raw)
+    if value < 200:
+        raise ValueError("must be an integer >= 200 (ms)")
+    return value
+
+
 def _scope(raw: str) -> str:
     if raw not in ("broker", "cluster"):
         raise ValueError("must be 'broker' or 'cluster'")
+    return raw
+
+
+def _enforcement(raw: str) -> str:
+    if raw not in ("directives", "allocations"):
+        raise ValueError("must be 'directives' or 'allocations'")
     return raw
 
 
@@ -125,6 +138,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_VERIFY_END_OFFSETS", "0", "confirm end offsets by fetching (on for the embedded Tansu broker, which under-reports them)", _flag),
     Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics", _kafka_name),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
+    Setting("QS_CLUSTER_ENFORCEMENT", "directives", "cluster scope: `directives` (every broker throttles an entity over its cluster-wide quota until one time) or `allocations` (each broker gets a share of the quota by its recent usage and enforces it per request: docs/allocations.md)", _enforcement),
+    Setting("QS_ALLOCATION_VALIDITY_MS", "5000", "how long a broker keeps an allocation without a newer one; then it enforces quota / live brokers", _validity),
     Setting("QS_ACCOUNTING", "kafka", "`kafka`: take back what Kafka would have refused (exact); `served`: count every reported event, for closed-loop enforcement", _accounting),
     Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
     Setting("QS_QUOTA_WINDOW_SIZE_MS", "1000", "quota.window.size.seconds, in ms", _positive_int),

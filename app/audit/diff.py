@@ -101,8 +101,11 @@ def parse_directive(value: bytes | str | None, topic: str | None = None,
 
 
 def group_of(d: dict[str, Any]) -> Group:
+    """(scope, broker, entity, quota); allocations (cluster scope) pair among themselves."""
     broker = d.get("broker")
     scope = d.get("scope") or ("cluster" if broker is None else "broker")
+    if d.get("kind") == "allocation":
+        scope = "allocation"
     return (str(scope), broker, entity_string(d["entity"]), d["quota"])
 
 

@@ -41,6 +41,7 @@ from app.engine.configs import DEFAULT, client_level_path
 from app.engine.engine import NANOS_TO_PERCENT, Decision, EngineSettings, QuotaEngine
 from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
+from app.engine.allocation import Shares
 from app.engine.stats import Rate, TokenBucket
 
 
@@ -188,7 +189,7 @@ def principal_matches(spec: dict[str, str], event: Any) -> bool:
 
 
 def _copy_state(state: Any) -> Any:
-    if isinstance(state, Rate):
+    if isinstance(state, (Rate, Shares)):
         return copy.deepcopy(state)
     if isinstance(state, TokenBucket):
         return copy.copy(state)

@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "in-process, in simulated time, with a fixed loop latency (--latency-ms)")
     p.add_argument("--latency-ms", type=int, default=100, metavar="MS",
                    help="--offline: time from a flush to its directives reaching the brokers (default %(default)s)")
+    p.add_argument("--enforcement", choices=("directives", "allocations"),
+                   help="cluster scope: how the cluster-wide quota is enforced (default: the "
+                   "scenario's; docs/allocations.md)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--no-color", action="store_true", help="no colour even on a terminal")
     p.set_defaults(run=run)
@@ -43,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         scenario = load_scenario(args.scenario).with_run(args.duration, args.warmup)
+        if args.enforcement:
+            scenario = scenario.with_enforcement(args.enforcement)
     except ScenarioError as exc:
         raise UserError(str(exc)) from None
     if args.workers is not None and args.workers < 0:
@@ -116,11 +121,13 @@ def _offline(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -
         window_num=cast(int, s.quota_window_num),
         window_ms=cast(int, s.quota_window_size_ms),
         controller_window_num=cast(int, s.controller_window_num),
-        controller_window_ms=cast(int, s.controller_window_size_ms))
+        controller_window_ms=cast(int, s.controller_window_size_ms),
+        allocations=scenario.enforcement == "allocations")
     started = time.monotonic()
     result = run_offline(scenario, latency_ms=args.latency_ms, settings=settings)
     extra = {"mode": "offline", "latency_ms": args.latency_ms, "events": result.events,
-             "directives": len(result.directives),
+             "directives": sum(1 for d in result.directives if d.get("kind") != "allocation"),
+             "allocations": sum(1 for d in result.directives if d.get("kind") == "allocation"),
              "wall_s": round(time.monotonic() - started, 3)}
     _report(scenario, result.world, result.end_ms, out, colour, extra)
     return 0

@@ -22,14 +22,17 @@ one publish nothing: the broker already holds the entity until the later `until`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, MutableMapping, Union
+from typing import Any, Final, MutableMapping, Protocol, Union
 
 from app.engine import configs as cfg
+from app.engine import allocation
+from app.engine.allocation import Shares
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
 from app.engine.timeline import FOREVER, ConfigTimeline, Snapshot
 from app.engine.kafka_math import (
     INT_MAX,
+    UNLIMITED,
     bounded_throttle_time_ms,
     round_half_even,
     saturate_int,
@@ -39,10 +42,14 @@ from app.engine.kafka_math import (
 from app.engine.pickling import by_constructor
 from app.engine.stats import Rate, TokenBucket, burst, idle
 
-State = Union[Rate, TokenBucket]
+State = Union[Rate, TokenBucket, Shares]
 SEP: Final = "\x1f"
 # state-key prefixes, one per kind of window
 KEY_CODE: Final = {cfg.PRODUCE: "P", cfg.FETCH: "F", cfg.REQUEST: "R", cfg.MUTATION: "M"}
+#: prefix of a cluster window's per-broker usage (`Shares`), before the window's own key
+SHARES_CODE: Final = "A"
+#: the quotas allocations divide (rates: the mutation bucket and connection rates keep directives)
+ALLOCATED: Final = frozenset({cfg.PRODUCE, cfg.FETCH, cfg.REQUEST})
 NANOS_TO_PERCENT: Final = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
 
 
@@ -68,6 +75,12 @@ class EngineSettings:
     #: Kafka drops a quota sensor inactive for an hour; idle windows may then be dropped
     #: (`QuotaEngine.expire`) without changing any decision
     idle_expiry_ms: int = 3_600_000
+    #: cluster scope only: divide client quotas (bytes in and out, request time) among brokers
+    #: by usage and publish the per-broker limits (`app.engine.allocation`) instead of
+    #: cluster-wide throttle directives; brokers enforce their limit per request
+    allocations: bool = False
+    #: how long a broker keeps an allocation when no newer one arrives (then: a static split)
+    allocation_validity_ms: int = 5000
 
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):
@@ -81,6 +94,10 @@ class EngineSettings:
             raise ValueError("config_grace_ms must be >= 0")
         if self.idle_expiry_ms < 0:
             raise ValueError("idle_expiry_ms must be >= 0")
+        if self.allocations and self.scope != "cluster":
+            raise ValueError("allocations need cluster scope")
+        if self.allocation_validity_ms < 2 * allocation.CHECK_MS:
+            raise ValueError(f"allocation_validity_ms must be >= {2 * allocation.CHECK_MS}")
 
     @property
     def sweep_every_ms(self) -> int:
@@ -111,6 +128,16 @@ class Cadence:
         return True
 
 
+class Limits(Protocol):
+    """Where an enforcer's windows take their limits from instead of the configs alone (the
+    allocations of `app.subscriber.allocations`); `version` changes when any limit may have."""
+
+    @property
+    def version(self) -> int: ...
+
+    def limit(self, quota: str, user: str, client_id: str, broker: int, full: float) -> float: ...
+
+
 class Window:
     """One window a principal uses: its quota, state key, the entity sharing it, limit, level.
 
@@ -119,7 +146,7 @@ class Window:
     engine works on that same store (see `QuotaEngine`).
     """
 
-    __slots__ = ("quota", "key", "entity", "limit", "level", "rate", "store", "drain")
+    __slots__ = ("quota", "key", "entity", "limit", "level", "rate", "store", "drain", "shares")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
                  level: str | None) -> None:
@@ -132,6 +159,8 @@ class Window:
         self.store: object = None
         #: the engine's drain count when this window's key was last added to `touched`
         self.drain = -1
+        #: allocations only: the window's per-broker usage, kept while `store` is the same
+        self.shares: Shares | None = None
 
 
 class Decision:
@@ -175,8 +204,10 @@ class QuotaEngine:
     """
 
     def __init__(self, settings: EngineSettings | None = None, configs: QuotaConfigs | None = None,
-                 store: MutableMapping[str, State] | None = None) -> None:
-        """`configs`: in force from the start of time (later ones: `process` or `add_config`)."""
+                 store: MutableMapping[str, State] | None = None, limits: Limits | None = None
+                 ) -> None:
+        """`configs`: in force from the start of time (later ones: `process` or `add_config`);
+        `limits`: an enforcer's per-window limits (None: the configs')."""
         self.settings = settings or EngineSettings()
         self.timeline = ConfigTimeline(configs, self.settings.config_grace_ms)
         self.store: MutableMapping[str, State] = {} if store is None else store
@@ -196,6 +227,11 @@ class QuotaEngine:
         self._configs: QuotaConfigs = self.timeline.at(0).configs
         self._snapshot_id: tuple[int, int, int] = (-1, -1, -1)
         self._throttled = False  # set by any decision with a throttle, so most events skip _emit
+        self._allocate = s.allocations
+        self._validity = s.allocation_validity_ms
+        self._allocs: list[dict[str, Any]] = []  # allocations of the event being processed
+        self.limits = limits
+        self._limits_version = -1
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -216,6 +252,10 @@ class QuotaEngine:
         if snapshot.id != self._snapshot_id:
             self._snapshot_id = snapshot.id
             self._configs = snapshot.configs
+            self._principals.clear()
+        limits = self.limits
+        if limits is not None and limits.version != self._limits_version:
+            self._limits_version = limits.version
             self._principals.clear()
 
     def process(self, event: Event | ConfigUpdate, arrival: int = FOREVER
@@ -240,9 +280,18 @@ class QuotaEngine:
         return decisions, self._directives(decisions)
 
     def _directives(self, decisions: list[Decision]) -> list[dict[str, Any]]:
+        """Directives (the directive rule) and allocations to publish for one event's decisions.
+        With allocations, client quotas publish no throttle directive: brokers enforce their
+        allocation themselves."""
+        allocs = self._allocs
+        if allocs:
+            self._allocs = []
         if not self._throttled:
-            return []
-        return [self._directive(d) for d in decisions if d.throttle_time_ms > 0 and self._emit(d)]
+            return allocs
+        out = [self._directive(d) for d in decisions
+               if d.throttle_time_ms > 0 and not (self._allocate and d.quota in ALLOCATED)
+               and self._emit(d)]
+        return out + allocs if allocs else out
 
     def forget_states(self) -> None:
         """Drop every reference the engine keeps to state objects (and so to their stores)."""
@@ -328,6 +377,7 @@ class QuotaEngine:
         if rate is None or window.store is not self.store:
             rate = window.rate = self._rate(window.key)
             window.store = self.store
+            window.shares = None
             window.drain = self._drains
         elif window.drain != self._drains:
             self.touched.add(window.key)
@@ -353,11 +403,17 @@ class QuotaEngine:
         if cached is not None:
             return cached
         windows: list[Window | None] = []
+        limits = self.limits
         for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION):
             res = self._configs.resolve(quota, event.user, event.client_id)
-            windows.append(None if res is None else Window(
+            if res is None:
+                windows.append(None)
+                continue
+            limit = res.limit if limits is None else limits.limit(
+                quota, res.user, res.client_id, event.broker, res.limit)
+            windows.append(Window(
                 quota, self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
-                {"user": res.user, "client_id": res.client_id}, res.limit, res.level))
+                {"user": res.user, "client_id": res.client_id}, limit, res.level))
         if len(self._principals) > 1_000_000:
             self._principals.clear()
         cached = self._principals[pk] = tuple(windows)
@@ -381,7 +437,45 @@ class QuotaEngine:
         decisions.append(Decision(window.quota, window.entity, throttle, action, observed, limit,
                                   rate.window, window.level, window.key, t,
                                   None if self.cluster else broker))
+        if self._allocate:
+            self._share(window, broker, value, t)
         return throttle
+
+    # -- allocations (cluster scope) -------------------------------------------------------------
+
+    def _share(self, window: Window, broker: int, value: float, t: int) -> None:
+        """Count a cluster window's usage on `broker`; re-divide its quota when a check is due."""
+        key = SHARES_CODE + SEP + window.key
+        shares = window.shares
+        if shares is None:
+            state = self.store.get(key)
+            if not isinstance(state, Shares):
+                state = Shares()
+                self.store[key] = state
+            shares = window.shares = state
+        self.touched.add(key)
+        shares.record(broker, value, t, self._n * self._w)
+        if shares.clock >= shares.next_check:
+            shares.next_check = shares.clock + allocation.CHECK_MS
+            self._reallocate(window, shares, shares.clock)
+
+    def _reallocate(self, window: Window, shares: Shares, t: int) -> None:
+        """Publish the window's allocation when it moved enough or is half way through its
+        validity (`app.engine.allocation`)."""
+        limit = window.limit
+        if limit >= UNLIMITED or t < shares.since + allocation.SPAN_MS:
+            return
+        rates = shares.rates(t)
+        held = shares.window_rates(t, self._n * self._w)
+        new = allocation.allocate(limit, rates, held, shares.allocated)
+        refresh = t >= shares.until - self._validity // 2
+        if not refresh and not allocation.moved(limit, shares.limit, new, shares.allocated):
+            return
+        valid_until = t + self._validity
+        self._allocs.append(allocation.allocation_record(
+            t, window.entity, window.quota, limit, self._n * self._w, window.level, valid_until,
+            list(shares.brokers), new, rates, shares.allocated))
+        shares.allocated, shares.limit, shares.until = new, limit, valid_until
 
     def _request(self, event: RequestEvent, decisions: list[Decision],
                  only: tuple[str, ...] | None = None) -> None:

@@ -3,6 +3,8 @@
 Layout (little-endian), version 1:
   Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
   TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
+  Shares:      b"\x01S" clock:q until:q since:q short_start:q long_start:q limit:d next_check:q
+               count:H then per broker broker:i cur:d prev:d lcur:d lprev:d allocated:d
 
 The leading version byte means a changed layout never misreads old bytes: an unknown version
 raises `StateDecodeError` and the caller starts that window afresh and counts it.
@@ -12,19 +14,26 @@ from __future__ import annotations
 
 import struct
 
+from app.engine.allocation import Shares
 from app.engine.stats import Rate, TokenBucket
 
 VERSION = 1
 _HEAD = struct.Struct("<2sqqBB")
 _BUCKET = struct.Struct("<2sqqdq")
 _SAMPLE = struct.Struct("<dqq")
+_SHARES = struct.Struct("<2sqqqqqdqH")
+_SHARE = struct.Struct("<iddddd")
 
 
 class StateDecodeError(ValueError):
     """Bytes that are not a state of a version this code reads."""
 
 
-def encode(state: Rate | TokenBucket) -> bytes:
+def encode(state: Rate | TokenBucket | Shares) -> bytes:
+    if isinstance(state, Shares):
+        rows = state.rows()
+        head = _SHARES.pack(b"S\x00", *state.head(), len(rows))
+        return bytes([VERSION]) + head + b"".join(_SHARE.pack(*row) for row in rows)
     if isinstance(state, TokenBucket):
         return bytes([VERSION]) + _BUCKET.pack(b"T\x00", state.clock, state.until, state.tokens, state.last)
     samples = state.samples()
@@ -34,7 +43,18 @@ def encode(state: Rate | TokenBucket) -> bytes:
     return b"".join(parts)
 
 
-def decode(data: bytes) -> Rate | TokenBucket:
+def _shares(body: memoryview) -> Shares:
+    fields = _SHARES.unpack_from(body)
+    count = fields[-1]
+    if _SHARES.size + count * _SHARE.size != len(body):
+        raise StateDecodeError("shares: length does not match the broker count")
+    rows = [_SHARE.unpack_from(body, _SHARES.size + i * _SHARE.size) for i in range(count)]
+    shares = Shares()
+    shares.restore(fields[1:-1], rows)
+    return shares
+
+
+def decode(data: bytes) -> Rate | TokenBucket | Shares:
     if not data or data[0] != VERSION:
         raise StateDecodeError(f"unknown state version {data[0] if data else None}")
     body = memoryview(data)[1:]
@@ -45,6 +65,8 @@ def decode(data: bytes) -> Rate | TokenBucket:
             bucket = TokenBucket(tokens, last)
             bucket.clock, bucket.until = clock, until
             return bucket
+        if kind == b"S":
+            return _shares(body)
         if kind != b"R":
             raise StateDecodeError(f"unknown state kind {kind!r}")
         _, clock, until, current, count = _HEAD.unpack_from(body)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from app.engine.allocation import Shares
+
 #: Where no sample was reset since `oldest` was cached.
 UNKNOWN: Final = -1
 
@@ -246,7 +248,7 @@ class TokenBucket:
         self.tokens = burst if tokens > burst else tokens
 
 
-def idle(state: Rate | TokenBucket, now: int, idle_ms: int) -> bool:
+def idle(state: Rate | TokenBucket | Shares, now: int, idle_ms: int) -> bool:
     """Whether a state would start afresh at `now` (what `advance` checks): safe to drop."""
     return now - state.clock > idle_ms and state.until <= now
 

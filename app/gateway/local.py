@@ -10,6 +10,10 @@ The workers' directives then add what this gateway cannot see (the other gateway
 the same broker, and in cluster scope the other brokers); the gateway applies the larger of the
 two. Local decisions are never stricter than the broker's own would be for the same traffic.
 
+In cluster scope with allocations, the limit of a client quota window on a broker is that
+broker's allocation (`AllocatedLimits`): the gateway alone holds the broker's share, request by
+request, and the workers publish no throttle directives for those quotas.
+
 Pure like the engine: times come from the caller.
 """
 
@@ -20,6 +24,7 @@ from app.engine.configs import QuotaConfigs
 from app.engine.kafka_math import UNLIMITED
 from app.engine.engine import Decision, EngineSettings, QuotaEngine
 from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent
+from app.subscriber.allocations import AllocatedLimits
 
 __all__ = ["FETCH_CAP_SHARE", "LocalQuotas"]
 
@@ -30,10 +35,19 @@ FETCH_CAP_SHARE = 50
 class LocalQuotas:
     """The engine over one gateway's requests, decision by decision."""
 
-    def __init__(self, settings: EngineSettings, configs: QuotaConfigs | None = None) -> None:
+    def __init__(self, settings: EngineSettings, configs: QuotaConfigs | None = None,
+                 limits: AllocatedLimits | None = None) -> None:
+        """`limits`: in cluster scope, each broker's allocation (`AllocatedLimits`) is the limit
+        of its client quota windows; None: the configs' (broker scope)."""
         if settings.scope != "broker" or settings.accounting != "kafka":
             raise ValueError("local quotas are a broker's: broker scope, kafka accounting")
-        self.engine = QuotaEngine(settings, configs)
+        self.limits = limits
+        self.engine = QuotaEngine(settings, configs, limits=limits)
+
+    def obey(self, limits: AllocatedLimits) -> None:
+        """Enforce allocations from now on (cluster scope): each client quota window's limit on
+        a broker is that broker's allocation, or the static split without one."""
+        self.limits = self.engine.limits = limits
 
     @property
     def configs(self) -> QuotaConfigs:
@@ -59,6 +73,8 @@ class LocalQuotas:
         Fetch's bytes are taken back, as the broker sends an empty response instead."""
         event = RequestEvent(ts, broker, listener, user, client_id, ip, api, nbytes, thread_ms,
                              0.0, exempt, 1)
+        if self.limits is not None:
+            self.limits.at(ts)
         decisions, _ = self.engine.process(event)
         self.engine.expire_due(ts)  # idle principals leave memory
         return max((d.throttle_time_ms for d in decisions), default=0)

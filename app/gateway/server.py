@@ -39,6 +39,7 @@ from app.gateway import messages
 from app.gateway.connection import Session
 from app.errors import reason
 from app.gateway.local import LocalQuotas
+from app.subscriber.allocations import AllocatedLimits
 from app.gateway.frames import SIZE, frame
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
@@ -68,6 +69,8 @@ class GatewayConfig:
     configs_topic: str = "quota.configs"
     #: the gateway's own quota decisions (`LocalQuotas`); None: directives only
     local: EngineSettings | None = None
+    #: cluster scope with allocations: the local quotas enforce each broker's allocation
+    allocations: bool = False
     listener: str = "PLAINTEXT"
     node_port_base: int | None = None  # default: listen port + 1
     first_node_id: int | None = None  # default: the lowest node id at start
@@ -241,6 +244,11 @@ class Gateway:
         self.metrics.directives.set_function(lambda: len(self.directives))
         self.metrics.directives_ready.set_function(
             lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
+        if self.local is not None and cfg.allocations:
+            allocations = getattr(self.directives, "allocations", None)
+            if allocations is not None:
+                nodes = self.nodes
+                self.local.obey(AllocatedLimits(allocations, lambda: len(nodes.node_ids)))
         if self.local is not None and cfg.local is not None:
             await self._start_configs()
         await self._start_events()

@@ -108,6 +108,8 @@ engine_settings = EngineSettings(
     controller_window_ms=int(settings.controller_window_size_ms),
     config_grace_ms=int(settings.config_grace_ms),
     idle_expiry_ms=int(settings.idle_expiry_ms),
+    allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
+    allocation_validity_ms=int(settings.allocation_validity_ms),
 )
 engine = QuotaEngine(engine_settings)
 partitions = int(settings.partitions)
@@ -296,8 +298,11 @@ async def publish(directive: dict[str, Any], appended_ms: int) -> None:
     stats["directives"] += 1
     key = directive["quota"].encode() + b"|" + orjson.dumps(directive["entity"])
     await produce(directives_name, signing.seal(directives_name, orjson.dumps(directive)), key=key)
-    metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
-    metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
+    if directive.get("kind") == "allocation":  # a cluster-scope allocation (no throttle of its own)
+        metrics.DIRECTIVES.labels(directive["quota"], "allocation").inc()
+    else:
+        metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
+        metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
     metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
 
 

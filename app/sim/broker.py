@@ -24,6 +24,7 @@ from collections import deque
 from typing import Any, Callable, Collection, Protocol, Sequence
 
 from app.engine.events import STRICT_SINCE
+from app.gateway.local import LocalQuotas
 from app.sim.meter import Meter
 from app.sim.scenario import Listener
 from app.subscriber.active_set import ConnectionDecision, MutationDecision, Throttle
@@ -107,9 +108,12 @@ class SimBroker:
     """One broker: its acceptors, the directives it obeys, the events it has not sent yet."""
 
     def __init__(self, broker_id: int, listeners: Sequence[Listener], directives: Directives,
-                 meter: Meter, schedule: Schedule, aggregate: bool = True) -> None:
+                 meter: Meter, schedule: Schedule, aggregate: bool = True,
+                 local: LocalQuotas | None = None) -> None:
+        """`local`: the broker's own quota managers (allocations), applied with the directives."""
         self.id = broker_id
         self.directives = directives
+        self.local = local
         self.meter = meter
         self.schedule = schedule
         protected = len(listeners) > 1
@@ -147,6 +151,12 @@ class SimBroker:
         throttle = self.directives.request_throttle(conn.user, conn.client_id, now, quotas).throttle_ms
         if api == "Fetch" and throttle > 0:
             nbytes = 0  # KafkaApis: a throttled fetch gets an empty response
+        if self.local is not None:
+            local = self.local.request(self.id, now, conn.listener, conn.user, conn.client_id,
+                                       conn.ip, api, nbytes, thread_ms, False)
+            if api == "Fetch" and local > 0:
+                nbytes = 0
+            throttle = max(throttle, local)
         self.usage.request(self.id, now, conn.listener, conn.user, conn.client_id, conn.ip, api,
                            API_VERSIONS[api], nbytes, thread_ms, network_ms)
         self.meter.request(self.id, t, api, conn.user, conn.client_id, nbytes, thread_ms, throttle > 0)

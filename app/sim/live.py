@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from app.admin.config_topic import write_records
+from app.engine.engine import EngineSettings
 from app.admin.entities import canonical_record
 from app.kafka_io import producer
 from app.settings import Settings
@@ -91,6 +92,15 @@ class LiveRun:
             await sub.start()
         await asyncio.gather(*(s.wait_ready(timeout=60) for s in self.subscribers.values()))
 
+    def _engine(self) -> EngineSettings | None:
+        """The workers' window settings when brokers enforce allocations themselves."""
+        if self.scenario.enforcement != "allocations":
+            return None
+        s = self.settings
+        return EngineSettings(
+            scope="cluster", allocations=True, window_num=int(s.quota_window_num),  # type: ignore[call-overload]
+            window_ms=int(s.quota_window_size_ms))  # type: ignore[call-overload]
+
     def clock(self) -> int:
         """The subscribers' clock: the wall clock, once the world has run every action due by
         then (they read it right before applying what they fetched)."""
@@ -105,7 +115,7 @@ class LiveRun:
     async def _loop(self, publisher: EventPublisher) -> None:
         sc = self.scenario
         self.start_ms = start = float(wall_clock_ms())
-        world = self.world = World(sc, self.subscribers, start)
+        world = self.world = World(sc, self.subscribers, start, self._engine())
         end = self._end = None if sc.duration is None else start + sc.duration * 1000.0
         flush_ms = sc.flush_interval_ms
         next_flush, next_second = start + flush_ms, start + 1000.0

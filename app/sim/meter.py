@@ -66,16 +66,31 @@ class Summary:
     per_broker: dict[int, float]
     seconds: int
     outcomes: dict[str, int]
+    #: the 95th percentile of the per-second cluster-wide rate (nearest rank)
+    p95: float = 0.0
 
     @property
     def ratio(self) -> float | None:
         return None if not self.limit else self.achieved / self.limit
 
     @property
+    def p95_ratio(self) -> float | None:
+        """How far above the limit the cluster-wide rate goes in its worst 5% of seconds."""
+        return None if not self.limit else self.p95 / self.limit
+
+    @property
     def max_broker_ratio(self) -> float | None:
         if not self.limit or not self.per_broker:
             return None
         return max(self.per_broker.values()) / self.limit
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (0.0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 class Meter:
@@ -183,8 +198,18 @@ class Meter:
                     outcomes[o] += n
             out.append(Summary(row.quota, row.entity, row.limit, row.level, row.unit,
                                sum(rates.values()), dict(sorted(rates.items())),
-                               max(0, last - first), outcomes))
+                               max(0, last - first), outcomes,
+                               percentile(self.per_second(row, first, last), 0.95)))
         return out
+
+    def per_second(self, row: Row, first: int, last: int) -> list[float]:
+        """The row's cluster-wide rate in each whole bucket of [first, last), per second."""
+        totals = [0.0] * max(0, last - first)
+        for (b, _), amount in row.amounts.items():
+            if first <= b < last:
+                totals[b - first] += amount
+        scale = 1000.0 / self.bucket_ms / row.divisor
+        return [v * scale for v in totals]
 
     def series(self, end_ms: float) -> Iterator[dict[str, Any]]:
         """Long-format time series: one row per (second, entity, broker or "all")."""

@@ -10,7 +10,7 @@ latency alone does to enforcement.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.engine import EngineSettings, QuotaEngine
@@ -31,16 +31,25 @@ class OfflineRun:
     events: int
 
 
+def end_of_workers(scenario: Scenario, start_ms: float) -> float:
+    """When the scenario's workers stop (`workers_stop`), or never."""
+    stop = scenario.workers_stop
+    return float("inf") if stop is None else start_ms + stop * 1000.0
+
+
 def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSettings | None = None,
                 step_ms: int = 10, start_ms: int = T0, duration: float | None = None) -> OfflineRun:
     """Run `scenario` for `duration` (default: its own) with a fixed loop latency."""
     seconds = duration if duration is not None else scenario.duration
     if seconds is None:
         raise ValueError("an offline run needs a duration")
+    settings = settings or EngineSettings(scope=scenario.scope, accounting=scenario.accounting)
+    if scenario.enforcement == "allocations" and not settings.allocations:
+        settings = replace(settings, allocations=True)
     sets = {b: ActiveSet(b) for b in scenario.brokers}
-    world = World(scenario, sets, start_ms)
-    engine = QuotaEngine(settings or EngineSettings(scope=scenario.scope,
-                                                    accounting=scenario.accounting))
+    world = World(scenario, sets, start_ms, settings)
+    engine = QuotaEngine(settings)
+    workers_stop = end_of_workers(scenario, start_ms)
     for update in scenario.config_updates(start_ms):
         engine.process(update)
     in_flight: deque[tuple[float, dict[str, Any]]] = deque()
@@ -58,6 +67,9 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
         world.advance(t)
         if t >= next_flush or t == end:
             next_flush += scenario.flush_interval_ms
+            if t >= workers_stop:
+                world.flush()  # nobody reads the events: no directive or allocation comes
+                continue
             for _, _, record in world.flush():
                 for event in parse_record(record):
                     events += 1

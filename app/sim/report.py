@@ -88,9 +88,10 @@ def entity_table(summaries: Sequence[Summary], scope: str, colour: bool) -> str:
             s.entity, s.quota, fmt_amount(s.limit, s.unit), fmt_amount(s.achieved, s.unit),
             f"{c}{fmt_ratio(s.ratio)}{end}" if scope == "cluster" else fmt_ratio(s.ratio),
             f"{c}{fmt_ratio(s.max_broker_ratio)}{end}" if scope == "broker" else fmt_ratio(s.max_broker_ratio),
+            fmt_ratio(s.p95_ratio),
             *(str(s.outcomes[o]) for o in OUTCOMES),
         ])
-    return table(["ENTITY", "QUOTA", "LIMIT", "ACHIEVED", "xLIMIT", "MAX/BROKER",
+    return table(["ENTITY", "QUOTA", "LIMIT", "ACHIEVED", "xLIMIT", "MAX/BROKER", "P95/s xLIMIT",
                   *(o.upper() for o in OUTCOMES)], rows, colour)
 
 
@@ -198,6 +199,7 @@ def summary_dict(s: Summary, scope: str) -> dict[str, Any]:
     d["per_broker"] = {str(k): v for k, v in s.per_broker.items()}
     d["ratio"] = s.ratio
     d["max_broker_ratio"] = s.max_broker_ratio
+    d["p95_ratio"] = s.p95_ratio
     d["judged_ratio"] = judged_ratio(s, scope)
     return d
 

@@ -39,7 +39,8 @@ _CLIENT_KEYS = {"name", "kind", "user", "client_id", "ip", "ips", "rate", "reque
                 "brokers", "listener", "thread_ms", "network_ms", "api", "api_version",
                 "partitions", "topics_per_request", "start", "stop"}
 _TOP_KEYS = {"name", "description", "scope", "accounting", "duration", "warmup", "flush_interval_ms",
-             "aggregate", "brokers", "listeners", "quotas", "clients", "windows"}
+             "aggregate", "brokers", "listeners", "quotas", "clients", "windows", "enforcement",
+             "workers_stop"}
 WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
                "controller_num": "QS_CONTROLLER_WINDOW_NUM",
                "controller_size_ms": "QS_CONTROLLER_WINDOW_SIZE_MS"}
@@ -112,7 +113,8 @@ class QuotaFile:
 
     def worker_env(self) -> dict[str, str]:
         """Settings the workers need: scope, accounting and window settings."""
-        env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting}
+        env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting,
+               "QS_CLUSTER_ENFORCEMENT": getattr(self, "enforcement", "directives")}
         env.update({WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
         return env
 
@@ -130,9 +132,19 @@ class Scenario(QuotaFile):
     warmup: float = 10.0
     flush_interval_ms: int = 100
     aggregate: bool = True  # one event per (entity, api, listener, ip) per flush, with `count`
+    #: cluster scope: "directives" or "allocations" (the workers' QS_CLUSTER_ENFORCEMENT)
+    enforcement: str = "directives"
+    #: seconds after the start when the workers stop (allocations and directives stop coming)
+    workers_stop: float | None = None
     windows: Mapping[str, int] = field(default_factory=dict)
     description: str = ""
     source: str = ""
+
+    def with_enforcement(self, enforcement: str) -> Scenario:
+        """The scenario enforced another way (`simulate --enforcement`)."""
+        if enforcement == "allocations" and self.scope != "cluster":
+            raise ScenarioError("--enforcement allocations needs a cluster-scope scenario")
+        return replace(self, enforcement=enforcement)
 
     def with_run(self, duration: float | None = None, warmup: float | None = None) -> Scenario:
         """The scenario with a different duration and/or warmup (command-line overrides)."""
@@ -191,6 +203,13 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
     accounting = data.get("accounting", "kafka")
     if accounting not in ("kafka", "served"):
         raise ScenarioError(f"accounting: {accounting!r} must be 'kafka' or 'served'")
+    enforcement = data.get("enforcement", "directives")
+    if enforcement not in ("directives", "allocations"):
+        raise ScenarioError(f"enforcement: {enforcement!r} must be 'directives' or 'allocations'")
+    if enforcement == "allocations" and scope != "cluster":
+        raise ScenarioError("enforcement: allocations needs scope: cluster")
+    raw_stop = data.get("workers_stop")
+    workers_stop = None if raw_stop is None else positive(raw_stop, "workers_stop")
     raw_duration = data.get("duration", 60)
     duration = None if raw_duration in (None, "forever") else positive(raw_duration, "duration")
     warmup = number(data.get("warmup", 10), "warmup", minimum=0.0)
@@ -222,7 +241,7 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
     return Scenario(
         name=str(data.get("name", default_name)), brokers=brokers, listeners=listeners,
         clients=tuple(clients), quotas=quotas, scope=scope, accounting=accounting,
-        duration=duration, warmup=warmup,
+        enforcement=enforcement, workers_stop=workers_stop, duration=duration, warmup=warmup,
         flush_interval_ms=flush, aggregate=aggregate, windows=win,
         description=str(description).strip(), source=source,
     )

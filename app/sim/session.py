@@ -67,7 +67,7 @@ class PipelineSpec(Protocol):
 def cluster_env(scenario: PipelineSpec, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The scenario's worker settings; window settings already in the environment win."""
     env = scenario.worker_env()
-    return {k: v for k, v in env.items() if k in ("QS_SCOPE", "QS_ACCOUNTING") or k not in environ}
+    return {k: v for k, v in env.items() if k in ("QS_SCOPE", "QS_ACCOUNTING", "QS_CLUSTER_ENFORCEMENT") or k not in environ}
 
 
 def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stderr_log,

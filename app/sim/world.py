@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from dataclasses import replace
 from typing import Any, Mapping, Protocol
 
+from app.engine.engine import EngineSettings
+from app.gateway.local import LocalQuotas
 from app.sim.broker import Directives, SimBroker
 from app.sim.clients import Client
 from app.sim.meter import Meter
@@ -23,7 +26,9 @@ class Actor(Protocol):
 
 class World:
     def __init__(self, scenario: Scenario, directives: Mapping[int, Directives],
-                 start_ms: float) -> None:
+                 start_ms: float, engine: EngineSettings | None = None) -> None:
+        """`engine`: the workers' settings; with allocations, each broker enforces its
+        allocation itself (`LocalQuotas` over the allocations its `directives` read)."""
         self.scenario = scenario
         self.start_ms = start_ms
         self.now = start_ms
@@ -31,11 +36,23 @@ class World:
         self._heap: list[tuple[float, int, Any]] = []
         self._seq = itertools.count()
         self.brokers = {b: SimBroker(b, scenario.listeners, directives[b], self.meter,
-                                     self.schedule, scenario.aggregate)
+                                     self.schedule, scenario.aggregate,
+                                     self._local(engine, directives[b]))
                         for b in scenario.brokers}
         self.clients = [Client(spec, self) for spec in scenario.clients]
         for client in self.clients:
             self.schedule(start_ms + client.spec.start * 1000.0, client)
+
+    def _local(self, engine: EngineSettings | None, directives: Directives) -> LocalQuotas | None:
+        """A broker's own quota managers over its allocations, or None (directives only)."""
+        if engine is None or not engine.allocations:
+            return None
+        from app.subscriber.allocations import AllocatedLimits
+
+        live = len(self.scenario.brokers)
+        local = replace(engine, scope="broker", accounting="kafka", allocations=False)
+        limits = AllocatedLimits(directives.allocations, lambda: live)  # type: ignore[attr-defined]
+        return LocalQuotas(local, self.scenario.quota_configs(), limits)
 
     def schedule(self, t: float, actor: Actor) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), actor))

@@ -27,6 +27,8 @@ from __future__ import annotations
 import heapq
 from typing import Any, Collection, Iterator, Mapping, NamedTuple
 
+from app.subscriber import allocations
+from app.subscriber.allocations import Allocations
 from app.subscriber.directive import (
     CLIENT,
     DEFAULT,
@@ -115,6 +117,8 @@ class ActiveSet:
         self._listener = self._tables[LISTENER]
         self._heap: list[tuple[int, int, _Entry]] = []
         self._seq = 0
+        #: allocation records of the control topic (cluster scope), for `AllocatedLimits`
+        self.allocations = Allocations()
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -140,6 +144,9 @@ class ActiveSet:
         Raises `BadDirective` for an invalid record (a `ts` more than a day after `now`, too). With `now`, a directive already expired is not
         stored, but still replaces (removes) the entry it supersedes: that is how a lift works.
         """
+        if isinstance(directive, Mapping) and directive.get("kind") == "allocation":
+            outcome = self.allocations.apply(directive, now)
+            return IGNORED if outcome in (allocations.STALE, allocations.EXPIRED) else outcome
         parsed = parse_directive(directive)
         if now is not None and parsed.ts > now + MAX_FUTURE_MS:
             raise BadDirective("ts_in_future", f"ts {parsed.ts} is more than a day after now {now}")
@@ -163,11 +170,13 @@ class ActiveSet:
         return ADDED if old is None else REPLACED
 
     def expire(self, now: int, limit: int | None = None) -> int:
-        """Drop directives with `until <= now`, O(log n) each; returns how many were dropped.
+        """Drop directives with `until <= now`, O(log n) each; returns how many were dropped
+        (allocations whose validity ended go too, uncounted).
 
         `limit` caps the work of one call so a caller holding a lock can release it between
         chunks; call again while it returns `limit`.
         """
+        self.allocations.expire(now)
         heap, removed = self._heap, 0
         while heap and heap[0][0] <= now and (limit is None or removed < limit):
             entry = heapq.heappop(heap)[2]

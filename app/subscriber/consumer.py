@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaError
 
 from app.kafka_security import client_options
 from app.signing import Signing, signing_from_env
+from app.subscriber.allocations import Allocations
 from app.subscriber.active_set import (
     ActiveSet,
     ConnectionDecision,
@@ -325,6 +326,11 @@ class DirectiveSubscriber:
     def __len__(self) -> int:
         with self._lock:
             return len(self._active)
+
+    @property
+    def allocations(self) -> Allocations:
+        """The allocations read so far (cluster scope): `AllocatedLimits` reads them."""
+        return self._active.allocations
 
     @property
     def stats(self) -> dict[str, Any]:

@@ -44,13 +44,23 @@ def test_defaults() -> None:
     client = sc.clients[0]
     assert client.brokers == (1, 2, 3) and client.listener == "PLAINTEXT"
     assert client.honours_throttle
-    assert sc.worker_env() == {"QS_SCOPE": "broker", "QS_ACCOUNTING": "kafka"}
+    assert sc.worker_env() == {"QS_SCOPE": "broker", "QS_ACCOUNTING": "kafka",
+                               "QS_CLUSTER_ENFORCEMENT": "directives"}
 
 
 def test_windows_become_worker_settings() -> None:
     sc = parse_scenario(minimal(scope="cluster", windows={"num": 6, "size_ms": 500}))
     assert sc.worker_env() == {"QS_SCOPE": "cluster", "QS_ACCOUNTING": "kafka", "QS_QUOTA_WINDOW_NUM": "6",
-                               "QS_QUOTA_WINDOW_SIZE_MS": "500"}
+                               "QS_QUOTA_WINDOW_SIZE_MS": "500", "QS_CLUSTER_ENFORCEMENT": "directives"}
+
+
+def test_allocations_are_a_cluster_scope_enforcement() -> None:
+    sc = parse_scenario(minimal(scope="cluster", enforcement="allocations", workers_stop=30))
+    assert sc.worker_env()["QS_CLUSTER_ENFORCEMENT"] == "allocations" and sc.workers_stop == 30
+    with pytest.raises(ScenarioError, match="cluster"):
+        parse_scenario(minimal(enforcement="allocations"))
+    with pytest.raises(ScenarioError, match="enforcement"):
+        parse_scenario(minimal(scope="cluster", enforcement="sometimes"))
 
 
 def test_forever_and_overrides() -> None:

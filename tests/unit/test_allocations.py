@@ -1,0 +1,240 @@
+"""Per-broker allocations of cluster-scope quotas: the division, the engine publishing them, the
+enforcer's limits (validity, static split) and the closed loop in the simulator."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.engine import allocation
+from app.engine.allocation import FLOOR_SHARE, HEADROOM, Shares, allocate
+from app.engine.configs import ConfigUpdate
+from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.events import RequestEvent, parse_event
+from app.engine.state_codec import decode, encode
+from app.gateway.local import LocalQuotas
+from app.sim.offline import run_offline
+from app.sim.scenario import load_scenario
+from app.subscriber.active_set import ActiveSet
+from app.subscriber.allocations import AllocatedLimits, Allocations, parse_allocation
+from app.subscriber.directive import BadDirective
+
+T0 = 1_763_800_000_000
+Q = 1_000_000.0
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+# -- the division -------------------------------------------------------------------------------
+
+def test_saturated_brokers_split_what_the_others_leave_equally() -> None:
+    # broker 0 uses 100k of its 400k: it keeps 1.25 x its usage; 1 and 2 use all of theirs
+    out = allocate(Q, [100_000.0, 300_000.0, 300_000.0], [100_000.0, 300_000.0, 300_000.0],
+                   [400_000.0, 300_000.0, 300_000.0])
+    assert out[0] == pytest.approx(100_000.0 * HEADROOM)
+    assert out[1] == pytest.approx(out[2]) == pytest.approx((Q - out[0]) / 2)
+    assert sum(out) == pytest.approx(Q)
+
+
+def test_a_muted_broker_keeps_what_its_window_still_holds() -> None:
+    # usage now 0 (its client is muted) but its own window holds 300k/s: no lower than that
+    out = allocate(Q, [0.0, 500_000.0], [300_000.0, 500_000.0], [400_000.0, 600_000.0])
+    assert out[0] >= 300_000.0
+    assert sum(out) == pytest.approx(Q)
+
+
+def test_every_broker_keeps_the_floor_and_new_brokers_count_as_saturated() -> None:
+    out = allocate(Q, [0.0, 900_000.0, 1_000.0], [0.0, 900_000.0, 1_000.0], [500_000.0, 500_000.0, 0.0])
+    assert min(out) >= Q * FLOOR_SHARE - 1e-6
+    assert out[2] > Q * FLOOR_SHARE  # the new one shares the rest with the busy one
+    assert sum(out) == pytest.approx(Q)
+
+
+def test_without_saturated_brokers_the_rest_follows_usage_shares() -> None:
+    out = allocate(Q, [100_000.0, 300_000.0], [100_000.0, 300_000.0], [500_000.0, 500_000.0])
+    assert out[1] > out[0]
+    assert sum(out) == pytest.approx(Q)
+
+
+def test_shares_round_trip_through_the_state_codec() -> None:
+    shares = Shares()
+    for i, broker in enumerate([1, 2, 1, 3]):
+        shares.record(broker, 1000.0 * (i + 1), T0 + i * 700, 11_000)
+    shares.allocated, shares.limit, shares.until = [1.0, 2.0, 3.0], Q, T0 + 5000
+    back = decode(encode(shares))
+    assert isinstance(back, Shares)
+    assert (back.head(), back.rows()) == (shares.head(), shares.rows())
+    assert back.rates(T0 + 3000) == shares.rates(T0 + 3000)
+
+
+# -- the engine ---------------------------------------------------------------------------------
+
+def cluster_engine(**settings: Any) -> QuotaEngine:
+    engine = QuotaEngine(EngineSettings(scope="cluster", accounting="served", allocations=True,
+                                        **settings))
+    update = parse_event({"type": "quota_config", "v": 1, "ts": T0, "entity": {"user": "alice"},
+                          "quotas": {"producer_byte_rate": Q}})
+    assert isinstance(update, ConfigUpdate)
+    engine.process(update)
+    return engine
+
+
+def produce(engine: QuotaEngine, t: int, broker: int, nbytes: int) -> list[dict[str, Any]]:
+    event = RequestEvent(T0 + t, broker, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce",
+                         nbytes, 0.0, 0.0, False, 1)
+    return engine.process(event)[1]
+
+
+def feed(engine: QuotaEngine, seconds: int, rates: dict[int, float]) -> list[dict[str, Any]]:
+    """Every broker reports its rate every 100 ms for `seconds`; what was published."""
+    out = []
+    for step in range(seconds * 10):
+        for broker, rate in rates.items():
+            out.extend(produce(engine, step * 100, broker, int(rate / 10)))
+    return out
+
+
+def test_allocations_replace_client_quota_directives_and_are_not_published_per_event() -> None:
+    engine = cluster_engine()
+    published = feed(engine, 20, {1: 1.2 * Q, 2: 1.2 * Q})  # 2.4x the quota
+    assert published and all(p["kind"] == "allocation" for p in published)
+    assert len(published) < 20 * 1000 / allocation.CHECK_MS / 4  # not one per check, let alone event
+    first = published[0]
+    assert first["ts"] >= T0 + allocation.SPAN_MS  # waits for a span of usage
+    assert first["valid_until"] == first["ts"] + 5000
+    last = published[-1]
+    limits = {b["broker"]: b["limit"] for b in last["brokers"]}
+    assert set(limits) == {1, 2} and sum(limits.values()) == pytest.approx(Q)
+    assert limits[1] == pytest.approx(limits[2], rel=0.2)
+    gaps = [b["ts"] - a["ts"] for a, b in zip(published, published[1:])]
+    assert max(gaps) <= 5000 // 2 + allocation.CHECK_MS  # refreshed before the validity ends
+
+
+def test_a_broker_left_by_its_traffic_gives_its_share_to_the_busy_one() -> None:
+    engine = cluster_engine()
+    feed(engine, 15, {1: 0.9 * Q, 2: 0.9 * Q})
+    later = [p for p in feed(engine, 0, {})]
+    assert later == []
+    out = []
+    for step in range(150, 400):  # broker 1 goes quiet, broker 2 stays busy
+        out.extend(produce(engine, step * 100, 2, int(0.9 * Q / 10)))
+    last = {b["broker"]: b["limit"] for b in out[-1]["brokers"]}
+    assert last.get(1, out[-1]["others"]) <= Q * FLOOR_SHARE * 1.01
+    assert last[2] >= Q * 0.9
+
+
+def test_the_same_events_give_the_same_allocations() -> None:
+    runs = [feed(cluster_engine(), 12, {1: 2 * Q, 2: 0.1 * Q, 3: 0.5 * Q}) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_allocations_need_cluster_scope() -> None:
+    with pytest.raises(ValueError):
+        EngineSettings(scope="broker", allocations=True)
+
+
+# -- the enforcer -------------------------------------------------------------------------------
+
+def record(ts: int = T0, valid: int = 5000, **over: Any) -> dict[str, Any]:
+    base = {"v": 1, "kind": "allocation", "ts": ts, "scope": "cluster",
+            "entity": {"user": "alice", "client_id": ""}, "quota": "producer_byte_rate",
+            "limit": Q, "window_ms": 11000, "config_level": "/config/users/alice",
+            "valid_until": ts + valid, "others": Q * FLOOR_SHARE,
+            "brokers": [{"broker": 1, "limit": 0.7 * Q}, {"broker": 2, "limit": 0.3 * Q}]}
+    base.update(over)
+    return base
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ({"valid_until": T0 + 10**9}, "bad_validity"),
+    ({"valid_until": T0}, "bad_validity"),
+    ({"limit": float("nan")}, "out_of_range"),
+    ({"brokers": [{"broker": 1, "limit": 2 * Q}]}, "out_of_range"),
+    ({"brokers": [{"broker": 1, "limit": 0.6 * Q}, {"broker": 2, "limit": 0.6 * Q}]}, "over_quota"),
+    ({"quota": "connection_creation_rate"}, "bad_quota"),
+    ({"entity": "alice"}, "bad_entity"),
+    ({"brokers": [{"broker": -1, "limit": 1.0}]}, "wrong_type"),
+])
+def test_bad_allocations_are_refused_with_a_reason(bad: dict[str, Any], reason: str) -> None:
+    with pytest.raises(BadDirective) as err:
+        parse_allocation(record(**bad))
+    assert err.value.reason == reason
+
+
+def test_allocation_limits_then_static_split_after_validity() -> None:
+    allocations = Allocations()
+    limits = AllocatedLimits(allocations, lambda: 4)
+    assert limits.limit("producer_byte_rate", "alice", "", 1, Q) == Q / 4  # none yet: static
+    assert allocations.apply(record(), T0) == "added"
+    assert limits.limit("producer_byte_rate", "alice", "", 1, Q) == pytest.approx(0.7 * Q)
+    assert limits.limit("producer_byte_rate", "alice", "", 9, Q) == pytest.approx(Q * FLOOR_SHARE)
+    # the quota lowered since: the allocation scales with it
+    assert limits.limit("producer_byte_rate", "alice", "", 2, Q / 2) == pytest.approx(0.15 * Q)
+    assert limits.limit("request_percentage", "alice", "", 1, 50.0) == 12.5  # none for it: static
+    assert limits.limit("controller_mutation_rate", "alice", "", 1, 5.0) == 5.0  # never allocated
+    assert allocations.apply(record(ts=T0 - 1), T0) == "stale"
+    version = limits.version
+    limits.at(T0 + 5000)  # validity over
+    assert limits.version != version
+    assert limits.limit("producer_byte_rate", "alice", "", 1, Q) == Q / 4
+
+
+def test_active_set_takes_allocation_records_beside_directives() -> None:
+    active = ActiveSet(broker_id=2)
+    assert active.apply(record(), T0) == "added"
+    assert len(active) == 0 and len(active.allocations) == 1
+    with pytest.raises(BadDirective):
+        active.apply(record(limit=-1.0), T0)
+
+
+def test_local_quotas_throttle_at_the_brokers_allocation() -> None:
+    settings = EngineSettings(window_num=11, window_ms=1000)
+    configs = cluster_engine().configs
+    allocations = Allocations()
+    allocations.apply(record(), T0)
+    local = LocalQuotas(settings, configs, AllocatedLimits(allocations, lambda: 2))
+
+    def first_throttle(broker: int) -> int:
+        for i in range(200):
+            if local.request(broker, T0 + i * 100, "PLAINTEXT", "alice", "app", "10.0.0.1",
+                             "Produce", int(Q / 10), 0.0, False):
+                return i
+        return -1
+
+    # 10x its allocation per second on broker 2 (0.3 Q) is throttled sooner than on broker 1
+    assert 0 <= first_throttle(2) < first_throttle(1)
+
+
+# -- the closed loop ----------------------------------------------------------------------------
+
+def alice_phases(enforcement: str) -> tuple[dict[str, float], int]:
+    sc = load_scenario(SCENARIOS / "cluster-allocations.yaml").with_enforcement(enforcement)
+    settings = EngineSettings(scope="cluster", accounting="served",
+                              allocations=enforcement == "allocations")
+    run = run_offline(sc, latency_ms=150, settings=settings)
+    meter = run.world.meter
+    row = next(r for r in meter.rows.values() if r.entity == "user=alice")
+    assert row.limit is not None
+    out = {}
+    for name, a, b in (("steady", 20, 60), ("stopped", 95, 120)):
+        per = meter.per_second(row, meter.bucket(run.start_ms + a * 1000),
+                               meter.bucket(run.start_ms + b * 1000))
+        out[name] = sum(per) / len(per) / row.limit
+    return out, run.world.client("alice-etl").stats.throttled
+
+
+def test_with_allocations_nobody_is_unlimited_when_workers_stop_and_the_polite_client_keeps_its_share() -> None:
+    alloc, alloc_etl = alice_phases("allocations")
+    directives, directives_etl = alice_phases("directives")
+    assert directives["stopped"] > 2.5  # no directive comes: alice's loader is unlimited
+    assert alloc["stopped"] <= 1.05  # the static split holds her at the quota
+    assert alloc_etl * 5 < directives_etl  # cluster directives mute every client of alice
+    assert 0.4 <= alloc["steady"] <= 1.1
+
+
+def test_workers_stop_needs_a_positive_time() -> None:
+    sc = load_scenario(SCENARIOS / "cluster-allocations.yaml")
+    assert sc.workers_stop == 90 and sc.enforcement == "allocations"
+    assert dataclasses.replace(sc, workers_stop=None).workers_stop is None
