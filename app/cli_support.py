@@ -11,6 +11,8 @@ import sys
 import time
 from typing import IO, Callable, Iterable, Iterator, TypeVar
 
+from app.engine.allocation import MIN_VALIDITY_MS
+
 from app.engine.engine import EngineSettings
 from app.errors import reason
 
@@ -43,7 +45,7 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--allocations", action="store_true",
                    help="QS_CLUSTER_ENFORCEMENT=allocations of the workers (cluster scope): "
                    "client quotas are divided among brokers and published as allocations")
-    g.add_argument("--allocation-validity-ms", type=int_at_least(200), default=5000,
+    g.add_argument("--allocation-validity-ms", type=int_at_least(MIN_VALIDITY_MS), default=5000,
                    help="QS_ALLOCATION_VALIDITY_MS of the workers (default %(default)s)")
     g.add_argument("--idle-expiry-ms", type=int_at_least(0), default=3_600_000,
                    help="QS_IDLE_EXPIRY_MS of the workers: a window idle longer than this starts "

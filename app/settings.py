@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from app.engine.allocation import MIN_VALIDITY_MS
+
 
 class SettingsError(ValueError):
     """A setting has a value the worker cannot run with; the message says which and why."""
@@ -28,25 +30,17 @@ class Setting:
     secret: bool = False
 
 
-def _positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise ValueError("must be an integer >= 1")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if value < minimum:
+            raise ValueError(f"must be an integer >= {minimum}")
+        return value
+    return parse
 
 
-def _non_negative_int(raw: str) -> int:
-    value = int(raw)
-    if value < 0:
-        raise ValueError("must be an integer >= 0")
-    return value
-
-
-def _validity(raw: str) -> int:
-    value = int(raw)
-    if value < 200:
-        raise ValueError("must be an integer >= 200 (ms)")
-    return value
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
 
 
 def _scope(raw: str) -> str:
@@ -139,7 +133,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics", _kafka_name),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
     Setting("QS_CLUSTER_ENFORCEMENT", "directives", "cluster scope: `directives` (every broker throttles an entity over its cluster-wide quota until one time) or `allocations` (each broker gets a share of the quota by its recent usage and enforces it per request: docs/allocations.md)", _enforcement),
-    Setting("QS_ALLOCATION_VALIDITY_MS", "5000", "how long a broker keeps an allocation without a newer one; then it enforces quota / live brokers", _validity),
+    Setting("QS_ALLOCATION_VALIDITY_MS", "5000", "how long a broker keeps an allocation without a newer one; then it enforces quota / live brokers", _int_at_least(MIN_VALIDITY_MS)),
     Setting("QS_ACCOUNTING", "kafka", "`kafka`: take back what Kafka would have refused (exact); `served`: count every reported event, for closed-loop enforcement", _accounting),
     Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
     Setting("QS_QUOTA_WINDOW_SIZE_MS", "1000", "quota.window.size.seconds, in ms", _positive_int),

@@ -121,8 +121,7 @@ def _offline(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -
         window_num=cast(int, s.quota_window_num),
         window_ms=cast(int, s.quota_window_size_ms),
         controller_window_num=cast(int, s.controller_window_num),
-        controller_window_ms=cast(int, s.controller_window_size_ms),
-        allocations=scenario.enforcement == "allocations")
+        controller_window_ms=cast(int, s.controller_window_size_ms))
     started = time.monotonic()
     result = run_offline(scenario, latency_ms=args.latency_ms, settings=settings)
     extra = {"mode": "offline", "latency_ms": args.latency_ms, "events": result.events,

@@ -49,6 +49,8 @@ SPAN_MS: Final = 1000
 CHECK_MS: Final = 100
 #: most brokers one window's usage is tracked for (beyond: they share `others`)
 MAX_BROKERS: Final = 1024
+#: the shortest validity an allocation may have: two checks
+MIN_VALIDITY_MS: Final = 2 * CHECK_MS
 
 
 class Shares:
@@ -107,18 +109,12 @@ class Shares:
             self.allocated.append(0.0)
 
     def _roll_short(self, t: int) -> None:
-        adjacent = t < self.short_start + 2 * SPAN_MS
-        self.prev = self.cur if adjacent else [0.0] * len(self.cur)
-        self.cur = [0.0] * len(self.prev)
-        self.short_start = t - t % SPAN_MS
+        self.prev, self.cur, self.short_start = _roll(self.cur, self.short_start, t, SPAN_MS)
 
     def _roll_long(self, t: int, window_ms: int) -> None:
         """Start the long span holding `t`; brokers with no usage in a whole window are dropped
         (their own window is empty: they lose nothing)."""
-        adjacent = t < self.long_start + 2 * window_ms
-        self.lprev = self.lcur if adjacent else [0.0] * len(self.lcur)
-        self.lcur = [0.0] * len(self.lprev)
-        self.long_start = t - t % window_ms
+        self.lprev, self.lcur, self.long_start = _roll(self.lcur, self.long_start, t, window_ms)
         keep = [i for i, v in enumerate(self.lprev) if v > 0.0]
         if len(keep) < len(self.lprev):
             if any(self.allocated[i] > 0.0 for i in range(len(self.lprev)) if i not in keep):
@@ -158,12 +154,24 @@ class Shares:
         return list(zip(self.brokers, self.cur, self.prev, self.lcur, self.lprev, self.allocated))
 
 
+def _roll(cur: list[float], start: int, t: int, span: int) -> tuple[list[float], list[float], int]:
+    """(previous, current, start) of the fixed span holding `t`: the current span becomes the
+    previous one if they are adjacent."""
+    prev = cur if t < start + 2 * span else [0.0] * len(cur)
+    return prev, [0.0] * len(prev), t - t % span
+
+
 def _sliding(prev: list[float], cur: list[float], into: int, span: int) -> list[float]:
     """Per-second rates over the last `span` ms from two fixed spans, `into` ms into the
     current one (the older span weighted by how much of it is still inside)."""
     inside = max(0.0, 1.0 - into / span)
     scale = 1000.0 / span
     return [(p * inside + c) * scale for p, c in zip(prev, cur)]
+
+
+def is_saturated(held: float, allocated: float) -> bool:
+    """Whether a broker uses about all of its allocation (or has none yet): it wants more."""
+    return allocated <= 0.0 or held >= SATURATED * allocated
 
 
 def allocate(limit: float, rates: list[float], held: list[float], allocated: list[float]
@@ -177,7 +185,7 @@ def allocate(limit: float, rates: list[float], held: list[float], allocated: lis
     floor = limit * FLOOR_SHARE
     if floor * n >= limit:
         return [limit / n] * n
-    saturated = [a <= 0.0 or h >= SATURATED * a for h, a in zip(held, allocated)]
+    saturated = [is_saturated(h, a) for h, a in zip(held, allocated)]
     extra = [0.0 if s else max(0.0, r * HEADROOM - floor, h - floor)
              for r, h, s in zip(rates, held, saturated)]
     rest = limit - floor * n
@@ -209,15 +217,15 @@ def moved(limit: float, published_limit: float, new: list[float], old: list[floa
 
 def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
                       window_ms: int, level: str | None, valid_until: int, brokers: list[int],
-                      limits: list[float], rates: list[float], allocated: list[float]
-                      ) -> dict[str, Any]:
+                      limits: list[float], rates: list[float], held: list[float],
+                      allocated: list[float]) -> dict[str, Any]:
     """The control-topic record of one allocation (docs/contract.md, "Allocations")."""
     return {
         "v": 1, "kind": "allocation", "ts": ts, "scope": "cluster", "entity": entity,
         "quota": quota, "limit": limit, "window_ms": window_ms, "config_level": level,
         "valid_until": valid_until, "others": limit * FLOOR_SHARE,
         "brokers": [
-            {"broker": b, "limit": a, "usage": r, "saturated": p <= 0.0 or r >= SATURATED * p}
-            for b, a, r, p in zip(brokers, limits, rates, allocated)
+            {"broker": b, "limit": a, "usage": r, "saturated": is_saturated(h, p)}
+            for b, a, r, h, p in zip(brokers, limits, rates, held, allocated)
         ],
     }

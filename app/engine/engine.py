@@ -96,8 +96,8 @@ class EngineSettings:
             raise ValueError("idle_expiry_ms must be >= 0")
         if self.allocations and self.scope != "cluster":
             raise ValueError("allocations need cluster scope")
-        if self.allocation_validity_ms < 2 * allocation.CHECK_MS:
-            raise ValueError(f"allocation_validity_ms must be >= {2 * allocation.CHECK_MS}")
+        if self.allocation_validity_ms < allocation.MIN_VALIDITY_MS:
+            raise ValueError(f"allocation_validity_ms must be >= {allocation.MIN_VALIDITY_MS}")
 
     @property
     def sweep_every_ms(self) -> int:
@@ -474,7 +474,7 @@ class QuotaEngine:
         valid_until = t + self._validity
         self._allocs.append(allocation.allocation_record(
             t, window.entity, window.quota, limit, self._n * self._w, window.level, valid_until,
-            list(shares.brokers), new, rates, shares.allocated))
+            list(shares.brokers), new, rates, held, shares.allocated))
         shares.allocated, shares.limit, shares.until = new, limit, valid_until
 
     def _request(self, event: RequestEvent, decisions: list[Decision],

@@ -35,14 +35,11 @@ FETCH_CAP_SHARE = 50
 class LocalQuotas:
     """The engine over one gateway's requests, decision by decision."""
 
-    def __init__(self, settings: EngineSettings, configs: QuotaConfigs | None = None,
-                 limits: AllocatedLimits | None = None) -> None:
-        """`limits`: in cluster scope, each broker's allocation (`AllocatedLimits`) is the limit
-        of its client quota windows; None: the configs' (broker scope)."""
+    def __init__(self, settings: EngineSettings, configs: QuotaConfigs | None = None) -> None:
         if settings.scope != "broker" or settings.accounting != "kafka":
             raise ValueError("local quotas are a broker's: broker scope, kafka accounting")
-        self.limits = limits
-        self.engine = QuotaEngine(settings, configs, limits=limits)
+        self.limits: AllocatedLimits | None = None  # the configs' limits (broker scope)
+        self.engine = QuotaEngine(settings, configs)
 
     def obey(self, limits: AllocatedLimits) -> None:
         """Enforce allocations from now on (cluster scope): each client quota window's limit on

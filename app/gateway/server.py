@@ -244,11 +244,10 @@ class Gateway:
         self.metrics.directives.set_function(lambda: len(self.directives))
         self.metrics.directives_ready.set_function(
             lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
-        if self.local is not None and cfg.allocations:
-            allocations = getattr(self.directives, "allocations", None)
-            if allocations is not None:
-                nodes = self.nodes
-                self.local.obey(AllocatedLimits(allocations, lambda: len(nodes.node_ids)))
+        if self.local is not None and cfg.allocations:  # the subscriber reads allocations too
+            nodes = self.nodes
+            self.local.obey(AllocatedLimits(self.directives.allocations,  # type: ignore[attr-defined]
+                                            lambda: len(nodes.node_ids)))
         if self.local is not None and cfg.local is not None:
             await self._start_configs()
         await self._start_events()

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from app.audit.recommend import percentiles
 from app.engine import configs as cfg
 from app.engine.configs import QuotaConfigs
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
@@ -66,7 +67,7 @@ class Summary:
     per_broker: dict[int, float]
     seconds: int
     outcomes: dict[str, int]
-    #: the 95th percentile of the per-second cluster-wide rate (nearest rank)
+    #: the 95th percentile of the per-second cluster-wide rate
     p95: float = 0.0
 
     @property
@@ -83,14 +84,6 @@ class Summary:
         if not self.limit or not self.per_broker:
             return None
         return max(self.per_broker.values()) / self.limit
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (0.0 for no values)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 class Meter:
@@ -199,8 +192,12 @@ class Meter:
             out.append(Summary(row.quota, row.entity, row.limit, row.level, row.unit,
                                sum(rates.values()), dict(sorted(rates.items())),
                                max(0, last - first), outcomes,
-                               percentile(self.per_second(row, first, last), 0.95)))
+                               self._p95(row, first, last)))
         return out
+
+    def _p95(self, row: Row, first: int, last: int) -> float:
+        per_second = self.per_second(row, first, last)
+        return percentiles(per_second, (0.95,))[0] if per_second else 0.0
 
     def per_second(self, row: Row, first: int, last: int) -> list[float]:
         """The row's cluster-wide rate in each whole bucket of [first, last), per second."""

@@ -43,9 +43,8 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
     seconds = duration if duration is not None else scenario.duration
     if seconds is None:
         raise ValueError("an offline run needs a duration")
-    settings = settings or EngineSettings(scope=scenario.scope, accounting=scenario.accounting)
-    if scenario.enforcement == "allocations" and not settings.allocations:
-        settings = replace(settings, allocations=True)
+    settings = replace(settings or EngineSettings(scope=scenario.scope, accounting=scenario.accounting),
+                       allocations=scenario.enforcement == "allocations")
     sets = {b: ActiveSet(b) for b in scenario.brokers}
     world = World(scenario, sets, start_ms, settings)
     engine = QuotaEngine(settings)

@@ -18,6 +18,7 @@ from app.sim.broker import Directives, SimBroker
 from app.sim.clients import Client
 from app.sim.meter import Meter
 from app.sim.scenario import Scenario
+from app.subscriber.allocations import AllocatedLimits
 
 
 class Actor(Protocol):
@@ -47,12 +48,11 @@ class World:
         """A broker's own quota managers over its allocations, or None (directives only)."""
         if engine is None or not engine.allocations:
             return None
-        from app.subscriber.allocations import AllocatedLimits
-
         live = len(self.scenario.brokers)
-        local = replace(engine, scope="broker", accounting="kafka", allocations=False)
-        limits = AllocatedLimits(directives.allocations, lambda: live)  # type: ignore[attr-defined]
-        return LocalQuotas(local, self.scenario.quota_configs(), limits)
+        settings = replace(engine, scope="broker", accounting="kafka", allocations=False)
+        local = LocalQuotas(settings, self.scenario.quota_configs())
+        local.obey(AllocatedLimits(directives.allocations, lambda: live))  # type: ignore[attr-defined]
+        return local
 
     def schedule(self, t: float, actor: Actor) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), actor))

@@ -194,7 +194,8 @@ def test_local_quotas_throttle_at_the_brokers_allocation() -> None:
     configs = cluster_engine().configs
     allocations = Allocations()
     allocations.apply(record(), T0)
-    local = LocalQuotas(settings, configs, AllocatedLimits(allocations, lambda: 2))
+    local = LocalQuotas(settings, configs)
+    local.obey(AllocatedLimits(allocations, lambda: 2))
 
     def first_throttle(broker: int) -> int:
         for i in range(200):
