@@ -38,9 +38,10 @@ from app.audit.recompute import (
 )
 from app.engine import configs as cfg
 from app.engine.configs import DEFAULT, client_level_path
-from app.engine.engine import NANOS_TO_PERCENT, Decision, EngineSettings, QuotaEngine
+from app.engine.engine import ALLOCATED, NANOS_TO_PERCENT, Decision, EngineSettings, QuotaEngine
 from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
+from app.engine import allocation
 from app.engine.allocation import Shares
 from app.engine.stats import Rate, TokenBucket
 
@@ -59,6 +60,8 @@ class Snapshot:
     directive: dict[str, Any] | None
     event_throttled: bool
     configs: Any
+    #: allocations (cluster scope): the window's last allocation record at or before the decision
+    allocation: dict[str, Any] | None = None
 
 
 @dataclass
@@ -231,13 +234,19 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
                          configs=sum(1 for update, _ in configs if update.ts <= at))
     engine = engine_with_configs(settings, configs)
     names = set(entity_candidates(spec))
+    allocations: dict[tuple[str, str], dict[str, Any]] = {}
     for _key, kind, payload, arrival in rows:
         event = make_event(kind, payload)
         decisions, directives = engine.process(event, arrival)
         result.events_used += 1
         mine = principal_matches(spec, event)
         throttled = any(d.throttle_time_ms > 0 for d in decisions)
-        published = {(id(d["entity"]), d["quota"]): d for d in directives}
+        published = {}
+        for record in directives:
+            if record.get("kind") == "allocation":
+                allocations[(record["quota"], entity_string(record["entity"]))] = record
+            else:
+                published[(id(record["entity"]), record["quota"])] = record
         for d in decisions:
             name = entity_string(d.entity)
             if not (mine or name in names):
@@ -248,7 +257,7 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
             result.windows[wkey] = Snapshot(
                 d, event, _copy_state(engine.store.get(d.key)),
                 published.get((id(d.entity), d.quota)), throttled,
-                _resolution_view(engine, d, event, arrival))
+                _resolution_view(engine, d, event, arrival), allocations.get((d.quota, name)))
             result.state_at[wkey] = engine.store.get(d.key)
     return result
 
@@ -380,7 +389,9 @@ def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSet
                        f"{_num(d.limit)} * 1000) = {d.throttle_time_ms:,} ms")
         else:
             out.append("  throttle   0 ms: tokens >= 0")
-    if snap.directive is not None:
+    if settings.allocations and quota in ALLOCATED:
+        out += _allocation_text(snap.allocation, unit, settings)
+    elif snap.directive is not None:
         out.append("  directive  published: " + orjson.dumps(snap.directive).decode())
     elif d.throttle_time_ms > 0:
         until = getattr(snap.state, "until", 0)
@@ -389,6 +400,32 @@ def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSet
                    f"{settings.extension_ms} ms")
     else:
         out.append("  directive  none (not throttled)")
+    return out
+
+
+def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineSettings
+                     ) -> list[str]:
+    """What each broker was allowed of a cluster-scope quota (allocations), and why."""
+    if record is None:
+        return [f"  allocation none published yet: brokers enforce quota / live brokers (the first "
+                f"waits for {allocation.SPAN_MS} ms of usage); no directive for this quota"]
+    out = [f"  allocation published at {format_ms(record['ts'])}, valid until "
+           f"{format_ms(record['valid_until'])}; brokers enforce it per request (no directive: "
+           "the throttle above is the cluster-wide window's, for reference):"]
+    for b in record["brokers"]:
+        state = "saturated: shares the rest" if b["saturated"] else \
+            f"unsaturated: usage x {allocation.HEADROOM:g}"
+        out.append(f"             broker {b['broker']}: {_num(b['limit'])} {unit} "
+                   f"({b['limit'] / record['limit']:.0%}); used {_num(b['usage'])} {unit} over "
+                   f"the last {allocation.SPAN_MS} ms, {state}")
+    out.append(f"             other brokers: {_num(record['others'])} {unit} (the floor, "
+               f"{allocation.FLOOR_SHARE:.0%} of the quota)")
+    out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; a broker using under "
+               f"{allocation.SATURATED:.0%} of its allocation gets its usage x "
+               f"{allocation.HEADROOM:g}; the saturated split the rest equally; one still used "
+               f"loses at most half per {allocation.HALVING_MS} ms; published on a move over "
+               f"{allocation.THRESHOLD:.0%} of the quota, or every "
+               f"{settings.allocation_validity_ms // 2} ms")
     return out
 
 

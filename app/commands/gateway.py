@@ -190,7 +190,8 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
             window_num=int(settings.quota_window_num),  # type: ignore[call-overload]
             window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
             controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
-            controller_window_ms=int(settings.controller_window_size_ms)),  # type: ignore[call-overload]
+            controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
+            allocation_sample_ms=int(settings.allocation_sample_ms)),  # type: ignore[call-overload]
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
         listener=args.listener_name,
         node_port_base=args.node_port_base, first_node_id=args.first_node_id,

@@ -121,7 +121,8 @@ def _offline(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -
         window_num=cast(int, s.quota_window_num),
         window_ms=cast(int, s.quota_window_size_ms),
         controller_window_num=cast(int, s.controller_window_num),
-        controller_window_ms=cast(int, s.controller_window_size_ms))
+        controller_window_ms=cast(int, s.controller_window_size_ms),
+        allocation_sample_ms=cast(int, s.allocation_sample_ms))
     started = time.monotonic()
     result = run_offline(scenario, latency_ms=args.latency_ms, settings=settings)
     extra = {"mode": "offline", "latency_ms": args.latency_ms, "events": result.events,
@@ -157,7 +158,9 @@ def _report(scenario: Any, world: Any, end_ms: float, out: Path, colour: bool,
     if report.write_parquet(out / "timeseries.parquet", rows):
         files.append(out / "timeseries.parquet")
     title = f"{scenario.name}: {scenario.scope} scope, {len(scenario.brokers)} brokers"
-    if report.plot(out / "rates.png", rows, summaries, title, scenario.scope, scenario.warmup):
+    phases = report.phase_rows(world, scenario.phases)
+    if report.plot(out / "rates.png", rows, summaries, title, scenario.scope, scenario.warmup,
+                   phases):
         files.append(out / "rates.png")
     seconds = summaries[0].seconds if summaries else 0
     report.write_json(out / "summary.json", {
@@ -166,6 +169,7 @@ def _report(scenario: Any, world: Any, end_ms: float, out: Path, colour: bool,
         "warmup_s": scenario.warmup, "steady_state_s": seconds, **extra,
         "entities": [report.summary_dict(s, scenario.scope) for s in summaries],
         "clients": report.client_dicts(world),
+        "phases": report.phase_dicts(world, scenario.phases),
     })
     files.append(out / "summary.json")
     print(f"{scenario.name}: {scenario.scope} scope, steady state over {seconds} s "
@@ -173,6 +177,9 @@ def _report(scenario: Any, world: Any, end_ms: float, out: Path, colour: bool,
     print(report.entity_table(summaries, scenario.scope, colour))
     print()
     print(report.client_table(world, colour))
+    if scenario.phases:
+        print()
+        print(report.phase_table(world, scenario.phases, colour))
     latency = extra.get("loop_latency_ms")
     if latency and latency.get("p50") is not None:
         print(f"\nloop latency (broker sample -> directive on the control topic): "

@@ -11,22 +11,23 @@ How a window's quota `Q` is divided among the brokers it was used on recently (`
   the entity dried up can still admit a returning client; a broker not listed at all also gets
   the floor (the record's `others`) until the next allocation lists it;
 - a broker using clearly less than it was allocated (below `SATURATED` of it) is *unsaturated*:
-  it gets what it uses plus `HEADROOM`, so its usage share sets its allocation, and never less
-  than the rate its own quota window still holds: a client muted for a while (its usage then
-  reads 0) must not come back to a limit its past, allowed, usage is far above;
+  it gets what it uses plus `HEADROOM`, so its usage share sets its allocation;
 - the rest goes to the *saturated* brokers (using about all of their allocation), split equally:
   their real demand is hidden by throttling, and the same usage share would hold any split
   forever, so max-min fairness is what moves unused share to where it is needed. With no
   saturated broker the rest is split by usage share among all;
 - the listed allocations add up to Q exactly.
 
-Usage is measured per broker over the last `SPAN_MS` and over the last quota window (`Shares`);
-a broker stays listed until a whole quota window passed without its usage. The first
-allocation of a window waits until its usage was seen for one span (brokers use the static
-split, quota / live brokers, until then: a broker that reported first must not take the whole
-quota). Allocations are re-computed at most every `CHECK_MS` of event time and published only
-when a broker's allocation moved by more than `THRESHOLD` x Q, the set of brokers changed, the
-quota changed, or half of the last one's validity passed.
+Usage is measured per broker over the last `SPAN_MS` (`Shares`); a broker stays listed until two
+spans passed without its usage. Enforcers hold allocations over windows of short samples
+(`EngineSettings.allocation_sample_ms`), so a broker whose allocation drops under what its
+window holds is throttled for a fraction of a second, not for the tens of seconds Kafka's formula
+gives over a full 11-second window. The first allocation of a window waits until its usage was
+seen for one span (brokers use the static split, quota / live brokers, until then: a broker that
+reported first must not take the whole quota). Allocations are re-computed at most every
+`CHECK_MS` of event time and published only when a broker's allocation moved by more than
+`THRESHOLD` x Q, the set of brokers changed, the quota changed, or half of the last one's
+validity passed.
 
 Pure, driven by event time, like the rest of the engine.
 """
@@ -43,6 +44,11 @@ SATURATED: Final = 0.9
 HEADROOM: Final = 1.25
 #: republish when some broker's allocation moves by more than this share of the quota
 THRESHOLD: Final = 0.1
+#: a broker still using its allocation keeps at least half of it per this long (ms), and no
+#: more than its usage with headroom: a limit that falls faster than the enforcer's window
+#: empties throttles for longer than that window, and a muted client reads as idle, which
+#: would cut its allocation further
+HALVING_MS: Final = 1000
 #: usage is measured over the last span (ms of event time)
 SPAN_MS: Final = 1000
 #: allocations are re-computed at most this often (ms of event time)
@@ -56,138 +62,118 @@ MIN_VALIDITY_MS: Final = 2 * CHECK_MS
 class Shares:
     """One cluster-scope window's recent usage per broker and the allocation last published.
 
-    Usage is kept over two lengths: the last `SPAN_MS` (what a broker uses now) and the last
-    quota window (what the broker's own window holds: an allocation never goes below it, so a
-    re-division never throttles a broker for usage it had already been allowed). Each is a
-    sliding estimate from two fixed spans. `clock` and `until` (the last allocation's validity)
-    play the same part as in `Rate`: an idle state with no allocation in force may be dropped.
+    Usage is a sliding estimate over the last `SPAN_MS` from two fixed spans. `clock` and
+    `until` (the last allocation's validity) play the same part as in `Rate`: an idle state
+    with no allocation in force may be dropped.
     """
 
-    __slots__ = ("clock", "until", "since", "short_start", "long_start", "brokers", "cur",
-                 "prev", "lcur", "lprev", "allocated", "limit", "next_check")
+    __slots__ = ("clock", "until", "since", "start", "brokers", "cur", "prev", "allocated",
+                 "limit", "next_check")
 
     def __init__(self) -> None:
         self.clock = 0
         self.until = 0
         self.since = -1  # when the first usage was counted
-        self.short_start = 0
-        self.long_start = 0
+        self.start = 0  # of the current span
         self.brokers: list[int] = []
         self.cur: list[float] = []
         self.prev: list[float] = []
-        self.lcur: list[float] = []
-        self.lprev: list[float] = []
         #: the last published allocation per broker (0.0: not in it)
         self.allocated: list[float] = []
         #: the quota the last allocation divided (0.0: none published, or it must be republished)
         self.limit = 0.0
         self.next_check = 0
 
-    def record(self, broker: int, value: float, t: int, window_ms: int) -> None:
+    def record(self, broker: int, value: float, t: int) -> None:
         """Count `value` used on `broker` at `t` (event time; earlier times count as the
-        latest); `window_ms` is the quota window (N x W)."""
+        latest)."""
         if t < self.clock:
             t = self.clock
         self.clock = t
         if self.since < 0:
             self.since = t
-        if t >= self.short_start + SPAN_MS:
-            self._roll_short(t)
-        if t >= self.long_start + window_ms:
-            self._roll_long(t, window_ms)
+        if t >= self.start + SPAN_MS:
+            self._roll(t)
         brokers = self.brokers
         if broker in brokers:
-            i = brokers.index(broker)
-            self.cur[i] += value
-            self.lcur[i] += value
+            self.cur[brokers.index(broker)] += value
         elif len(brokers) < MAX_BROKERS:
             brokers.append(broker)
             self.cur.append(value)
             self.prev.append(0.0)
-            self.lcur.append(value)
-            self.lprev.append(0.0)
             self.allocated.append(0.0)
 
-    def _roll_short(self, t: int) -> None:
-        self.prev, self.cur, self.short_start = _roll(self.cur, self.short_start, t, SPAN_MS)
-
-    def _roll_long(self, t: int, window_ms: int) -> None:
-        """Start the long span holding `t`; brokers with no usage in a whole window are dropped
-        (their own window is empty: they lose nothing)."""
-        self.lprev, self.lcur, self.long_start = _roll(self.lcur, self.long_start, t, window_ms)
-        keep = [i for i, v in enumerate(self.lprev) if v > 0.0]
-        if len(keep) < len(self.lprev):
-            if any(self.allocated[i] > 0.0 for i in range(len(self.lprev)) if i not in keep):
+    def _roll(self, t: int) -> None:
+        """Start the span holding `t`; brokers with no usage in the last two spans are dropped
+        (an enforcer's window is far shorter: theirs is empty, they lose nothing)."""
+        adjacent = t < self.start + 2 * SPAN_MS
+        keep = [i for i, v in enumerate(self.cur) if v > 0.0 or (adjacent and self.prev[i] > 0.0)]
+        if len(keep) < len(self.cur):
+            if any(self.allocated[i] > 0.0 for i in range(len(self.cur)) if i not in keep):
                 self.limit = 0.0  # a published broker left: the next check publishes
             self.brokers = [self.brokers[i] for i in keep]
-            self.cur = [self.cur[i] for i in keep]
-            self.prev = [self.prev[i] for i in keep]
-            self.lprev = [self.lprev[i] for i in keep]
-            self.lcur = [0.0] * len(keep)
             self.allocated = [self.allocated[i] for i in keep]
+        self.prev = [self.cur[i] if adjacent else 0.0 for i in keep]
+        self.cur = [0.0] * len(keep)
+        self.start = t - t % SPAN_MS
 
     def rates(self, t: int) -> list[float]:
-        """Usage per second over the last `SPAN_MS`, per broker (in `brokers` order)."""
-        return _sliding(self.prev, self.cur, t - self.short_start, SPAN_MS)
+        """Usage per second over the last `SPAN_MS`, per broker (in `brokers` order): the
+        older span weighted by how much of it is still inside."""
+        inside = max(0.0, 1.0 - (t - self.start) / SPAN_MS)
+        scale = 1000.0 / SPAN_MS
+        return [(p * inside + c) * scale for p, c in zip(self.prev, self.cur)]
 
-    def window_rates(self, t: int, window_ms: int) -> list[float]:
-        """Usage per second over the last quota window, per broker."""
-        return _sliding(self.lprev, self.lcur, t - self.long_start, window_ms)
-
-    def restore(self, head: tuple[int, int, int, int, int, float, int],
-                rows: list[tuple[int, float, float, float, float, float]]) -> None:
+    def restore(self, head: tuple[int, int, int, int, float, int],
+                rows: list[tuple[int, float, float, float]]) -> None:
         """Set the state from `head()` and `rows()`."""
-        (self.clock, self.until, self.since, self.short_start, self.long_start, self.limit,
-         self.next_check) = head
+        self.clock, self.until, self.since, self.start, self.limit, self.next_check = head
         self.brokers = [r[0] for r in rows]
         self.cur = [r[1] for r in rows]
         self.prev = [r[2] for r in rows]
-        self.lcur = [r[3] for r in rows]
-        self.lprev = [r[4] for r in rows]
-        self.allocated = [r[5] for r in rows]
+        self.allocated = [r[3] for r in rows]
 
-    def head(self) -> tuple[int, int, int, int, int, float, int]:
-        return (self.clock, self.until, self.since, self.short_start, self.long_start, self.limit,
-                self.next_check)
+    def head(self) -> tuple[int, int, int, int, float, int]:
+        return self.clock, self.until, self.since, self.start, self.limit, self.next_check
 
-    def rows(self) -> list[tuple[int, float, float, float, float, float]]:
-        return list(zip(self.brokers, self.cur, self.prev, self.lcur, self.lprev, self.allocated))
+    def rows(self) -> list[tuple[int, float, float, float]]:
+        return list(zip(self.brokers, self.cur, self.prev, self.allocated))
 
 
-def _roll(cur: list[float], start: int, t: int, span: int) -> tuple[list[float], list[float], int]:
-    """(previous, current, start) of the fixed span holding `t`: the current span becomes the
-    previous one if they are adjacent."""
-    prev = cur if t < start + 2 * span else [0.0] * len(cur)
-    return prev, [0.0] * len(prev), t - t % span
-
-
-def _sliding(prev: list[float], cur: list[float], into: int, span: int) -> list[float]:
-    """Per-second rates over the last `span` ms from two fixed spans, `into` ms into the
-    current one (the older span weighted by how much of it is still inside)."""
-    inside = max(0.0, 1.0 - into / span)
-    scale = 1000.0 / span
-    return [(p * inside + c) * scale for p, c in zip(prev, cur)]
-
-
-def is_saturated(held: float, allocated: float) -> bool:
+def is_saturated(rate: float, allocated: float) -> bool:
     """Whether a broker uses about all of its allocation (or has none yet): it wants more."""
-    return allocated <= 0.0 or held >= SATURATED * allocated
+    return allocated <= 0.0 or rate >= SATURATED * allocated
 
 
-def allocate(limit: float, rates: list[float], held: list[float], allocated: list[float]
+def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int
              ) -> list[float]:
-    """Divide `limit` among brokers by their usage `rates`, the rates their own windows `held`
-    and their last `allocated` limits (0.0: none yet); the result adds up to `limit` (module
+    """Divide `limit` among brokers by their usage `rates` and their last `allocated` limits
+    (0.0: none yet), published `elapsed_ms` ago; the result adds up to `limit` (module
     docstring)."""
+    target = _divide(limit, rates, allocated)
+    keep = 0.5 ** (elapsed_ms / HALVING_MS)
+    low = [min(a * keep, r * HEADROOM) for a, r in zip(allocated, rates)]
+    held = [i for i, x in enumerate(target) if x < low[i]]
+    if not held:
+        return target
+    kept = sum(low[i] for i in held)
+    if kept >= limit:  # the quota itself fell: the held brokers share it as they stand
+        return [low[i] * limit / kept if i in held else 0.0 for i in range(len(target))]
+    free = sum(x for i, x in enumerate(target) if i not in held)
+    scale = (limit - kept) / free if free > 0.0 else 0.0
+    return [low[i] if i in held else x * scale for i, x in enumerate(target)]
+
+
+def _divide(limit: float, rates: list[float], allocated: list[float]) -> list[float]:
+    """The division by usage alone (module docstring), before bounding decreases."""
     n = len(rates)
     if n == 0:
         return []
     floor = limit * FLOOR_SHARE
     if floor * n >= limit:
         return [limit / n] * n
-    saturated = [is_saturated(h, a) for h, a in zip(held, allocated)]
-    extra = [0.0 if s else max(0.0, r * HEADROOM - floor, h - floor)
-             for r, h, s in zip(rates, held, saturated)]
+    saturated = [is_saturated(r, a) for r, a in zip(rates, allocated)]
+    extra = [0.0 if s else max(0.0, r * HEADROOM - floor) for r, s in zip(rates, saturated)]
     rest = limit - floor * n
     wanted = sum(extra)
     if wanted >= rest:  # the unsaturated alone use more than there is: by their usage
@@ -217,15 +203,15 @@ def moved(limit: float, published_limit: float, new: list[float], old: list[floa
 
 def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
                       window_ms: int, level: str | None, valid_until: int, brokers: list[int],
-                      limits: list[float], rates: list[float], held: list[float],
-                      allocated: list[float]) -> dict[str, Any]:
+                      limits: list[float], rates: list[float], allocated: list[float]
+                      ) -> dict[str, Any]:
     """The control-topic record of one allocation (docs/contract.md, "Allocations")."""
     return {
         "v": 1, "kind": "allocation", "ts": ts, "scope": "cluster", "entity": entity,
         "quota": quota, "limit": limit, "window_ms": window_ms, "config_level": level,
         "valid_until": valid_until, "others": limit * FLOOR_SHARE,
         "brokers": [
-            {"broker": b, "limit": a, "usage": r, "saturated": is_saturated(h, p)}
-            for b, a, r, h, p in zip(brokers, limits, rates, held, allocated)
+            {"broker": b, "limit": a, "usage": r, "saturated": is_saturated(r, p)}
+            for b, a, r, p in zip(brokers, limits, rates, allocated)
         ],
     }

@@ -81,13 +81,19 @@ class EngineSettings:
     allocations: bool = False
     #: how long a broker keeps an allocation when no newer one arrives (then: a static split)
     allocation_validity_ms: int = 5000
+    #: the sample length (`window_ms`'s part) of the windows an enforcer holds its allocations
+    #: over: an allocation moves, and Kafka's formula answers a limit that dropped under a full
+    #: window with a throttle of up to (window/new limit) x what it holds; short samples keep
+    #: that, and the bursts a greedy client makes each time a sample leaves, short too
+    allocation_sample_ms: int = 100
 
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):
             raise ValueError("scope must be 'broker' or 'cluster'")
         if self.accounting not in ("kafka", "served"):
             raise ValueError("accounting must be 'kafka' or 'served'")
-        for name in ("window_num", "window_ms", "controller_window_num", "controller_window_ms"):
+        for name in ("window_num", "window_ms", "controller_window_num", "controller_window_ms",
+                     "allocation_sample_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.config_grace_ms < 0:
@@ -130,7 +136,9 @@ class Cadence:
 
 class Limits(Protocol):
     """Where an enforcer's windows take their limits from instead of the configs alone (the
-    allocations of `app.subscriber.allocations`); `version` changes when any limit may have."""
+    allocations of `app.subscriber.allocations`); `version` changes when any limit may have.
+    An engine with limits holds its `ALLOCATED` windows over samples of
+    `EngineSettings.allocation_sample_ms`."""
 
     @property
     def version(self) -> int: ...
@@ -146,15 +154,17 @@ class Window:
     engine works on that same store (see `QuotaEngine`).
     """
 
-    __slots__ = ("quota", "key", "entity", "limit", "level", "rate", "store", "drain", "shares")
+    __slots__ = ("quota", "key", "entity", "limit", "level", "w", "rate", "store", "drain",
+                 "shares")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
-                 level: str | None) -> None:
+                 level: str | None, w: int) -> None:
         self.quota = quota
         self.key = key
         self.entity = entity
         self.limit = limit
         self.level = level
+        self.w = w  # the sample length (ms) the window is measured over
         self.rate: Rate | None = None
         self.store: object = None
         #: the engine's drain count when this window's key was last added to `touched`
@@ -218,6 +228,7 @@ class QuotaEngine:
         self.exempt_requests = 0
         s = self.settings
         self._n, self._w = s.window_num, s.window_ms
+        self._aw = s.allocation_sample_ms
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
         self._idle = s.idle_expiry_ms
@@ -409,11 +420,13 @@ class QuotaEngine:
             if res is None:
                 windows.append(None)
                 continue
-            limit = res.limit if limits is None else limits.limit(
-                quota, res.user, res.client_id, event.broker, res.limit)
+            limit, w = res.limit, self._w
+            if limits is not None and quota in ALLOCATED:
+                limit = limits.limit(quota, res.user, res.client_id, event.broker, res.limit)
+                w = self._aw
             windows.append(Window(
                 quota, self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
-                {"user": res.user, "client_id": res.client_id}, limit, res.level))
+                {"user": res.user, "client_id": res.client_id}, limit, res.level, w))
         if len(self._principals) > 1_000_000:
             self._principals.clear()
         cached = self._principals[pk] = tuple(windows)
@@ -422,7 +435,7 @@ class QuotaEngine:
     def _check(self, window: Window, rate: Rate, t: int, value: float, cap: int | None,
                broker: int, decisions: list[Decision]) -> int:
         """Sensor.record with the quota check: record, measure, throttle if over the bound."""
-        observed = rate.record_measure(value, t, self._n, self._w)
+        observed = rate.record_measure(value, t, self._n, window.w)
         limit = window.limit
         throttle = 0
         action = "none"
@@ -454,7 +467,7 @@ class QuotaEngine:
                 self.store[key] = state
             shares = window.shares = state
         self.touched.add(key)
-        shares.record(broker, value, t, self._n * self._w)
+        shares.record(broker, value, t)
         if shares.clock >= shares.next_check:
             shares.next_check = shares.clock + allocation.CHECK_MS
             self._reallocate(window, shares, shares.clock)
@@ -466,15 +479,15 @@ class QuotaEngine:
         if limit >= UNLIMITED or t < shares.since + allocation.SPAN_MS:
             return
         rates = shares.rates(t)
-        held = shares.window_rates(t, self._n * self._w)
-        new = allocation.allocate(limit, rates, held, shares.allocated)
+        new = allocation.allocate(limit, rates, shares.allocated,
+                                  t - (shares.until - self._validity))
         refresh = t >= shares.until - self._validity // 2
         if not refresh and not allocation.moved(limit, shares.limit, new, shares.allocated):
             return
         valid_until = t + self._validity
         self._allocs.append(allocation.allocation_record(
             t, window.entity, window.quota, limit, self._n * self._w, window.level, valid_until,
-            list(shares.brokers), new, rates, held, shares.allocated))
+            list(shares.brokers), new, rates, shares.allocated))
         shares.allocated, shares.limit, shares.until = new, limit, valid_until
 
     def _request(self, event: RequestEvent, decisions: list[Decision],
@@ -505,7 +518,7 @@ class QuotaEngine:
                 t = rate.advance(event.ts, self._idle)
                 bw = self._check(fetch, rate, t, event.bytes, None, event.broker, decisions)
                 if (bw > 0 or rq > 0) and self.take_back:
-                    rate.record(-event.bytes, t, self._n, self._w)
+                    rate.record(-event.bytes, t, self._n, fetch.w)
         elif request is not None:
             self._request_time(request, event, decisions)
 
@@ -514,9 +527,10 @@ class QuotaEngine:
         rate = self._window_rate(window)
         t = rate.advance(event.ts, self._idle)
         percent = round_half_even(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
-        throttle = self._check(window, rate, t, percent, self._w, event.broker, decisions)
+        throttle = self._check(window, rate, t, percent, window.w, event.broker, decisions)
         if event.network_ms:
-            rate.record(round_half_even(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t, self._n, self._w)
+            rate.record(round_half_even(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t,
+                        self._n, window.w)
         return throttle
 
     def process_only(self, event: RequestEvent, quotas: tuple[str, ...], arrival: int = FOREVER

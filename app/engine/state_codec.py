@@ -3,8 +3,8 @@
 Layout (little-endian), version 1:
   Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
   TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
-  Shares:      b"\x01S" clock:q until:q since:q short_start:q long_start:q limit:d next_check:q
-               count:H then per broker broker:i cur:d prev:d lcur:d lprev:d allocated:d
+  Shares:      b"\x01S" clock:q until:q since:q start:q limit:d next_check:q
+               count:H then per broker broker:i cur:d prev:d allocated:d
 
 The leading version byte means a changed layout never misreads old bytes: an unknown version
 raises `StateDecodeError` and the caller starts that window afresh and counts it.
@@ -21,8 +21,8 @@ VERSION = 1
 _HEAD = struct.Struct("<2sqqBB")
 _BUCKET = struct.Struct("<2sqqdq")
 _SAMPLE = struct.Struct("<dqq")
-_SHARES = struct.Struct("<2sqqqqqdqH")
-_SHARE = struct.Struct("<iddddd")
+_SHARES = struct.Struct("<2sqqqqdqH")
+_SHARE = struct.Struct("<iddd")
 
 
 class StateDecodeError(ValueError):

@@ -13,7 +13,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.sim.broker import Connection, SimBroker
@@ -39,6 +40,19 @@ class ClientStats:
     accepted: int = 0
     delayed: int = 0
     closed: int = 0
+    #: bytes done per whole second of the run (the summary's phases)
+    by_second: dict[int, int] = field(default_factory=dict)
+
+    def done(self, second: int, nbytes: int) -> None:
+        self.bytes += nbytes
+        self.by_second[second] = self.by_second.get(second, 0) + nbytes
+
+    def rate(self, start_s: float, end_s: float) -> float:
+        """Bytes per second done over the whole seconds in [start_s, end_s)."""
+        first, last = math.ceil(start_s), math.floor(end_s)
+        if last <= first:
+            return 0.0
+        return sum(self.by_second.get(s, 0) for s in range(first, last)) / (last - first)
 
     def throttle(self, ms: int) -> None:
         if ms > 0:
@@ -108,7 +122,7 @@ class RequestActor:
         throttle, delivered = conn.broker.request(conn, t, self.api, spec.request_bytes,
                                                   spec.thread_ms, spec.network_ms)
         stats.requests += 1
-        stats.bytes += delivered
+        stats.done(int((t - client.world.start_ms) // 1000), delivered)
         stats.throttle(throttle)
         nxt = t + self.gap_ms
         if self.honours and t + throttle > nxt:

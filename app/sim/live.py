@@ -99,7 +99,8 @@ class LiveRun:
         s = self.settings
         return EngineSettings(
             scope="cluster", allocations=True, window_num=int(s.quota_window_num),  # type: ignore[call-overload]
-            window_ms=int(s.quota_window_size_ms))  # type: ignore[call-overload]
+            window_ms=int(s.quota_window_size_ms),  # type: ignore[call-overload]
+            allocation_sample_ms=int(s.allocation_sample_ms))  # type: ignore[call-overload]
 
     def clock(self) -> int:
         """The subscribers' clock: the wall clock, once the world has run every action due by

@@ -21,6 +21,10 @@ from app.engine.kafka_math import INT_MAX_F, UNLIMITED
 UNITS = {cfg.PRODUCE: "B/s", cfg.FETCH: "B/s", cfg.REQUEST: "%", cfg.MUTATION: "partitions/s",
          cfg.IP_RATE: "conn/s", cfg.BROKER_RATE: "conn/s"}
 OUTCOMES = ("throttled", "rejected", "closed", "delayed")
+#: a phase's rate has settled once it stays within this share of the limit ...
+SETTLE_BAND = 0.2
+#: ... for this many whole seconds in a row
+SETTLE_RUN = 3
 DEFAULT_IP = "ip=<default>"
 
 
@@ -84,6 +88,28 @@ class Summary:
         if not self.limit or not self.per_broker:
             return None
         return max(self.per_broker.values()) / self.limit
+
+
+@dataclass(frozen=True)
+class PhaseFigures:
+    """An entity's per-second cluster-wide rate over one phase, against its limit."""
+
+    seconds: int
+    mean_ratio: float
+    p95_ratio: float
+    #: whole seconds from the phase's start until the rate stayed within `SETTLE_BAND` of the
+    #: limit for `SETTLE_RUN` seconds (None: it never did)
+    settled_s: int | None
+
+
+def settled_after(ratios: list[float]) -> int | None:
+    """How many seconds pass before `SETTLE_RUN` seconds in a row within `SETTLE_BAND`."""
+    run = 0
+    for i, r in enumerate(ratios):
+        run = run + 1 if abs(r - 1.0) <= SETTLE_BAND else 0
+        if run == SETTLE_RUN:
+            return i + 1 - SETTLE_RUN
+    return None
 
 
 class Meter:
@@ -198,6 +224,17 @@ class Meter:
     def _p95(self, row: Row, first: int, last: int) -> float:
         per_second = self.per_second(row, first, last)
         return percentiles(per_second, (0.95,))[0] if per_second else 0.0
+
+    def phase(self, row: Row, start_s: float, end_s: float) -> PhaseFigures | None:
+        """The row's figures over the whole seconds in [start_s, end_s) (None: no limit or no
+        whole second)."""
+        first = math.ceil(start_s * 1000 / self.bucket_ms)
+        last = math.floor(end_s * 1000 / self.bucket_ms)
+        if not row.limit or last <= first:
+            return None
+        ratios = [v / row.limit for v in self.per_second(row, first, last)]
+        return PhaseFigures(len(ratios), sum(ratios) / len(ratios),
+                            percentiles(ratios, (0.95,))[0], settled_after(ratios))
 
     def per_second(self, row: Row, first: int, last: int) -> list[float]:
         """The row's cluster-wide rate in each whole bucket of [first, last), per second."""

@@ -17,7 +17,8 @@ from typing import Any, Collection, Iterable, Sequence
 
 import orjson
 
-from app.sim.meter import OUTCOMES, Summary
+from app.sim.meter import OUTCOMES, SETTLE_BAND, SETTLE_RUN, PhaseFigures, Row, Summary
+from app.sim.scenario import WELL_BEHAVED, Phase
 from app.sim.world import World
 
 GREEN, YELLOW, RED, DIM, BOLD, RESET = "\x1b[32m", "\x1b[33m", "\x1b[31m", "\x1b[2m", "\x1b[1m", "\x1b[0m"
@@ -113,6 +114,55 @@ def client_table(world: World, colour: bool) -> str:
                   "REJECTED", "CLOSED", "DELAYED"], rows, colour)
 
 
+def phase_rows(world: World, phases: Sequence[Phase]
+               ) -> list[tuple[Phase, Row, PhaseFigures]]:
+    """Each phase's figures for every entity with a limit (per-second cluster-wide rate)."""
+    rows = [r for r in world.meter.rows.values() if r.limit]
+    out = []
+    for phase in phases:
+        for row in sorted(rows, key=lambda r: (r.quota, r.entity)):
+            figures = world.meter.phase(row, phase.start, phase.end)
+            if figures is not None:
+                out.append((phase, row, figures))
+    return out
+
+
+def phase_table(world: World, phases: Sequence[Phase], colour: bool) -> str:
+    """Per phase: each limited entity's mean and p95 of its per-second cluster-wide rate, how
+    long it took to settle, and what each well-behaved client got of what it offered."""
+    rows = []
+    for phase, row, f in phase_rows(world, phases):
+        settled = "never" if f.settled_s is None else f"{f.settled_s} s"
+        rows.append([phase.name, f"{phase.start:g}-{phase.end:g}", row.entity, row.quota,
+                     fmt_ratio(f.mean_ratio), fmt_ratio(f.p95_ratio), settled])
+    text = table(["PHASE", "S", "ENTITY", "QUOTA", "MEAN/s xLIMIT", "P95/s xLIMIT",
+                  "SETTLED IN"], rows, colour)
+    clients = []
+    for phase in phases:
+        for c in world.clients:
+            if c.spec.kind in WELL_BEHAVED and c.spec.start < phase.end:
+                got = c.stats.rate(phase.start, phase.end)
+                clients.append([phase.name, c.spec.name, fmt_amount(c.spec.rate, "B/s"),
+                                fmt_amount(got, "B/s"), fmt_ratio(got / c.spec.rate)])
+    if clients:
+        text += "\n\n" + table(["PHASE", "WELL-BEHAVED CLIENT", "OFFERED", "GOT", "xOFFERED"],
+                               clients, colour)
+    return (text + f"\n(settled: within {SETTLE_BAND:.0%} of the limit for {SETTLE_RUN} s in a "
+            "row, counted from the phase's start)")
+
+
+def phase_dicts(world: World, phases: Sequence[Phase]) -> list[dict[str, Any]]:
+    out = []
+    for phase in phases:
+        entities = [{"quota": row.quota, "entity": row.entity, **dataclasses.asdict(f)}
+                    for p, row, f in phase_rows(world, [phase])]
+        clients = {c.spec.name: {"offered": c.spec.rate, "got": c.stats.rate(phase.start, phase.end)}
+                   for c in world.clients if c.spec.kind in WELL_BEHAVED}
+        out.append({"name": phase.name, "start_s": phase.start, "end_s": phase.end,
+                    "entities": entities, "clients": clients})
+    return out
+
+
 # ------------------------------------------------------------------------------------ files
 
 
@@ -143,9 +193,11 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> bool:
 
 
 def plot(path: Path, rows: list[dict[str, Any]], summaries: Sequence[Summary], title: str,
-         scope: str, warmup_s: float) -> bool:
-    """One panel per entity with a limit: cluster-wide and per-broker rate against the limit.
-    Returns False when matplotlib is not installed."""
+         scope: str, warmup_s: float,
+         phases: Sequence[tuple[Phase, Row, PhaseFigures]] = ()) -> bool:
+    """One panel per entity with a limit: cluster-wide and per-broker rate against the limit,
+    and per phase (`phase_rows`) its mean and p95. Returns False when matplotlib is not
+    installed."""
     try:
         import matplotlib
 
@@ -180,6 +232,17 @@ def plot(path: Path, rows: list[dict[str, Any]], summaries: Sequence[Summary], t
             ax.axhline(s.limit / scale, color="tab:red", ls="--", lw=1.2,
                        label="limit" + (" (per broker)" if scope == "broker" else ""))
         ax.axvspan(0, warmup_s, color="0.9", zorder=0)
+        for i, (phase, row, f) in enumerate(p for p in phases
+                                             if (p[1].quota, p[1].entity) == (s.quota, s.entity)):
+            lim = (s.limit or 0.0) / scale
+            ax.axvspan(phase.start, phase.end, color="tab:olive", alpha=0.06 * (1 + i % 2), zorder=0)
+            ax.hlines([f.mean_ratio * lim], phase.start, phase.end, colors="black", lw=1.0,
+                      label="phase mean" if i == 0 else None)
+            ax.hlines([f.p95_ratio * lim], phase.start, phase.end, colors="black", lw=0.8,
+                      linestyles=":", label="phase p95" if i == 0 else None)
+            ax.annotate(f"{phase.name}\n{f.mean_ratio:.2f}x / p95 {f.p95_ratio:.2f}x",
+                        (phase.start, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(2, -2), textcoords="offset points", va="top", fontsize=6)
         ax.set_title(f"{s.entity}  {s.quota}", fontsize=9)
         ax.set_ylabel(unit, fontsize=8)
         ax.set_xlabel("s", fontsize=8)
@@ -209,4 +272,9 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def client_dicts(world: World) -> dict[str, dict[str, Any]]:
-    return {c.spec.name: {"kind": c.spec.kind, **dataclasses.asdict(c.stats)} for c in world.clients}
+    out = {}
+    for c in world.clients:
+        stats = dataclasses.asdict(c.stats)
+        del stats["by_second"]  # the phases' figures give it
+        out[c.spec.name] = {"kind": c.spec.kind, **stats}
+    return out

@@ -40,10 +40,19 @@ _CLIENT_KEYS = {"name", "kind", "user", "client_id", "ip", "ips", "rate", "reque
                 "partitions", "topics_per_request", "start", "stop"}
 _TOP_KEYS = {"name", "description", "scope", "accounting", "duration", "warmup", "flush_interval_ms",
              "aggregate", "brokers", "listeners", "quotas", "clients", "windows", "enforcement",
-             "workers_stop"}
+             "workers_stop", "phases"}
 WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
                "controller_num": "QS_CONTROLLER_WINDOW_NUM",
                "controller_size_ms": "QS_CONTROLLER_WINDOW_SIZE_MS"}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named stretch of a run that the summary and the plot give figures for."""
+
+    name: str
+    start: float  # s after the run's start
+    end: float
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,7 @@ class Scenario(QuotaFile):
     #: seconds after the start when the workers stop (allocations and directives stop coming)
     workers_stop: float | None = None
     windows: Mapping[str, int] = field(default_factory=dict)
+    phases: tuple[Phase, ...] = ()
     description: str = ""
     source: str = ""
 
@@ -237,14 +247,38 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
         if c.name in seen:
             raise ScenarioError(f"clients: two clients are named {c.name!r}")
         seen.add(c.name)
+    phases = _phases(data.get("phases"), duration)
     description = data.get("description", "")
     return Scenario(
         name=str(data.get("name", default_name)), brokers=brokers, listeners=listeners,
         clients=tuple(clients), quotas=quotas, scope=scope, accounting=accounting,
         enforcement=enforcement, workers_stop=workers_stop, duration=duration, warmup=warmup,
-        flush_interval_ms=flush, aggregate=aggregate, windows=win,
+        flush_interval_ms=flush, aggregate=aggregate, windows=win, phases=phases,
         description=str(description).strip(), source=source,
     )
+
+
+def _phases(raw: Any, duration: float | None) -> tuple[Phase, ...]:
+    """`phases: [{name, start, end}]`: named, in order, not overlapping, within the run."""
+    out: list[Phase] = []
+    for i, item in enumerate(as_list(raw or [], "phases")):
+        where = f"phases[{i}]"
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{where} must be a mapping (name, start, end)")
+        unknown_fields(item, {"name", "start", "end"}, where)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{where}.name must be a non-empty string")
+        start = number(item.get("start", 0), f"{where}.start", minimum=0.0)
+        end = positive(item.get("end", duration), f"{where}.end")
+        if end <= start:
+            raise ScenarioError(f"{where}.end must be after its start")
+        if out and start < out[-1].end:
+            raise ScenarioError(f"{where} starts before {out[-1].name!r} ends")
+        if any(p.name == name for p in out):
+            raise ScenarioError(f"{where}: two phases are named {name!r}")
+        out.append(Phase(name, start, end))
+    return tuple(out)
 
 
 def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],

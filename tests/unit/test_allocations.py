@@ -16,6 +16,7 @@ from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import RequestEvent, parse_event
 from app.engine.state_codec import decode, encode
 from app.gateway.local import LocalQuotas
+from app.sim.meter import PhaseFigures
 from app.sim.offline import run_offline
 from app.sim.scenario import load_scenario
 from app.subscriber.active_set import ActiveSet
@@ -29,31 +30,40 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 # -- the division -------------------------------------------------------------------------------
 
+LONG_AGO = 60_000  # ms since the last allocation: decreases are not bounded any more
+
+
 def test_saturated_brokers_split_what_the_others_leave_equally() -> None:
     # broker 0 uses 100k of its 400k: it keeps 1.25 x its usage; 1 and 2 use all of theirs
-    out = allocate(Q, [100_000.0, 300_000.0, 300_000.0], [100_000.0, 300_000.0, 300_000.0],
-                   [400_000.0, 300_000.0, 300_000.0])
+    out = allocate(Q, [100_000.0, 300_000.0, 300_000.0], [400_000.0, 300_000.0, 300_000.0],
+                   LONG_AGO)
     assert out[0] == pytest.approx(100_000.0 * HEADROOM)
     assert out[1] == pytest.approx(out[2]) == pytest.approx((Q - out[0]) / 2)
     assert sum(out) == pytest.approx(Q)
 
 
-def test_a_muted_broker_keeps_what_its_window_still_holds() -> None:
-    # usage now 0 (its client is muted) but its own window holds 300k/s: no lower than that
-    out = allocate(Q, [0.0, 500_000.0], [300_000.0, 500_000.0], [400_000.0, 600_000.0])
-    assert out[0] >= 300_000.0
-    assert sum(out) == pytest.approx(Q)
+def test_a_broker_still_using_its_allocation_loses_at_most_half_of_it_per_halving_time() -> None:
+    # brokers 0 and 1 use all of theirs; broker 2 appears, saturated: the equal split is Q/3 each
+    rates, before = [500_000.0, 500_000.0, 50_000.0], [500_000.0, 500_000.0, 0.0]
+    soon = allocate(Q, rates, before, allocation.HALVING_MS // 10)
+    later = allocate(Q, rates, before, allocation.HALVING_MS * 2)
+    assert soon[0] == pytest.approx(500_000.0 * 0.5 ** 0.1) and soon[2] < Q / 3
+    assert later == pytest.approx([Q / 3] * 3)
+    assert sum(soon) == pytest.approx(Q)
+    # the traffic left broker 0: it keeps no more than its usage allows
+    assert allocate(Q, [0.0, 900_000.0], [600_000.0, 400_000.0], 10)[0] == pytest.approx(
+        Q * FLOOR_SHARE)
 
 
 def test_every_broker_keeps_the_floor_and_new_brokers_count_as_saturated() -> None:
-    out = allocate(Q, [0.0, 900_000.0, 1_000.0], [0.0, 900_000.0, 1_000.0], [500_000.0, 500_000.0, 0.0])
+    out = allocate(Q, [0.0, 900_000.0, 1_000.0], [500_000.0, 500_000.0, 0.0], LONG_AGO)
     assert min(out) >= Q * FLOOR_SHARE - 1e-6
     assert out[2] > Q * FLOOR_SHARE  # the new one shares the rest with the busy one
     assert sum(out) == pytest.approx(Q)
 
 
 def test_without_saturated_brokers_the_rest_follows_usage_shares() -> None:
-    out = allocate(Q, [100_000.0, 300_000.0], [100_000.0, 300_000.0], [500_000.0, 500_000.0])
+    out = allocate(Q, [100_000.0, 300_000.0], [500_000.0, 500_000.0], LONG_AGO)
     assert out[1] > out[0]
     assert sum(out) == pytest.approx(Q)
 
@@ -61,7 +71,7 @@ def test_without_saturated_brokers_the_rest_follows_usage_shares() -> None:
 def test_shares_round_trip_through_the_state_codec() -> None:
     shares = Shares()
     for i, broker in enumerate([1, 2, 1, 3]):
-        shares.record(broker, 1000.0 * (i + 1), T0 + i * 700, 11_000)
+        shares.record(broker, 1000.0 * (i + 1), T0 + i * 700)
     shares.allocated, shares.limit, shares.until = [1.0, 2.0, 3.0], Q, T0 + 5000
     back = decode(encode(shares))
     assert isinstance(back, Shares)
@@ -208,34 +218,57 @@ def test_local_quotas_throttle_at_the_brokers_allocation() -> None:
     assert 0 <= first_throttle(2) < first_throttle(1)
 
 
+def test_an_enforcer_holds_allocated_quotas_over_short_samples_and_the_rest_over_kafkas() -> None:
+    settings = EngineSettings(window_num=11, window_ms=1000, allocation_sample_ms=100)
+    configs = cluster_engine().configs
+    allocations = Allocations()
+    allocations.apply(record(), T0)
+    engine = QuotaEngine(settings, configs, limits=AllocatedLimits(allocations, lambda: 2))
+    plain = QuotaEngine(settings, configs)
+    windows = {}
+    for name, e in (("allocated", engine), ("plain", plain)):
+        decisions = []
+        for i in range(30):  # 3 s at 0.3 Q, broker 2's allocation
+            event = RequestEvent(T0 + i * 100, 2, "PLAINTEXT", "alice", "app", "10.0.0.1",
+                                 "Produce", int(0.03 * Q), 0.0, 0.0, False, 1)
+            decisions.extend(e.process(event)[0])
+        windows[name] = max(d.window_ms for d in decisions)
+        assert decisions[-1].limit == (pytest.approx(0.3 * Q) if name == "allocated" else Q)
+    assert 10 * 100 <= windows["allocated"] <= 11 * 100  # Kafka's window size: N-1 samples or more
+    assert 10 * 1000 <= windows["plain"] <= 11 * 1000
+
+
 # -- the closed loop ----------------------------------------------------------------------------
 
-def alice_phases(enforcement: str) -> tuple[dict[str, float], int]:
+def alice_phases(enforcement: str) -> tuple[dict[str, PhaseFigures], float]:
+    """alice's figures per phase of the scenario, and what alice-etl got of what it offered
+    while it shared alice's quota with the loader."""
     sc = load_scenario(SCENARIOS / "cluster-allocations.yaml").with_enforcement(enforcement)
-    settings = EngineSettings(scope="cluster", accounting="served",
-                              allocations=enforcement == "allocations")
-    run = run_offline(sc, latency_ms=150, settings=settings)
+    run = run_offline(sc, latency_ms=150)
     meter = run.world.meter
     row = next(r for r in meter.rows.values() if r.entity == "user=alice")
-    assert row.limit is not None
-    out = {}
-    for name, a, b in (("steady", 20, 60), ("stopped", 95, 120)):
-        per = meter.per_second(row, meter.bucket(run.start_ms + a * 1000),
-                               meter.bucket(run.start_ms + b * 1000))
-        out[name] = sum(per) / len(per) / row.limit
-    return out, run.world.client("alice-etl").stats.throttled
+    figures = {p.name: meter.phase(row, p.start, p.end) for p in sc.phases}
+    etl = run.world.client("alice-etl")
+    moved = next(p for p in sc.phases if p.name == "moved")
+    return figures, etl.stats.rate(moved.start, moved.end) / etl.spec.rate  # type: ignore[return-value]
 
 
-def test_with_allocations_nobody_is_unlimited_when_workers_stop_and_the_polite_client_keeps_its_share() -> None:
+def test_allocations_hold_the_rate_follow_the_traffic_keep_the_polite_share_and_survive_the_workers() -> None:
     alloc, alloc_etl = alice_phases("allocations")
     directives, directives_etl = alice_phases("directives")
-    assert directives["stopped"] > 2.5  # no directive comes: alice's loader is unlimited
-    assert alloc["stopped"] <= 1.05  # the static split holds her at the quota
-    assert alloc_etl * 5 < directives_etl  # cluster directives mute every client of alice
-    assert 0.4 <= alloc["steady"] <= 1.1
+    # 3x the quota across the 3 brokers: directives hold the mean but not the rate
+    assert directives["spread"].p95_ratio > 2.0
+    assert 0.9 <= alloc["spread"].mean_ratio <= 1.1 and alloc["spread"].p95_ratio <= 1.3
+    # the loader moves to one broker: the shares follow it
+    assert alloc["moved"].settled_s is not None and alloc["moved"].settled_s <= 3
+    assert directives_etl < 0.7 <= 0.95 <= alloc_etl  # directives mute every client of alice
+    # workers stop: no directive comes and alice's loader is unlimited; allocations, then the
+    # static split, still hold her
+    assert directives["workers-stopped"].mean_ratio > 2.5
+    assert alloc["workers-stopped"].p95_ratio <= 1.05
 
 
 def test_workers_stop_needs_a_positive_time() -> None:
     sc = load_scenario(SCENARIOS / "cluster-allocations.yaml")
-    assert sc.workers_stop == 90 and sc.enforcement == "allocations"
+    assert sc.workers_stop == 80 and sc.enforcement == "allocations"
     assert dataclasses.replace(sc, workers_stop=None).workers_stop is None

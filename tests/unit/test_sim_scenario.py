@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.sim.meter import settled_after
 from app.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -61,6 +62,23 @@ def test_allocations_are_a_cluster_scope_enforcement() -> None:
         parse_scenario(minimal(enforcement="allocations"))
     with pytest.raises(ScenarioError, match="enforcement"):
         parse_scenario(minimal(scope="cluster", enforcement="sometimes"))
+
+
+def test_phases_are_named_ordered_and_inside_the_run() -> None:
+    sc = parse_scenario(minimal(duration=60, phases=[{"name": "a", "start": 10, "end": 30},
+                                                     {"name": "b", "start": 30}]))
+    assert [(p.name, p.start, p.end) for p in sc.phases] == [("a", 10, 30), ("b", 30, 60)]
+    for bad, match in (([{"name": "a", "start": 30, "end": 10}], "after its start"),
+                       ([{"name": "a", "end": 30}, {"name": "b", "start": 20}], "before 'a' ends"),
+                       ([{"name": "a", "end": 10}, {"name": "a", "start": 20}], "two phases"),
+                       ([{"start": 1}], "name"), ([{"name": "a", "until": 3}], "until")):
+        with pytest.raises(ScenarioError, match=match):
+            parse_scenario(minimal(phases=bad))
+
+
+def test_a_phase_settles_after_three_seconds_in_a_row_within_the_band() -> None:
+    assert settled_after([2.0, 1.1, 0.9, 1.5, 1.0, 1.19, 0.81, 3.0]) == 4
+    assert settled_after([1.0, 1.0]) is None and settled_after([1.0, 1.0, 1.0]) == 0
 
 
 def test_forever_and_overrides() -> None:
