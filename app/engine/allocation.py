@@ -148,20 +148,26 @@ def is_saturated(rate: float, allocated: float) -> bool:
 def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int
              ) -> list[float]:
     """Divide `limit` among brokers by their usage `rates` and their last `allocated` limits
-    (0.0: none yet), published `elapsed_ms` ago; the result adds up to `limit` (module
+    (0.0: none yet; scaled to `limit` if the quota changed since), published `elapsed_ms` ago;
+    the result adds up to `limit` and gives every broker at least the floor (module
     docstring)."""
     target = _divide(limit, rates, allocated)
-    keep = 0.5 ** (elapsed_ms / HALVING_MS)
+    keep = 0.5 ** (max(0, elapsed_ms) / HALVING_MS)
     low = [min(a * keep, r * HEADROOM) for a, r in zip(allocated, rates)]
-    held = [i for i, x in enumerate(target) if x < low[i]]
-    if not held:
+    held = [x < low[i] for i, x in enumerate(target)]
+    if not any(held):
         return target
-    kept = sum(low[i] for i in held)
-    if kept >= limit:  # the quota itself fell: the held brokers share it as they stand
-        return [low[i] * limit / kept if i in held else 0.0 for i in range(len(target))]
-    free = sum(x for i, x in enumerate(target) if i not in held)
-    scale = (limit - kept) / free if free > 0.0 else 0.0
-    return [low[i] if i in held else x * scale for i, x in enumerate(target)]
+    floor = limit * FLOOR_SHARE
+    others = [i for i, h in enumerate(held) if not h]
+    kept = sum(lo for lo, h in zip(low, held) if h)
+    budget = limit - floor * len(others)  # the others keep their floor whatever happens
+    shrink = min(1.0, budget / kept)
+    out = [lo * shrink if h else 0.0 for lo, h in zip(low, held)]
+    rest = limit - kept * shrink - floor * len(others)  # above the others' floors
+    above = sum(target[i] - floor for i in others)
+    for i in others:
+        out[i] = floor + (rest * (target[i] - floor) / above if above > 0.0 else rest / len(others))
+    return out
 
 
 def _divide(limit: float, rates: list[float], allocated: list[float]) -> list[float]:

@@ -479,8 +479,10 @@ class QuotaEngine:
         if limit >= UNLIMITED or t < shares.since + allocation.SPAN_MS:
             return
         rates = shares.rates(t)
-        new = allocation.allocate(limit, rates, shares.allocated,
-                                  t - (shares.until - self._validity))
+        before = shares.allocated
+        if 0.0 < shares.limit != limit:  # the quota changed: enforcers scaled theirs already
+            before = [a * limit / shares.limit for a in before]
+        new = allocation.allocate(limit, rates, before, t - (shares.until - self._validity))
         refresh = t >= shares.until - self._validity // 2
         if not refresh and not allocation.moved(limit, shares.limit, new, shares.allocated):
             return

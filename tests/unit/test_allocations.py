@@ -55,6 +55,15 @@ def test_a_broker_still_using_its_allocation_loses_at_most_half_of_it_per_halvin
         Q * FLOOR_SHARE)
 
 
+@pytest.mark.parametrize("elapsed", [0, 100, 1000])
+def test_bounded_decreases_still_add_up_and_leave_every_broker_its_floor(elapsed: int) -> None:
+    # two brokers held all of it a moment ago; two new ones appear, saturated
+    out = allocate(Q, [500_000.0, 500_000.0, 50_000.0, 50_000.0],
+                   [500_000.0, 500_000.0, 0.0, 0.0], elapsed)
+    assert sum(out) == pytest.approx(Q)
+    assert min(out) >= Q * FLOOR_SHARE - 1e-6
+
+
 def test_every_broker_keeps_the_floor_and_new_brokers_count_as_saturated() -> None:
     out = allocate(Q, [0.0, 900_000.0, 1_000.0], [500_000.0, 500_000.0, 0.0], LONG_AGO)
     assert min(out) >= Q * FLOOR_SHARE - 1e-6
