@@ -17,6 +17,7 @@ from typing import Any, Collection, Iterable, Sequence
 
 import orjson
 
+from app.sim.clients import Client
 from app.sim.meter import OUTCOMES, SETTLE_BAND, SETTLE_RUN, PhaseFigures, Row, Summary
 from app.sim.scenario import WELL_BEHAVED, Phase
 from app.sim.world import World
@@ -139,16 +140,21 @@ def phase_table(world: World, phases: Sequence[Phase], colour: bool) -> str:
                   "SETTLED IN"], rows, colour)
     clients = []
     for phase in phases:
-        for c in world.clients:
-            if c.spec.kind in WELL_BEHAVED and c.spec.start < phase.end:
-                got = c.stats.rate(phase.start, phase.end)
-                clients.append([phase.name, c.spec.name, fmt_amount(c.spec.rate, "B/s"),
-                                fmt_amount(got, "B/s"), fmt_ratio(got / c.spec.rate)])
+        for c in _well_behaved(world, phase):
+            got = c.stats.rate(phase.start, phase.end)
+            clients.append([phase.name, c.spec.name, fmt_amount(c.spec.rate, "B/s"),
+                            fmt_amount(got, "B/s"), fmt_ratio(got / c.spec.rate)])
     if clients:
         text += "\n\n" + table(["PHASE", "WELL-BEHAVED CLIENT", "OFFERED", "GOT", "xOFFERED"],
                                clients, colour)
     return (text + f"\n(settled: within {SETTLE_BAND:.0%} of the limit for {SETTLE_RUN} s in a "
             "row, counted from the phase's start)")
+
+
+def _well_behaved(world: World, phase: Phase) -> list[Client]:
+    """The well-behaved clients running during (part of) a phase."""
+    return [c for c in world.clients if c.spec.kind in WELL_BEHAVED and c.spec.start < phase.end
+            and (c.spec.stop is None or c.spec.stop > phase.start)]
 
 
 def phase_dicts(world: World, phases: Sequence[Phase]) -> list[dict[str, Any]]:
@@ -157,7 +163,7 @@ def phase_dicts(world: World, phases: Sequence[Phase]) -> list[dict[str, Any]]:
         entities = [{"quota": row.quota, "entity": row.entity, **dataclasses.asdict(f)}
                     for p, row, f in phase_rows(world, [phase])]
         clients = {c.spec.name: {"offered": c.spec.rate, "got": c.stats.rate(phase.start, phase.end)}
-                   for c in world.clients if c.spec.kind in WELL_BEHAVED}
+                   for c in _well_behaved(world, phase)}
         out.append({"name": phase.name, "start_s": phase.start, "end_s": phase.end,
                     "entities": entities, "clients": clients})
     return out

@@ -18,6 +18,7 @@ from app.engine.state_codec import decode, encode
 from app.gateway.local import LocalQuotas
 from app.sim.meter import PhaseFigures
 from app.sim.offline import run_offline
+from app.sim.report import phase_table
 from app.sim.scenario import load_scenario
 from app.subscriber.active_set import ActiveSet
 from app.subscriber.allocations import AllocatedLimits, Allocations, parse_allocation
@@ -257,6 +258,9 @@ def alice_phases(enforcement: str) -> tuple[dict[str, PhaseFigures], float]:
     meter = run.world.meter
     row = next(r for r in meter.rows.values() if r.entity == "user=alice")
     figures = {p.name: meter.phase(row, p.start, p.end) for p in sc.phases}
+    printed = phase_table(run.world, sc.phases, colour=False)
+    assert [line.split()[0] for line in printed.splitlines() if "alice-etl" in line] == [
+        "moved", "workers-stopped"]  # it starts with the move
     etl = run.world.client("alice-etl")
     moved = next(p for p in sc.phases if p.name == "moved")
     return figures, etl.stats.rate(moved.start, moved.end) / etl.spec.rate  # type: ignore[return-value]
