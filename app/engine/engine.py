@@ -143,6 +143,9 @@ class Limits(Protocol):
     @property
     def version(self) -> int: ...
 
+    def at(self, now: int) -> None:
+        """Let limits whose validity ended by `now` (event time) go."""
+
     def limit(self, quota: str, user: str, client_id: str, broker: int, full: float) -> float: ...
 
 
@@ -265,7 +268,10 @@ class QuotaEngine:
             self._configs = snapshot.configs
             self._principals.clear()
         limits = self.limits
-        if limits is not None and limits.version != self._limits_version:
+        if limits is None:
+            return
+        limits.at(ts)
+        if limits.version != self._limits_version:
             self._limits_version = limits.version
             self._principals.clear()
 

@@ -38,13 +38,12 @@ class LocalQuotas:
     def __init__(self, settings: EngineSettings, configs: QuotaConfigs | None = None) -> None:
         if settings.scope != "broker" or settings.accounting != "kafka":
             raise ValueError("local quotas are a broker's: broker scope, kafka accounting")
-        self.limits: AllocatedLimits | None = None  # the configs' limits (broker scope)
         self.engine = QuotaEngine(settings, configs)
 
     def obey(self, limits: AllocatedLimits) -> None:
         """Enforce allocations from now on (cluster scope): each client quota window's limit on
         a broker is that broker's allocation, or the static split without one."""
-        self.limits = self.engine.limits = limits
+        self.engine.limits = limits
 
     @property
     def configs(self) -> QuotaConfigs:
@@ -70,8 +69,6 @@ class LocalQuotas:
         Fetch's bytes are taken back, as the broker sends an empty response instead."""
         event = RequestEvent(ts, broker, listener, user, client_id, ip, api, nbytes, thread_ms,
                              0.0, exempt, 1)
-        if self.limits is not None:
-            self.limits.at(ts)
         decisions, _ = self.engine.process(event)
         self.engine.expire_due(ts)  # idle principals leave memory
         return max((d.throttle_time_ms for d in decisions), default=0)

@@ -31,12 +31,6 @@ class OfflineRun:
     events: int
 
 
-def end_of_workers(scenario: Scenario, start_ms: float) -> float:
-    """When the scenario's workers stop (`workers_stop`), or never."""
-    stop = scenario.workers_stop
-    return float("inf") if stop is None else start_ms + stop * 1000.0
-
-
 def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSettings | None = None,
                 step_ms: int = 10, start_ms: int = T0, duration: float | None = None) -> OfflineRun:
     """Run `scenario` for `duration` (default: its own) with a fixed loop latency."""
@@ -48,7 +42,8 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
     sets = {b: ActiveSet(b) for b in scenario.brokers}
     world = World(scenario, sets, start_ms, settings)
     engine = QuotaEngine(settings)
-    workers_stop = end_of_workers(scenario, start_ms)
+    stop = scenario.workers_stop  # then nobody reads the events any more
+    workers_stop = float("inf") if stop is None else start_ms + stop * 1000.0
     for update in scenario.config_updates(start_ms):
         engine.process(update)
     in_flight: deque[tuple[float, dict[str, Any]]] = deque()

@@ -43,7 +43,6 @@ class Allocation:
     limit: float
     others: float
     brokers: Mapping[int, float]
-    record: Mapping[str, Any]
 
     def limit_for(self, broker: int) -> float:
         """This broker's limit: its own, or the floor of brokers the allocation does not list."""
@@ -99,7 +98,7 @@ def parse_allocation(record: Any) -> Allocation:
         brokers[_int(row, "broker")] = _amount(row, "limit", limit)
     if sum(brokers.values()) > limit * (1 + 1e-9):
         raise BadDirective("over_quota", "the brokers' limits add up to more than the quota")
-    return Allocation(quota, parts[0], parts[1], ts, valid_until, limit, others, brokers, record)
+    return Allocation(quota, parts[0], parts[1], ts, valid_until, limit, others, brokers)
 
 
 class Allocations:
@@ -149,9 +148,6 @@ class Allocations:
 
     def get(self, quota: str, user: str, client_id: str) -> Allocation | None:
         return self._by_key.get((quota, user, client_id))
-
-    def __iter__(self) -> Any:
-        return iter(self._by_key.values())
 
 
 class AllocatedLimits:
