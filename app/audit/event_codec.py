@@ -22,7 +22,7 @@ ROW_REQUEST, ROW_CONNECTION, ROW_MUTATION = 0, 3, 4
 _ARGS: dict[type, tuple[int, Any]] = {
     RequestEvent: (ROW_REQUEST, attrgetter(
         "ts", "broker", "listener", "user", "client_id", "ip", "api", "bytes", "thread_ms",
-        "network_ms", "exempt", "count")),
+        "network_ms", "exempt", "count", "gateway")),
     ConnectionEvent: (ROW_CONNECTION, attrgetter(
         "ts", "broker", "listener", "ip", "inter_broker")),
     MutationEvent: (ROW_MUTATION, attrgetter(

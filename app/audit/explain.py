@@ -405,22 +405,23 @@ def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSet
 
 def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineSettings
                      ) -> list[str]:
-    """What each broker was allowed of a cluster-scope quota (allocations), and why."""
+    """What each enforcer (named gateway, else broker) was allowed of a cluster-scope quota
+    (allocations), and why."""
     if record is None:
-        return [f"  allocation none published yet: brokers enforce quota / live brokers (the first "
-                f"waits for {allocation.SPAN_MS} ms of usage); no directive for this quota"]
+        return [f"  allocation none published yet: enforcers hold quota / live enforcers (the "
+                f"first waits for {allocation.SPAN_MS} ms of usage); no directive for this quota"]
     out = [f"  allocation published at {format_ms(record['ts'])}, valid until "
-           f"{format_ms(record['valid_until'])}; brokers enforce it per request (no directive: "
+           f"{format_ms(record['valid_until'])}; enforcers hold it per request (no directive: "
            "the throttle above is the cluster-wide window's, for reference):"]
-    for b in record["brokers"]:
-        state = "saturated: shares the rest" if b["saturated"] else \
+    for e in record["enforcers"]:
+        state = "saturated: shares the rest" if e["saturated"] else \
             f"unsaturated: usage x {allocation.HEADROOM:g}"
-        out.append(f"             broker {b['broker']}: {_num(b['limit'])} {unit} "
-                   f"({b['limit'] / record['limit']:.0%}); used {_num(b['usage'])} {unit} over "
+        out.append(f"             enforcer {e['enforcer']}: {_num(e['limit'])} {unit} "
+                   f"({e['limit'] / record['limit']:.0%}); used {_num(e['usage'])} {unit} over "
                    f"the last {allocation.SPAN_MS} ms, {state}")
-    out.append(f"             other brokers: {_num(record['others'])} {unit} (the floor, "
+    out.append(f"             other enforcers: {_num(record['others'])} {unit} (the floor, "
                f"{allocation.FLOOR_SHARE:.0%} of the quota)")
-    out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; a broker using under "
+    out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; an enforcer using under "
                f"{allocation.SATURATED:.0%} of its allocation gets its usage x "
                f"{allocation.HEADROOM:g}; the saturated split the rest equally; one still used "
                f"loses at most half per {allocation.HALVING_MS} ms; published on a move over "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from app.cli_support import int_at_least, positive_float
 from app.clients.report import Reporter
@@ -18,6 +19,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "each second as JSON lines.")
     parser.add_argument("--name", default="client", help="name on every line")
     parser.add_argument("--seconds", type=positive_float, default=30.0, help="how long to run")
+    parser.add_argument("--epoch", type=positive_float, metavar="UNIX_S",
+                        help="count the report's seconds from this wall-clock time (default: "
+                        "the start), so clients started together line up")
+    parser.add_argument("--start", type=float, default=0.0, metavar="S",
+                        help="begin S seconds after --epoch (default: at once)")
     sub = parser.add_subparsers(dest="kind", required=True)
     p = sub.add_parser("produce", help="offer RATE bytes/s to a topic")
     p.add_argument("--library", choices=LIBRARIES, required=True)
@@ -54,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.CRITICAL)  # the libraries' retries are not the report
-    reporter = Reporter(args.name)
+    reporter = Reporter(args.name, epoch=args.epoch)
+    if args.epoch is not None:
+        time.sleep(max(0.0, args.epoch + args.start - time.time()))
     if args.kind == "produce":
         from app.clients.producers import produce
 

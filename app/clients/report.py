@@ -33,12 +33,13 @@ class Pace:
 class Reporter:
     """Counts per second of run time and prints one JSON line per second:
     `{"t": <second>, "name": ..., <counter>: <amount in that second>, ...}`, then a last line
-    with `"final": true` and the totals."""
+    with `"final": true` and the totals. With `epoch` (wall-clock seconds) the seconds count
+    from it, so the lines of clients started together line up."""
 
-    def __init__(self, name: str, out: TextIO = sys.stdout) -> None:
+    def __init__(self, name: str, out: TextIO = sys.stdout, epoch: float | None = None) -> None:
         self.name = name
         self.out = out
-        self.start = time.monotonic()
+        self.start = time.monotonic() - (0.0 if epoch is None else time.time() - epoch)
         self.second = 0
         self.current: defaultdict[str, float] = defaultdict(float)
         self.totals: defaultdict[str, float] = defaultdict(float)

@@ -77,6 +77,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests of a connection without a quota forwarded before the first is "
                    "answered (default %(default)s). A client with a quota is served one request "
                    "at a time, as a broker does, so a throttle holds back its next request")
+    p.add_argument("--gateway-id", type=int_at_least(0), metavar="N",
+                   help="this gateway's id when several gateways share the cluster: its usage "
+                   "events carry it, and with QS_CLUSTER_ENFORCEMENT=allocations each gateway, "
+                   "not each broker, holds a share of a cluster-scope quota (needs --gateways)")
+    p.add_argument("--gateways", type=int_at_least(1), metavar="N",
+                   help="how many named gateways share the cluster: without an allocation in "
+                   "force (before the first, or when the workers stop) each holds quota / N")
     p.add_argument("--no-local-quotas", action="store_true",
                    help="obey only the workers' directives; by default the gateway also decides "
                    "each request as Kafka's quota managers would for its own traffic (the "
@@ -166,6 +173,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
     """The validated `GatewayConfig` for these arguments and the environment."""
     from app.cli import UserError
     from app.engine.engine import EngineSettings
+    from app.engine.events import MAX_ID
     from app.gateway.server import GatewayConfig
     from app.gateway.tls import client_context, server_context
     from app.settings import load
@@ -180,6 +188,11 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         pass  # a host name
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UserError("--tls-cert and --tls-key go together")
+    if (args.gateway_id is None) != (args.gateways is None):
+        raise UserError("--gateway-id and --gateways go together: give every gateway in front "
+                        "of the cluster its own id and the same --gateways count")
+    if args.gateway_id is not None and args.gateway_id > MAX_ID:
+        raise UserError(f"--gateway-id must be at most {MAX_ID}")
     kafka = str(settings.kafka_bootstrap_servers) or ",".join(f"{h}:{p}" for h, p in args.upstream)
     return GatewayConfig(
         upstream=args.upstream, listen=args.listen, advertised_host=host, kafka_bootstrap=kafka,
@@ -193,7 +206,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
             controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
             allocation_sample_ms=int(settings.allocation_sample_ms)),  # type: ignore[call-overload]
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
-        listener=args.listener_name,
+        gateway_id=args.gateway_id, gateways=args.gateways or 1, listener=args.listener_name,
         node_port_base=args.node_port_base, first_node_id=args.first_node_id,
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,
         flush_ms=args.flush_ms, aggregate=args.aggregate, max_in_flight=args.max_in_flight,

@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -> int:
     import asyncio
 
+    from app.cli import UserError
     from app.sim.live import LiveRun
     from app.sim.session import run_live, start_pipeline, stderr_log, terminate_as_interrupt
     from app.subscriber.watcher import DirectiveWatcher
@@ -78,6 +79,9 @@ def _live(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -> i
     tty = sys.stderr.isatty()
     pipeline = start_pipeline(scenario, args.workers, log, work_dir=out / "logs")
     try:
+        if scenario.workers_stop is not None and not pipeline.workers:
+            raise UserError(f"{args.scenario} stops the workers at {scenario.workers_stop:g} s, "
+                            "but none are started here: give --workers N")
         until = "until Ctrl-C" if scenario.duration is None else f"for {scenario.duration:g} s"
         log(f"running {scenario.name} ({scenario.scope} scope, {len(scenario.brokers)} brokers, "
             f"{len(scenario.clients)} clients) {until}; warmup {scenario.warmup:g} s")

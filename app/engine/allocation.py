@@ -1,32 +1,35 @@
-"""Per-broker allocations of a cluster-scope quota: who may use how much of it, broker by broker.
+"""Allocations of a cluster-scope quota: who may use how much of it, enforcer by enforcer.
 
 In cluster scope a quota holds on the sum over brokers. Throttling every broker until one `until`
 holds the average but not the rate (all brokers mute the entity together, then release it
-together). Allocations instead give each broker a share of the quota that it enforces alone, per
-request, with Kafka's own formula: the cluster-wide rate is then as smooth as a broker's.
+together). Allocations instead give each enforcer a share of the quota that it holds alone, per
+request, with Kafka's own formula: the cluster-wide rate is then as smooth as a broker's. An
+enforcer is what measures and throttles the requests: a gateway when the gateways are named
+(`--gateway-id`: several gateways may stand in front of one broker, and one gateway in front of
+many), else the broker (`RequestEvent.enforcer`).
 
-How a window's quota `Q` is divided among the brokers it was used on recently (`allocate`):
+How a window's quota `Q` is divided among the enforcers it was used on recently (`allocate`):
 
-- every listed broker gets at least the floor, `FLOOR_SHARE` x Q, so a broker whose traffic for
-  the entity dried up can still admit a returning client; a broker not listed at all also gets
+- every listed enforcer gets at least the floor, `FLOOR_SHARE` x Q, so one whose traffic for the
+  entity dried up can still admit a returning client; an enforcer not listed at all also gets
   the floor (the record's `others`) until the next allocation lists it;
-- a broker using clearly less than it was allocated (below `SATURATED` of it) is *unsaturated*:
-  it gets what it uses plus `HEADROOM`, so its usage share sets its allocation;
-- the rest goes to the *saturated* brokers (using about all of their allocation), split equally:
-  their real demand is hidden by throttling, and the same usage share would hold any split
-  forever, so max-min fairness is what moves unused share to where it is needed. With no
-  saturated broker the rest is split by usage share among all;
+- an enforcer using clearly less than it was allocated (below `SATURATED` of it) is
+  *unsaturated*: it gets what it uses plus `HEADROOM`, so its usage share sets its allocation;
+- the rest goes to the *saturated* enforcers (using about all of their allocation), split
+  equally: their real demand is hidden by throttling, and the same usage share would hold any
+  split forever, so max-min fairness is what moves unused share to where it is needed. With no
+  saturated enforcer the rest is split by usage share among all;
 - the listed allocations add up to Q exactly.
 
-Usage is measured per broker over the last `SPAN_MS` (`Shares`); a broker stays listed until two
-spans passed without its usage. Enforcers hold allocations over windows of short samples
-(`EngineSettings.allocation_sample_ms`), so a broker whose allocation drops under what its
-window holds is throttled for a fraction of a second, not for the tens of seconds Kafka's formula
-gives over a full 11-second window. The first allocation of a window waits until its usage was
-seen for one span (brokers use the static split, quota / live brokers, until then: a broker that
+Usage is measured per enforcer over the last `SPAN_MS` (`Shares`); an enforcer stays listed until
+two spans passed without its usage. Enforcers hold allocations over windows of short samples
+(`EngineSettings.allocation_sample_ms`), so one whose allocation drops under what its window
+holds is throttled for a fraction of a second, not for the tens of seconds Kafka's formula gives
+over a full 11-second window. The first allocation of a window waits until its usage was seen
+for one span (enforcers use the static split, quota / live enforcers, until then: the one that
 reported first must not take the whole quota). Allocations are re-computed at most every
-`CHECK_MS` of event time and published only when a broker's allocation moved by more than
-`THRESHOLD` x Q, the set of brokers changed, the quota changed, or half of the last one's
+`CHECK_MS` of event time and published only when an enforcer's allocation moved by more than
+`THRESHOLD` x Q, the set of enforcers changed, the quota changed, or half of the last one's
 validity passed.
 
 Pure, driven by event time, like the rest of the engine.
@@ -36,15 +39,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-#: the least any broker is allocated, as a share of the quota
+#: the least any enforcer is allocated, as a share of the quota
 FLOOR_SHARE: Final = 0.05
-#: a broker using at least this share of its allocation is treated as wanting more
+#: an enforcer using at least this share of its allocation is treated as wanting more
 SATURATED: Final = 0.9
-#: an unsaturated broker is allocated its usage times this
+#: an unsaturated enforcer is allocated its usage times this
 HEADROOM: Final = 1.25
-#: republish when some broker's allocation moves by more than this share of the quota
+#: republish when some enforcer's allocation moves by more than this share of the quota
 THRESHOLD: Final = 0.1
-#: a broker still using its allocation keeps at least half of it per this long (ms), and no
+#: an enforcer still using its allocation keeps at least half of it per this long (ms), and no
 #: more than its usage with headroom: a limit that falls faster than the enforcer's window
 #: empties throttles for longer than that window, and a muted client reads as idle, which
 #: would cut its allocation further
@@ -53,21 +56,21 @@ HALVING_MS: Final = 1000
 SPAN_MS: Final = 1000
 #: allocations are re-computed at most this often (ms of event time)
 CHECK_MS: Final = 100
-#: most brokers one window's usage is tracked for (beyond: they share `others`)
-MAX_BROKERS: Final = 1024
+#: most enforcers one window's usage is tracked for (beyond: they share `others`)
+MAX_ENFORCERS: Final = 1024
 #: the shortest validity an allocation may have: two checks
 MIN_VALIDITY_MS: Final = 2 * CHECK_MS
 
 
 class Shares:
-    """One cluster-scope window's recent usage per broker and the allocation last published.
+    """One cluster-scope window's recent usage per enforcer and the allocation last published.
 
     Usage is a sliding estimate over the last `SPAN_MS` from two fixed spans. `clock` and
     `until` (the last allocation's validity) play the same part as in `Rate`: an idle state
     with no allocation in force may be dropped.
     """
 
-    __slots__ = ("clock", "until", "since", "start", "brokers", "cur", "prev", "allocated",
+    __slots__ = ("clock", "until", "since", "start", "enforcers", "cur", "prev", "allocated",
                  "limit", "next_check")
 
     def __init__(self) -> None:
@@ -75,17 +78,17 @@ class Shares:
         self.until = 0
         self.since = -1  # when the first usage was counted
         self.start = 0  # of the current span
-        self.brokers: list[int] = []
+        self.enforcers: list[int] = []
         self.cur: list[float] = []
         self.prev: list[float] = []
-        #: the last published allocation per broker (0.0: not in it)
+        #: the last published allocation per enforcer (0.0: not in it)
         self.allocated: list[float] = []
         #: the quota the last allocation divided (0.0: none published, or it must be republished)
         self.limit = 0.0
         self.next_check = 0
 
-    def record(self, broker: int, value: float, t: int) -> None:
-        """Count `value` used on `broker` at `t` (event time; earlier times count as the
+    def record(self, enforcer: int, value: float, t: int) -> None:
+        """Count `value` used on `enforcer` at `t` (event time; earlier times count as the
         latest)."""
         if t < self.clock:
             t = self.clock
@@ -94,31 +97,31 @@ class Shares:
             self.since = t
         if t >= self.start + SPAN_MS:
             self._roll(t)
-        brokers = self.brokers
-        if broker in brokers:
-            self.cur[brokers.index(broker)] += value
-        elif len(brokers) < MAX_BROKERS:
-            brokers.append(broker)
+        enforcers = self.enforcers
+        if enforcer in enforcers:
+            self.cur[enforcers.index(enforcer)] += value
+        elif len(enforcers) < MAX_ENFORCERS:
+            enforcers.append(enforcer)
             self.cur.append(value)
             self.prev.append(0.0)
             self.allocated.append(0.0)
 
     def _roll(self, t: int) -> None:
-        """Start the span holding `t`; brokers with no usage in the last two spans are dropped
+        """Start the span holding `t`; enforcers with no usage in the last two spans are dropped
         (an enforcer's window is far shorter: theirs is empty, they lose nothing)."""
         adjacent = t < self.start + 2 * SPAN_MS
         keep = [i for i, v in enumerate(self.cur) if v > 0.0 or (adjacent and self.prev[i] > 0.0)]
         if len(keep) < len(self.cur):
             if any(self.allocated[i] > 0.0 for i in range(len(self.cur)) if i not in keep):
-                self.limit = 0.0  # a published broker left: the next check publishes
-            self.brokers = [self.brokers[i] for i in keep]
+                self.limit = 0.0  # a published enforcer left: the next check publishes
+            self.enforcers = [self.enforcers[i] for i in keep]
             self.allocated = [self.allocated[i] for i in keep]
         self.prev = [self.cur[i] if adjacent else 0.0 for i in keep]
         self.cur = [0.0] * len(keep)
         self.start = t - t % SPAN_MS
 
     def rates(self, t: int) -> list[float]:
-        """Usage per second over the last `SPAN_MS`, per broker (in `brokers` order): the
+        """Usage per second over the last `SPAN_MS`, per enforcer (in `enforcers` order): the
         older span weighted by how much of it is still inside."""
         inside = max(0.0, 1.0 - (t - self.start) / SPAN_MS)
         scale = 1000.0 / SPAN_MS
@@ -128,7 +131,7 @@ class Shares:
                 rows: list[tuple[int, float, float, float]]) -> None:
         """Set the state from `head()` and `rows()`."""
         self.clock, self.until, self.since, self.start, self.limit, self.next_check = head
-        self.brokers = [r[0] for r in rows]
+        self.enforcers = [r[0] for r in rows]
         self.cur = [r[1] for r in rows]
         self.prev = [r[2] for r in rows]
         self.allocated = [r[3] for r in rows]
@@ -137,19 +140,19 @@ class Shares:
         return self.clock, self.until, self.since, self.start, self.limit, self.next_check
 
     def rows(self) -> list[tuple[int, float, float, float]]:
-        return list(zip(self.brokers, self.cur, self.prev, self.allocated))
+        return list(zip(self.enforcers, self.cur, self.prev, self.allocated))
 
 
 def is_saturated(rate: float, allocated: float) -> bool:
-    """Whether a broker uses about all of its allocation (or has none yet): it wants more."""
+    """Whether an enforcer uses about all of its allocation (or has none yet): it wants more."""
     return allocated <= 0.0 or rate >= SATURATED * allocated
 
 
 def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int
              ) -> list[float]:
-    """Divide `limit` among brokers by their usage `rates` and their last `allocated` limits
+    """Divide `limit` among enforcers by their usage `rates` and their last `allocated` limits
     (0.0: none yet; scaled to `limit` if the quota changed since), published `elapsed_ms` ago;
-    the result adds up to `limit` and gives every broker at least the floor (module
+    the result adds up to `limit` and gives every enforcer at least the floor (module
     docstring)."""
     target = _divide(limit, rates, allocated)
     keep = 0.5 ** (max(0, elapsed_ms) / HALVING_MS)
@@ -208,7 +211,7 @@ def moved(limit: float, published_limit: float, new: list[float], old: list[floa
 
 
 def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
-                      window_ms: int, level: str | None, valid_until: int, brokers: list[int],
+                      window_ms: int, level: str | None, valid_until: int, enforcers: list[int],
                       limits: list[float], rates: list[float], allocated: list[float]
                       ) -> dict[str, Any]:
     """The control-topic record of one allocation (docs/contract.md, "Allocations")."""
@@ -216,8 +219,8 @@ def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
         "v": 1, "kind": "allocation", "ts": ts, "scope": "cluster", "entity": entity,
         "quota": quota, "limit": limit, "window_ms": window_ms, "config_level": level,
         "valid_until": valid_until, "others": limit * FLOOR_SHARE,
-        "brokers": [
-            {"broker": b, "limit": a, "usage": r, "saturated": is_saturated(r, p)}
-            for b, a, r, p in zip(brokers, limits, rates, allocated)
+        "enforcers": [
+            {"enforcer": e, "limit": a, "usage": r, "saturated": is_saturated(r, p)}
+            for e, a, r, p in zip(enforcers, limits, rates, allocated)
         ],
     }

@@ -75,11 +75,12 @@ class EngineSettings:
     #: Kafka drops a quota sensor inactive for an hour; idle windows may then be dropped
     #: (`QuotaEngine.expire`) without changing any decision
     idle_expiry_ms: int = 3_600_000
-    #: cluster scope only: divide client quotas (bytes in and out, request time) among brokers
-    #: by usage and publish the per-broker limits (`app.engine.allocation`) instead of
-    #: cluster-wide throttle directives; brokers enforce their limit per request
+    #: cluster scope only: divide client quotas (bytes in and out, request time) among the
+    #: enforcers (named gateways, else brokers: `RequestEvent.enforcer`) by usage and publish
+    #: each one's limit (`app.engine.allocation`) instead of cluster-wide throttle directives;
+    #: enforcers hold their limit per request
     allocations: bool = False
-    #: how long a broker keeps an allocation when no newer one arrives (then: a static split)
+    #: how long an enforcer keeps an allocation when no newer one arrives (then: a static split)
     allocation_validity_ms: int = 5000
     #: the sample length (`window_ms`'s part) of the windows an enforcer holds its allocations
     #: over: an allocation moves, and Kafka's formula answers a limit that dropped under a full
@@ -138,7 +139,7 @@ class Limits(Protocol):
     """Where an enforcer's windows take their limits from instead of the configs alone (the
     allocations of `app.subscriber.allocations`); `version` changes when any limit may have.
     An engine with limits holds its `ALLOCATED` windows over samples of
-    `EngineSettings.allocation_sample_ms`."""
+    `EngineSettings.allocation_sample_ms`, keyed by the enforcer (`RequestEvent.enforcer`)."""
 
     @property
     def version(self) -> int: ...
@@ -146,7 +147,7 @@ class Limits(Protocol):
     def at(self, now: int) -> None:
         """Let limits whose validity ended by `now` (event time) go."""
 
-    def limit(self, quota: str, user: str, client_id: str, broker: int, full: float) -> float: ...
+    def limit(self, quota: str, user: str, client_id: str, enforcer: int, full: float) -> float: ...
 
 
 class Window:
@@ -236,7 +237,7 @@ class QuotaEngine:
         self._ext = s.extension_ms
         self._idle = s.idle_expiry_ms
         self._sweeps = Cadence(s.sweep_every_ms)
-        self._principals: dict[tuple[int, str, str], tuple[Window | None, ...]] = {}
+        self._principals: dict[tuple[int, int, str, str], tuple[Window | None, ...]] = {}
         #: the configs of the event being processed, and the snapshot `_principals` was built on
         self._configs: QuotaConfigs = self.timeline.at(0).configs
         self._snapshot_id: tuple[int, int, int] = (-1, -1, -1)
@@ -409,13 +410,15 @@ class QuotaEngine:
         self.touched.add(key)
         return state  # type: ignore[return-value]
 
-    def _principal(self, event: RequestEvent | MutationEvent) -> tuple[Window | None, ...]:
-        """The (produce, fetch, request, mutation) windows of an event's principal on its broker.
+    def _principal(self, event: RequestEvent | MutationEvent, enforcer: int
+                   ) -> tuple[Window | None, ...]:
+        """The (produce, fetch, request, mutation) windows of an event's principal on its broker
+        (an allocated window with `limits`: on its `enforcer`, `RequestEvent.enforcer`).
 
         None where that quota type is off. Cached until the configs change: resolution and key
         building are otherwise most of the per-event cost.
         """
-        pk = (event.broker, event.user, event.client_id)
+        pk = (event.broker, enforcer, event.user, event.client_id)
         cached = self._principals.get(pk)
         if cached is not None:
             return cached
@@ -426,12 +429,12 @@ class QuotaEngine:
             if res is None:
                 windows.append(None)
                 continue
-            limit, w = res.limit, self._w
+            limit, w, where = res.limit, self._w, event.broker
             if limits is not None and quota in ALLOCATED:
-                limit = limits.limit(quota, res.user, res.client_id, event.broker, res.limit)
-                w = self._aw
+                limit = limits.limit(quota, res.user, res.client_id, enforcer, res.limit)
+                w, where = self._aw, enforcer
             windows.append(Window(
-                quota, self._key(KEY_CODE[quota], event.broker, res.user, res.client_id),
+                quota, self._key(KEY_CODE[quota], where, res.user, res.client_id),
                 {"user": res.user, "client_id": res.client_id}, limit, res.level, w))
         if len(self._principals) > 1_000_000:
             self._principals.clear()
@@ -439,8 +442,9 @@ class QuotaEngine:
         return cached
 
     def _check(self, window: Window, rate: Rate, t: int, value: float, cap: int | None,
-               broker: int, decisions: list[Decision]) -> int:
-        """Sensor.record with the quota check: record, measure, throttle if over the bound."""
+               where: int, decisions: list[Decision]) -> int:
+        """Sensor.record with the quota check: record, measure, throttle if over the bound.
+        `where`: the broker (broker scope), or the enforcer the usage counts on (cluster)."""
         observed = rate.record_measure(value, t, self._n, window.w)
         limit = window.limit
         throttle = 0
@@ -455,15 +459,15 @@ class QuotaEngine:
             self._throttled = True
         decisions.append(Decision(window.quota, window.entity, throttle, action, observed, limit,
                                   rate.window, window.level, window.key, t,
-                                  None if self.cluster else broker))
+                                  None if self.cluster else where))
         if self._allocate:
-            self._share(window, broker, value, t)
+            self._share(window, where, value, t)
         return throttle
 
     # -- allocations (cluster scope) -------------------------------------------------------------
 
-    def _share(self, window: Window, broker: int, value: float, t: int) -> None:
-        """Count a cluster window's usage on `broker`; re-divide its quota when a check is due."""
+    def _share(self, window: Window, enforcer: int, value: float, t: int) -> None:
+        """Count a cluster window's usage on `enforcer`; re-divide its quota when a check is due."""
         key = SHARES_CODE + SEP + window.key
         shares = window.shares
         if shares is None:
@@ -473,7 +477,7 @@ class QuotaEngine:
                 self.store[key] = state
             shares = window.shares = state
         self.touched.add(key)
-        shares.record(broker, value, t)
+        shares.record(enforcer, value, t)
         if shares.clock >= shares.next_check:
             shares.next_check = shares.clock + allocation.CHECK_MS
             self._reallocate(window, shares, shares.clock)
@@ -495,12 +499,15 @@ class QuotaEngine:
         valid_until = t + self._validity
         self._allocs.append(allocation.allocation_record(
             t, window.entity, window.quota, limit, self._n * self._w, window.level, valid_until,
-            list(shares.brokers), new, rates, shares.allocated))
+            list(shares.enforcers), new, rates, shares.allocated))
         shares.allocated, shares.limit, shares.until = new, limit, valid_until
 
     def _request(self, event: RequestEvent, decisions: list[Decision],
                  only: tuple[str, ...] | None = None) -> None:
-        produce, fetch, request, _ = self._principal(event)
+        # the broker a decision names (broker scope), or the enforcer its usage counts on
+        # (cluster scope: allocations)
+        where = event.enforcer if self.cluster else event.broker
+        produce, fetch, request, _ = self._principal(event, event.enforcer)
         if only is not None:
             produce = produce if cfg.PRODUCE in only else None
             fetch = fetch if cfg.FETCH in only else None
@@ -514,28 +521,29 @@ class QuotaEngine:
             if produce is not None:
                 rate = self._window_rate(produce)
                 t = rate.advance(event.ts, self._idle)
-                self._check(produce, rate, t, event.bytes, None, event.broker, decisions)
+                self._check(produce, rate, t, event.bytes, None, where, decisions)
             if request is not None:
-                self._request_time(request, event, decisions)
+                self._request_time(request, event, where, decisions)
         elif api == "Fetch" and not event.exempt:
             # handleFetchRequest: request time first, then bytes; a throttled fetch sends an
             # empty response, so its bytes are taken back out of the window (either cause)
-            rq = 0 if request is None else self._request_time(request, event, decisions)
+            rq = 0 if request is None else self._request_time(request, event, where, decisions)
             if fetch is not None:
                 rate = self._window_rate(fetch)
                 t = rate.advance(event.ts, self._idle)
-                bw = self._check(fetch, rate, t, event.bytes, None, event.broker, decisions)
+                bw = self._check(fetch, rate, t, event.bytes, None, where, decisions)
                 if (bw > 0 or rq > 0) and self.take_back:
                     rate.record(-event.bytes, t, self._n, fetch.w)
         elif request is not None:
-            self._request_time(request, event, decisions)
+            self._request_time(request, event, where, decisions)
 
-    def _request_time(self, window: Window, event: RequestEvent, decisions: list[Decision]) -> int:
+    def _request_time(self, window: Window, event: RequestEvent, where: int,
+                      decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
         rate = self._window_rate(window)
         t = rate.advance(event.ts, self._idle)
         percent = round_half_even(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
-        throttle = self._check(window, rate, t, percent, window.w, event.broker, decisions)
+        throttle = self._check(window, rate, t, percent, window.w, where, decisions)
         if event.network_ms:
             rate.record(round_half_even(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t,
                         self._n, window.w)
@@ -554,7 +562,7 @@ class QuotaEngine:
 
     def _mutation(self, event: MutationEvent, decisions: list[Decision]) -> None:
         """Strict requests check then record (reject while in debt); older ones record then check."""
-        window = self._principal(event)[3]
+        window = self._principal(event, event.broker)[3]
         if window is None:
             return
         key, entity, rate, level = window.key, window.entity, window.limit, window.level

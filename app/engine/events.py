@@ -18,21 +18,27 @@ MAX_BATCH = 100_000
 #: Largest amount (bytes, partitions, count, times) an event may carry. Bigger integers would
 #: overflow the float arithmetic of the rates and buckets (OverflowError) instead of dead-lettering.
 MAX_AMOUNT = 10**15
+#: Largest broker or gateway id: Kafka's node ids are 32-bit, and allocation state holds them so.
+MAX_ID = 2**31 - 1
 
 #: First request version whose controller mutation quota is strict (reject, not throttle).
 STRICT_SINCE = {"CreateTopics": 6, "DeleteTopics": 5, "CreatePartitions": 3}
 
 
 class RequestEvent:
-    """Usage of one (pre-aggregated) request: bytes and thread/network time."""
+    """Usage of one (pre-aggregated) request: bytes and thread/network time.
+
+    `gateway` is the gateway instance that measured it (-1: none named): with gateways named,
+    a gateway, not a broker, is what enforces an allocation (`enforcer`).
+    """
 
     __slots__ = ("ts", "broker", "listener", "user", "client_id", "ip", "api", "bytes",
-                 "thread_ms", "network_ms", "exempt", "count")
+                 "thread_ms", "network_ms", "exempt", "count", "gateway")
     type = "request"
 
     def __init__(self, ts: int, broker: int, listener: str, user: str, client_id: str, ip: str,
                  api: str, bytes: int, thread_ms: float, network_ms: float, exempt: bool,
-                 count: int) -> None:
+                 count: int, gateway: int = -1) -> None:
         self.ts = ts
         self.broker = broker
         self.listener = listener
@@ -45,6 +51,12 @@ class RequestEvent:
         self.network_ms = network_ms
         self.exempt = exempt
         self.count = count
+        self.gateway = gateway
+
+    @property
+    def enforcer(self) -> int:
+        """Who enforces this request's allocations: its gateway, else its broker."""
+        return self.gateway if self.gateway >= 0 else self.broker
 
 
 class ConnectionEvent:
@@ -151,7 +163,8 @@ def _common(d: Mapping[str, Any], default_broker: int | None) -> tuple[int, int]
     ts = _int(d, "ts")
     if ts >= MAX_TS:
         raise _Invalid("ts is not an epoch-ms timestamp")
-    broker = _int(d, "broker", default=default_broker if default_broker is not None else _Invalid)
+    broker = _int(d, "broker", default=default_broker if default_broker is not None else _Invalid,
+                  maximum=MAX_ID)
     return ts, broker
 
 
@@ -171,6 +184,7 @@ def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
                 _str(d, "ip", ""), api, _int(d, "bytes", default=0, maximum=MAX_AMOUNT),
                 _num(d, "thread_time_ms", 0.0), _num(d, "network_time_ms", 0.0),
                 _bool(d, "exempt"), _int(d, "count", minimum=1, default=1, maximum=MAX_AMOUNT),
+                -1 if d.get("gateway") is None else _int(d, "gateway", maximum=MAX_ID),
             )
         if kind == "connection":
             ts, broker = _common(d, default_broker)

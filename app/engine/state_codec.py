@@ -4,7 +4,7 @@ Layout (little-endian), version 1:
   Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
   TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
   Shares:      b"\x01S" clock:q until:q since:q start:q limit:d next_check:q
-               count:H then per broker broker:i cur:d prev:d allocated:d
+               count:H then per enforcer enforcer:i cur:d prev:d allocated:d
 
 The leading version byte means a changed layout never misreads old bytes: an unknown version
 raises `StateDecodeError` and the caller starts that window afresh and counts it.
@@ -47,7 +47,7 @@ def _shares(body: memoryview) -> Shares:
     fields = _SHARES.unpack_from(body)
     count = fields[-1]
     if _SHARES.size + count * _SHARE.size != len(body):
-        raise StateDecodeError("shares: length does not match the broker count")
+        raise StateDecodeError("shares: length does not match the enforcer count")
     rows = [_SHARE.unpack_from(body, _SHARES.size + i * _SHARE.size) for i in range(count)]
     shares = Shares()
     shares.restore(fields[1:-1], rows)

@@ -10,9 +10,10 @@ The workers' directives then add what this gateway cannot see (the other gateway
 the same broker, and in cluster scope the other brokers); the gateway applies the larger of the
 two. Local decisions are never stricter than the broker's own would be for the same traffic.
 
-In cluster scope with allocations, the limit of a client quota window on a broker is that
-broker's allocation (`AllocatedLimits`): the gateway alone holds the broker's share, request by
-request, and the workers publish no throttle directives for those quotas.
+In cluster scope with allocations, the limit of a client quota window is the enforcer's
+allocation (`AllocatedLimits`): a named gateway (`gateway`) holds its own share over all the
+brokers behind it, an unnamed one each broker's share; request by request, and the workers
+publish no throttle directives for those quotas.
 
 Pure like the engine: times come from the caller.
 """
@@ -35,14 +36,17 @@ FETCH_CAP_SHARE = 50
 class LocalQuotas:
     """The engine over one gateway's requests, decision by decision."""
 
-    def __init__(self, settings: EngineSettings, configs: QuotaConfigs | None = None) -> None:
+    def __init__(self, settings: EngineSettings, configs: QuotaConfigs | None = None,
+                 gateway: int = -1) -> None:
+        """`gateway`: this gateway's id when gateways are named (-1: none)."""
         if settings.scope != "broker" or settings.accounting != "kafka":
             raise ValueError("local quotas are a broker's: broker scope, kafka accounting")
         self.engine = QuotaEngine(settings, configs)
+        self.gateway = gateway
 
     def obey(self, limits: AllocatedLimits) -> None:
-        """Enforce allocations from now on (cluster scope): each client quota window's limit on
-        a broker is that broker's allocation, or the static split without one."""
+        """Enforce allocations from now on (cluster scope): each client quota window's limit is
+        this enforcer's allocation, or the static split without one."""
         self.engine.limits = limits
 
     @property
@@ -68,7 +72,7 @@ class LocalQuotas:
         """Record one request; the throttle Kafka would answer it with (0: none). A throttled
         Fetch's bytes are taken back, as the broker sends an empty response instead."""
         event = RequestEvent(ts, broker, listener, user, client_id, ip, api, nbytes, thread_ms,
-                             0.0, exempt, 1)
+                             0.0, exempt, 1, self.gateway)
         decisions, _ = self.engine.process(event)
         self.engine.expire_due(ts)  # idle principals leave memory
         return max((d.throttle_time_ms for d in decisions), default=0)

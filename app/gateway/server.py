@@ -69,8 +69,14 @@ class GatewayConfig:
     configs_topic: str = "quota.configs"
     #: the gateway's own quota decisions (`LocalQuotas`); None: directives only
     local: EngineSettings | None = None
-    #: cluster scope with allocations: the local quotas enforce each broker's allocation
+    #: cluster scope with allocations: the local quotas enforce the allocations
     allocations: bool = False
+    #: this gateway's id among the `gateways` instances in front of the cluster (None: unnamed).
+    #: Named, its usage events carry it and allocations are the gateways', not the brokers'
+    gateway_id: int | None = None
+    #: how many named gateways share the cluster (the static split of a quota when no
+    #: allocation is in force: quota / gateways)
+    gateways: int = 1
     listener: str = "PLAINTEXT"
     node_port_base: int | None = None  # default: listen port + 1
     first_node_id: int | None = None  # default: the lowest node id at start
@@ -193,14 +199,15 @@ class Gateway:
     def __init__(self, config: GatewayConfig, directives: Directives | None = None,
                  local: LocalQuotas | None = None) -> None:
         self.config = config
-        self.local = local if local is not None or config.local is None else LocalQuotas(config.local)
+        self.local = local if local is not None or config.local is None else LocalQuotas(
+            config.local, gateway=-1 if config.gateway_id is None else config.gateway_id)
         self._follower: Any = None
         self.listener = config.listener
         self.max_in_flight = config.max_in_flight
         self.metrics = GatewayMetrics()
         self._events_waiting = asyncio.Event()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
-                                   on_first=self._events_waiting.set)
+                                   on_first=self._events_waiting.set, gateway=config.gateway_id)
         self._own_directives = directives is None
         self.directives: Any = directives
         self.nodes: NodeMap | None = None  # set by start()
@@ -246,8 +253,10 @@ class Gateway:
             lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
         if self.local is not None and cfg.allocations:  # the subscriber reads allocations too
             nodes = self.nodes
+            live = (lambda: cfg.gateways) if cfg.gateway_id is not None else \
+                (lambda: len(nodes.node_ids))
             self.local.obey(AllocatedLimits(self.directives.allocations,  # type: ignore[attr-defined]
-                                            lambda: len(nodes.node_ids)))
+                                            live))
         if self.local is not None and cfg.local is not None:
             await self._start_configs()
         await self._start_events()

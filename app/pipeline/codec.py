@@ -22,7 +22,7 @@ def event_row(event: Event, only: tuple[str, ...] | None, appended_ms: int) -> l
     if isinstance(event, RequestEvent):
         return ["r", event.ts, event.broker, event.listener, event.user, event.client_id, event.ip,
                 event.api, event.bytes, event.thread_ms, event.network_ms, event.exempt,
-                event.count, only, appended_ms]
+                event.count, only, event.gateway, appended_ms]
     if isinstance(event, ConnectionEvent):
         return ["c", event.ts, event.broker, event.listener, event.ip, event.inter_broker,
                 None, appended_ms]
@@ -35,9 +35,10 @@ def row_event(row: list[Any]) -> tuple[Event, tuple[str, ...] | None, int]:
     kind = row[0]
     if kind == "r":
         only = row[13]
+        gateway = row[14] if len(row) > 15 else -1  # rows written before gateways had none
         return (RequestEvent(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                             row[9], row[10], row[11], row[12]),
-                tuple(only) if only is not None else None, row[14])
+                             row[9], row[10], row[11], row[12], gateway),
+                tuple(only) if only is not None else None, row[-1])
     if kind == "c":
         return ConnectionEvent(row[1], row[2], row[3], row[4], row[5]), None, row[7]
     return (MutationEvent(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]),

@@ -112,6 +112,12 @@ def settled_after(ratios: list[float]) -> int | None:
     return None
 
 
+def phase_figures(ratios: list[float]) -> PhaseFigures:
+    """The figures of a phase from its per-second rates, each x the limit."""
+    return PhaseFigures(len(ratios), sum(ratios) / len(ratios), percentiles(ratios, (0.95,))[0],
+                        settled_after(ratios))
+
+
 class Meter:
     def __init__(self, configs: QuotaConfigs, start_ms: float, bucket_ms: int = 1000) -> None:
         self.configs = configs
@@ -232,9 +238,7 @@ class Meter:
         last = math.floor(end_s * 1000 / self.bucket_ms)
         if not row.limit or last <= first:
             return None
-        ratios = [v / row.limit for v in self.per_second(row, first, last)]
-        return PhaseFigures(len(ratios), sum(ratios) / len(ratios),
-                            percentiles(ratios, (0.95,))[0], settled_after(ratios))
+        return phase_figures([v / row.limit for v in self.per_second(row, first, last)])
 
     def per_second(self, row: Row, first: int, last: int) -> list[float]:
         """The row's cluster-wide rate in each whole bucket of [first, last), per second."""

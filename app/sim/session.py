@@ -124,8 +124,17 @@ async def run_live(scenario: Scenario, pipeline: Pipeline,
     watcher = DirectiveWatcher(pipeline.bootstrap, str(pipeline.settings.topic_directives),
                                since_ms=int(time.time() * 1000))
     await watcher.start()
-    run = LiveRun(scenario, pipeline.bootstrap, pipeline.settings,
-                  on_second=None if on_second is None else (lambda r, now: on_second(r, watcher, now)))
+    stop_at = scenario.workers_stop
+
+    def second(r: LiveRun, now: float) -> Any:
+        nonlocal stop_at
+        if stop_at is not None and now >= r.start_ms + stop_at * 1000.0:
+            stop_at = None  # the scenario's workers_stop: kill them, as a crash would
+            for index in list(pipeline.cluster.procs):
+                pipeline.cluster.kill_worker(index)
+        return None if on_second is None else on_second(r, watcher, now)
+
+    run = LiveRun(scenario, pipeline.bootstrap, pipeline.settings, on_second=second)
     try:
         with signals_stop(run.stop):
             await run.run()

@@ -1,12 +1,12 @@
-"""The allocations a broker-side enforcer obeys: its share of each cluster-scope client quota.
+"""The allocations an enforcer obeys: its share of each cluster-scope client quota.
 
-Workers publish, per cluster-scope window, the limit each broker enforces
-(`app.engine.allocation`, docs/contract.md "Allocations"). An enforcer (the gateway, a simulated
-broker) runs the engine over its own requests in broker scope with `AllocatedLimits` as the
-engine's limits: the window's limit on this broker is its allocation while that is valid, and
-a static split of the quota (quota / live brokers) before the first one and after the last one
-ends. So when the workers stop, every broker still holds its part and the sum still holds the
-quota: nobody becomes unlimited.
+Workers publish, per cluster-scope window, the limit each enforcer holds
+(`app.engine.allocation`, docs/contract.md "Allocations"). An enforcer (a named gateway, or the
+gateway or simulated broker standing for a broker) runs the engine over its own requests in
+broker scope with `AllocatedLimits` as the engine's limits: the window's limit on this enforcer
+is its allocation while that is valid, and a static split of the quota (quota / live enforcers)
+before the first one and after the last one ends. So when the workers stop, every enforcer
+still holds its part and the sum still holds the quota: nobody becomes unlimited.
 
 Pure and clock-free: times are passed in.
 """
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from app.engine.allocation import MAX_BROKERS
+from app.engine.allocation import MAX_ENFORCERS
 from app.engine.engine import ALLOCATED
 from app.engine.kafka_math import UNLIMITED
 from app.subscriber.directive import MAX_FUTURE_MS, BadDirective
@@ -42,11 +42,11 @@ class Allocation:
     valid_until: int
     limit: float
     others: float
-    brokers: Mapping[int, float]
+    enforcers: Mapping[int, float]
 
-    def limit_for(self, broker: int) -> float:
-        """This broker's limit: its own, or the floor of brokers the allocation does not list."""
-        return self.brokers.get(broker, self.others)
+    def limit_for(self, enforcer: int) -> float:
+        """This enforcer's limit: its own, or the floor of those the allocation does not list."""
+        return self.enforcers.get(enforcer, self.others)
 
 
 def _int(d: Mapping[str, Any], name: str) -> int:
@@ -88,17 +88,17 @@ def parse_allocation(record: Any) -> Allocation:
         raise BadDirective("bad_validity", f"valid_until must be within (ts, ts + {MAX_VALIDITY_MS}]")
     limit = _amount(record, "limit", MAX_LIMIT)
     others = _amount(record, "others", limit)
-    rows = record.get("brokers")
-    if not isinstance(rows, list) or len(rows) > MAX_BROKERS:
-        raise BadDirective("bad_brokers", f"brokers must be a list of at most {MAX_BROKERS}")
-    brokers: dict[int, float] = {}
+    rows = record.get("enforcers")
+    if not isinstance(rows, list) or len(rows) > MAX_ENFORCERS:
+        raise BadDirective("bad_enforcers", f"enforcers must be a list of at most {MAX_ENFORCERS}")
+    enforcers: dict[int, float] = {}
     for row in rows:
         if not isinstance(row, Mapping):
-            raise BadDirective("bad_brokers", "a broker entry must be an object")
-        brokers[_int(row, "broker")] = _amount(row, "limit", limit)
-    if sum(brokers.values()) > limit * (1 + 1e-9):
-        raise BadDirective("over_quota", "the brokers' limits add up to more than the quota")
-    return Allocation(quota, parts[0], parts[1], ts, valid_until, limit, others, brokers)
+            raise BadDirective("bad_enforcers", "an enforcer entry must be an object")
+        enforcers[_int(row, "enforcer")] = _amount(row, "limit", limit)
+    if sum(enforcers.values()) > limit * (1 + 1e-9):
+        raise BadDirective("over_quota", "the enforcers' limits add up to more than the quota")
+    return Allocation(quota, parts[0], parts[1], ts, valid_until, limit, others, enforcers)
 
 
 class Allocations:
@@ -152,11 +152,11 @@ class Allocations:
 
 class AllocatedLimits:
     """The engine's limits on one enforcer (`QuotaEngine(limits=...)`): for a client quota, the
-    broker's allocation scaled to the quota in force, or quota / live brokers without one."""
+    enforcer's allocation scaled to the quota in force, or quota / live enforcers without one."""
 
-    def __init__(self, allocations: Allocations, live_brokers: Callable[[], int]) -> None:
+    def __init__(self, allocations: Allocations, live_enforcers: Callable[[], int]) -> None:
         self.allocations = allocations
-        self.live_brokers = live_brokers
+        self.live_enforcers = live_enforcers
 
     @property
     def version(self) -> int:
@@ -166,10 +166,10 @@ class AllocatedLimits:
         """Let allocations whose validity ended by `now` go (then the static split applies)."""
         self.allocations.expire(now)
 
-    def limit(self, quota: str, user: str, client_id: str, broker: int, full: float) -> float:
+    def limit(self, quota: str, user: str, client_id: str, enforcer: int, full: float) -> float:
         if quota not in ALLOCATED or full >= UNLIMITED:
             return full
         a = self.allocations.get(quota, user, client_id)
         if a is None or a.limit <= 0.0:
-            return full / max(1, self.live_brokers())
-        return a.limit_for(broker) * full / a.limit
+            return full / max(1, self.live_enforcers())
+        return a.limit_for(enforcer) * full / a.limit

@@ -10,6 +10,9 @@ exempt) within a flush become one event with `count` > 1 and summed amounts, at 
 last one: what a busy broker sends instead of one event per request (the contract's `count`).
 Broker scope stays exact per event only without it.
 
+`gateway` names the gateway instance recording (`--gateway-id`): its request events carry it, so
+allocations are divided among gateways (`RequestEvent.enforcer`).
+
 `max_pending` bounds memory while the events cannot be sent (a broker down): past it, new events
 are dropped and counted in `dropped`, never queued without end.
 """
@@ -33,10 +36,11 @@ class UsageRecorder:
     """Events recorded since the last `flush()`, grouped by (kind, key, broker)."""
 
     def __init__(self, aggregate: bool = False, max_pending: int = 1_000_000,
-                 on_first: Callable[[], None] | None = None) -> None:
+                 on_first: Callable[[], None] | None = None, gateway: int | None = None) -> None:
         """`on_first` is called when an event is recorded while none is pending: a publisher
         can sleep until there is something to send."""
         self.aggregate = aggregate
+        self.gateway = gateway
         self.max_pending = max_pending
         self.on_first = on_first
         self.pending = 0
@@ -89,6 +93,8 @@ class UsageRecorder:
                  "client_id": client_id, "ip": ip, "api": api, "api_version": api_version,
                  "bytes": nbytes, "thread_time_ms": thread_ms, "network_time_ms": network_ms,
                  "exempt": exempt, "count": 1}
+        if self.gateway is not None:
+            event["gateway"] = self.gateway
         if self._add(REQUEST, self._client_key(user, client_id), broker, event) and agg_key:
             self._agg[agg_key] = event
 

@@ -16,11 +16,9 @@ bytes: within 2% of a 5.5 s staircase's true rate over 34 s, whatever its phase.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import struct
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -32,13 +30,13 @@ import pytest
 from app.admin.config_topic import write_records
 from app.admin.entities import canonical_record
 from app.engine.configs import parse_config_record
+from app.clients.runner import run_clients
 from app.launcher import GatewayProcess, LocalCluster
 from tests.unit.kafka_frames import nested, request_body
 from tests.unit.kafka_frames import request as kafka_request
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 QUOTA = 200_000  # bytes/s, every byte-rate quota here
 LOOP_S, WARMUP_S = 42.0, 8.0
 LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka")
@@ -108,16 +106,8 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def clients(*specs: tuple[str, list[str]], seconds: float, timeout: float = 120) -> dict[str, list[dict[str, Any]]]:
-    """Run client programs (name, arguments) together; each one's JSON lines by name."""
-    procs = {name: subprocess.Popen(
-        [sys.executable, "-m", "app.clients", "--name", name, "--seconds", str(seconds), *argv],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name, argv in specs}
-    out = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"{name}: {stderr.decode(errors='replace')[-2000:]}"
-        out[name] = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
-    return out
+    """Run client programs (name, arguments) together for `seconds`; each one's JSON lines."""
+    return run_clients([(name, ["--seconds", str(seconds), *argv]) for name, argv in specs], timeout)
 
 
 def rate_after(lines: list[dict[str, Any]], warmup: float, seconds: float,

@@ -1,4 +1,4 @@
-"""Per-broker allocations of cluster-scope quotas: the division, the engine publishing them, the
+"""Per-enforcer allocations of cluster-scope quotas: the division, the engine publishing them, the
 enforcer's limits (validity, static split) and the closed loop in the simulator."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from app.engine import allocation
 from app.engine.allocation import FLOOR_SHARE, HEADROOM, Shares, allocate
 from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import RequestEvent, parse_event
+from app.engine.events import BadEvent, RequestEvent, parse_event, parse_record
 from app.engine.state_codec import decode, encode
 from app.gateway.local import LocalQuotas
 from app.sim.meter import PhaseFigures
@@ -23,6 +23,7 @@ from app.sim.scenario import load_scenario
 from app.subscriber.active_set import ActiveSet
 from app.subscriber.allocations import AllocatedLimits, Allocations, parse_allocation
 from app.subscriber.directive import BadDirective
+from app.usage.recorder import UsageRecorder
 
 T0 = 1_763_800_000_000
 Q = 1_000_000.0
@@ -101,9 +102,10 @@ def cluster_engine(**settings: Any) -> QuotaEngine:
     return engine
 
 
-def produce(engine: QuotaEngine, t: int, broker: int, nbytes: int) -> list[dict[str, Any]]:
+def produce(engine: QuotaEngine, t: int, broker: int, nbytes: int, gateway: int = -1
+            ) -> list[dict[str, Any]]:
     event = RequestEvent(T0 + t, broker, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce",
-                         nbytes, 0.0, 0.0, False, 1)
+                         nbytes, 0.0, 0.0, False, 1, gateway)
     return engine.process(event)[1]
 
 
@@ -125,7 +127,7 @@ def test_allocations_replace_client_quota_directives_and_are_not_published_per_e
     assert first["ts"] >= T0 + allocation.SPAN_MS  # waits for a span of usage
     assert first["valid_until"] == first["ts"] + 5000
     last = published[-1]
-    limits = {b["broker"]: b["limit"] for b in last["brokers"]}
+    limits = {e["enforcer"]: e["limit"] for e in last["enforcers"]}
     assert set(limits) == {1, 2} and sum(limits.values()) == pytest.approx(Q)
     assert limits[1] == pytest.approx(limits[2], rel=0.2)
     gaps = [b["ts"] - a["ts"] for a, b in zip(published, published[1:])]
@@ -140,9 +142,22 @@ def test_a_broker_left_by_its_traffic_gives_its_share_to_the_busy_one() -> None:
     out = []
     for step in range(150, 400):  # broker 1 goes quiet, broker 2 stays busy
         out.extend(produce(engine, step * 100, 2, int(0.9 * Q / 10)))
-    last = {b["broker"]: b["limit"] for b in out[-1]["brokers"]}
+    last = {e["enforcer"]: e["limit"] for e in out[-1]["enforcers"]}
     assert last.get(1, out[-1]["others"]) <= Q * FLOOR_SHARE * 1.01
     assert last[2] >= Q * 0.9
+
+
+def test_named_gateways_are_the_enforcers_whatever_brokers_they_front() -> None:
+    # gateways 7 and 8 both front brokers 1 and 2; gateway 7 carries 4x gateway 8's traffic
+    engine = cluster_engine()
+    out = []
+    for step in range(60):
+        for broker in (1, 2):
+            out.extend(produce(engine, step * 100, broker, int(0.8 * Q / 20), gateway=7))
+            out.extend(produce(engine, step * 100, broker, int(0.2 * Q / 20), gateway=8))
+    limits = {e["enforcer"]: e["limit"] for e in out[-1]["enforcers"]}
+    assert set(limits) == {7, 8} and sum(limits.values()) == pytest.approx(Q)
+    assert limits[7] > limits[8]
 
 
 def test_the_same_events_give_the_same_allocations() -> None:
@@ -162,7 +177,7 @@ def record(ts: int = T0, valid: int = 5000, **over: Any) -> dict[str, Any]:
             "entity": {"user": "alice", "client_id": ""}, "quota": "producer_byte_rate",
             "limit": Q, "window_ms": 11000, "config_level": "/config/users/alice",
             "valid_until": ts + valid, "others": Q * FLOOR_SHARE,
-            "brokers": [{"broker": 1, "limit": 0.7 * Q}, {"broker": 2, "limit": 0.3 * Q}]}
+            "enforcers": [{"enforcer": 1, "limit": 0.7 * Q}, {"enforcer": 2, "limit": 0.3 * Q}]}
     base.update(over)
     return base
 
@@ -171,11 +186,14 @@ def record(ts: int = T0, valid: int = 5000, **over: Any) -> dict[str, Any]:
     ({"valid_until": T0 + 10**9}, "bad_validity"),
     ({"valid_until": T0}, "bad_validity"),
     ({"limit": float("nan")}, "out_of_range"),
-    ({"brokers": [{"broker": 1, "limit": 2 * Q}]}, "out_of_range"),
-    ({"brokers": [{"broker": 1, "limit": 0.6 * Q}, {"broker": 2, "limit": 0.6 * Q}]}, "over_quota"),
+    ({"enforcers": [{"enforcer": 1, "limit": 2 * Q}]}, "out_of_range"),
+    ({"enforcers": [{"enforcer": 1, "limit": 0.6 * Q}, {"enforcer": 2, "limit": 0.6 * Q}]},
+     "over_quota"),
+    ({"enforcers": [{"enforcer": n, "limit": 1.0} for n in range(allocation.MAX_ENFORCERS + 1)]},
+     "bad_enforcers"),
     ({"quota": "connection_creation_rate"}, "bad_quota"),
     ({"entity": "alice"}, "bad_entity"),
-    ({"brokers": [{"broker": -1, "limit": 1.0}]}, "wrong_type"),
+    ({"enforcers": [{"enforcer": -1, "limit": 1.0}]}, "wrong_type"),
 ])
 def test_bad_allocations_are_refused_with_a_reason(bad: dict[str, Any], reason: str) -> None:
     with pytest.raises(BadDirective) as err:
@@ -226,6 +244,32 @@ def test_local_quotas_throttle_at_the_brokers_allocation() -> None:
 
     # 10x its allocation per second on broker 2 (0.3 Q) is throttled sooner than on broker 1
     assert 0 <= first_throttle(2) < first_throttle(1)
+
+
+def test_a_named_gateway_holds_its_allocation_over_all_the_brokers_behind_it() -> None:
+    settings = EngineSettings(window_num=11, window_ms=1000)
+    allocations = Allocations()
+    allocations.apply(record(), T0)  # enforcer 2: 0.3 Q
+    local = LocalQuotas(settings, cluster_engine().configs, gateway=2)
+    local.obey(AllocatedLimits(allocations, lambda: 2))
+    admitted = 0
+    for i in range(100):  # 10 s, 0.2 Q on each of brokers 1, 2 and 3 behind gateway 2
+        for broker in (1, 2, 3):
+            if local.request(broker, T0 + i * 100, "PLAINTEXT", "alice", "app", "10.0.0.1",
+                             "Produce", int(0.02 * Q), 0.0, False) == 0:
+                admitted += 1
+    # one window over the three brokers at gateway 2's 0.3 Q, not three at a broker's each
+    assert admitted * 0.02 * Q / 10 <= 0.45 * Q
+
+
+def test_a_named_gateways_requests_name_it_as_their_enforcer() -> None:
+    recorder = UsageRecorder(gateway=4)
+    recorder.request(2, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce", 9, 100, 0.5, 0.0)
+    recorder.connection(2, T0, "PLAINTEXT", "10.0.0.1")
+    events = [e for _, _, record in recorder.flush() for e in parse_record(record)]
+    request = next(e for e in events if isinstance(e, RequestEvent))
+    assert (request.broker, request.gateway, request.enforcer) == (2, 4, 4)
+    assert len(events) == 2 and not any(isinstance(e, BadEvent) for e in events)
 
 
 def test_an_enforcer_holds_allocated_quotas_over_short_samples_and_the_rest_over_kafkas() -> None:

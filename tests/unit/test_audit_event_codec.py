@@ -15,9 +15,10 @@ EVENTS = [
     {"type": "request", "v": 1, "ts": 1_763_800_000_000, "broker": 3, "user": "alice",
      "client_id": "app", "api": "Produce", "bytes": 2345, "thread_time_ms": 0.2,
      "network_time_ms": 0.02, "listener": "EXTERNAL", "ip": "10.0.0.1", "exempt": True,
-     "count": 7},
-    # integer times stay integers; an integer beyond 64 bits survives
-    {"type": "request", "v": 1, "ts": 5, "broker": 2**70, "user": "", "client_id": "é",
+     "count": 7, "gateway": 4},
+    # integer times stay integers; the largest ids survive
+    {"type": "request", "v": 1, "ts": 5, "broker": 2**31 - 1, "gateway": 2**31 - 1, "user": "",
+     "client_id": "é",
      "api": "Fetch", "thread_time_ms": 3, "network_time_ms": 10**15},
     {"type": "connection", "v": 1, "ts": 9, "broker": 1, "listener": "INTERNAL",
      "ip": "203.0.113.9", "inter_broker": True},
@@ -29,7 +30,7 @@ EVENTS = [
 #: Every attribute of each event type, named here: a compiled (mypyc) class has no `__slots__`.
 NAMES = {
     "RequestEvent": ("ts", "broker", "listener", "user", "client_id", "ip", "api", "bytes",
-                     "thread_ms", "network_ms", "exempt", "count"),
+                     "thread_ms", "network_ms", "exempt", "count", "gateway"),
     "ConnectionEvent": ("ts", "broker", "listener", "ip", "inter_broker"),
     "MutationEvent": ("ts", "broker", "user", "client_id", "api", "api_version", "partitions",
                       "validate_only", "strict"),

@@ -71,24 +71,25 @@ def test_explain_sees_other_principals_sharing_the_window(tmp_path: Path) -> Non
     assert snap.decision.entity == {"user": "", "client_id": "app"}
 
 
-def test_explain_shows_what_each_broker_was_allowed_with_allocations(
+def test_explain_shows_what_each_enforcer_was_allowed_with_allocations(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Cluster scope with allocations: the window's last allocation, broker by broker, and why."""
+    """Cluster scope with allocations: the window's last allocation, enforcer by enforcer, and
+    why; named gateways are the enforcers, whatever broker they front."""
     records = [CONFIG]
-    for i in range(40):  # 4 s: broker 1 at 1500 B/s (saturated), broker 2 at 100 B/s
-        records.append(produce(T0 + i * 100, 150))
-        records.append({**produce(T0 + i * 100, 10), "broker": 2})
+    for i in range(40):  # 4 s: gateway 5 at 1500 B/s (saturated), gateway 6 at 100 B/s
+        records.append({**produce(T0 + i * 100, 150), "gateway": 5})
+        records.append({**produce(T0 + i * 100, 10), "broker": 2, "gateway": 6})
     path = write(tmp_path, records)
     code = main(["explain", "--entity", "user=alice", "--at", str(T0 + 3950), "--input", str(path),
                  "--scope", "cluster", "--accounting", "served", "--allocations"])
     out = capsys.readouterr().out
     assert code == 0
     assert "producer_byte_rate · window user=alice · all brokers (cluster scope)" in out
-    assert "brokers enforce it per request (no directive" in out
-    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if "broker 1:" in line
-             or "broker 2:" in line}
-    assert "saturated: shares the rest" in lines["broker 1"]
-    assert "unsaturated: usage x 1.25" in lines["broker 2"]
+    assert "enforcers hold it per request (no directive" in out
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if "enforcer 5:" in line
+             or "enforcer 6:" in line}
+    assert "saturated: shares the rest" in lines["enforcer 5"]
+    assert "unsaturated: usage x 1.25" in lines["enforcer 6"]
     assert '"throttle_time_ms"' not in out  # no directive for an allocated quota
 
 

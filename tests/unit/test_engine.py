@@ -599,3 +599,21 @@ def test_out_of_range_amounts_are_bad_events_not_crashes(record: dict[str, Any])
     e = Engine()
     e.config({"user": "alice"}, {PRODUCE: 1, MUTATION: 1})
     e.engine.process(ok)  # the largest accepted amount is processed without error
+
+
+@pytest.mark.parametrize("over, reason", [
+    ({"broker": 2**31}, "broker is out of range"),
+    ({"gateway": 2**31}, "gateway is out of range"),
+    ({"gateway": -1}, "gateway must be >= 0"),
+    ({"gateway": "a"}, "gateway must be an integer"),
+])
+def test_ids_beyond_kafkas_32_bit_node_ids_are_bad_events(over: dict[str, Any], reason: str) -> None:
+    """Allocation state holds broker and gateway ids as 32-bit integers, as Kafka's node ids."""
+    base = {"type": "request", "v": 1, "ts": T0, "broker": 1, "user": "alice", "client_id": "app",
+            "api": "Produce"}
+    event = parse_event({**base, **over})
+    assert isinstance(event, BadEvent) and event.reason == reason
+    named = parse_event({**base, "broker": 2**31 - 1, "gateway": 2**31 - 1})
+    assert isinstance(named, RequestEvent) and named.enforcer == 2**31 - 1
+    unnamed = parse_event(base)
+    assert isinstance(unnamed, RequestEvent) and unnamed.gateway == -1 and unnamed.enforcer == 1

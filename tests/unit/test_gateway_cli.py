@@ -16,6 +16,10 @@ from app.cli import main
      "--tls-cert and --tls-key go together"),
     (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--max-in-flight", "0"],
      "must be >= 1"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--gateway-id", "1"],
+     "--gateway-id and --gateways go together"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--gateway-id", str(2**31),
+      "--gateways", "2"], "--gateway-id must be at most"),
 ])
 def test_bad_arguments_are_one_line(argv: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:

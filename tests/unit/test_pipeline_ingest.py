@@ -41,7 +41,8 @@ def test_rows_and_dead_letters_of_a_batch() -> None:
     bad = request(T0, bytes=-1)
     config = {"type": "quota_config", "v": 1, "ts": T0, "entity": {"user": "x"},
               "quotas": {"producer_byte_rate": 1000}}
-    batch = {"type": "batch", "v": 1, "broker": 1, "events": [request(T0), bad, request(T0 + 1)]}
+    batch = {"type": "batch", "v": 1, "broker": 1,
+             "events": [request(T0), bad, request(T0 + 1, gateway=3)]}
     outbox = Outbox()
     clock = StreamClock()
     r = router()
@@ -54,8 +55,16 @@ def test_rows_and_dead_letters_of_a_batch() -> None:
     rows, held, counts = outbox.take()
     assert outbox.size == 0 and not outbox.rows and held == [] and counts == {"request": 2}
     events = [row_event(row) for part in rows.values() for row in decode_rows(encode_rows(part))]
-    assert [(e.ts, e.broker, only, appended) for e, only, appended in events] == [
-        (T0, 1, None, 42), (T0 + 1, 1, None, 42)]
+    assert [(e.ts, e.broker, e.gateway, only, appended) for e, only, appended in events] == [
+        (T0, 1, -1, None, 42), (T0 + 1, 1, 3, None, 42)]
+
+
+def test_a_request_row_written_before_gateways_reads_as_unnamed() -> None:
+    row = ["r", T0, 2, "PLAINTEXT", "alice", "app", "", "Produce", 100, 0.0, 0.0, False, 1,
+           ["producer_byte_rate"], 77]
+    event, only, appended = row_event(row)
+    assert (event.broker, event.gateway, event.enforcer, only, appended) == (
+        2, -1, 2, ("producer_byte_rate",), 77)
 
 
 def test_clock_skew_is_a_dead_letter() -> None:
