@@ -506,8 +506,9 @@ class QuotaEngine:
                  only: tuple[str, ...] | None = None) -> None:
         # the broker a decision names (broker scope), or the enforcer its usage counts on
         # (cluster scope: allocations)
-        where = event.enforcer if self.cluster else event.broker
-        produce, fetch, request, _ = self._principal(event, event.enforcer)
+        enforcer = event.enforcer
+        where = enforcer if self.cluster else event.broker
+        produce, fetch, request, _ = self._principal(event, enforcer)
         if only is not None:
             produce = produce if cfg.PRODUCE in only else None
             fetch = fetch if cfg.FETCH in only else None
