@@ -28,6 +28,17 @@ from app.pipeline.topology import topic_specs
 from app.settings import load
 
 
+#: the product topics' kinds, as in their QS_TOPIC_<KIND> settings
+TOPIC_KINDS = ("request", "connection", "mutation", "configs", "directives", "deadletter")
+
+
+def isolated_env(prefix: str) -> dict[str, str]:
+    """Settings that give a stack its own application id and topics (`<prefix>.<kind>`), so
+    several stacks share one broker without seeing each other."""
+    return {"QS_APP_ID": prefix, **{f"QS_TOPIC_{kind.upper()}": f"{prefix}.{kind}"
+                                    for kind in TOPIC_KINDS}}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
 
 import orjson
 

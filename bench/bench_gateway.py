@@ -159,12 +159,10 @@ def main() -> int:
         return 0
 
     from app.broker import create_topics_sync
-    from app.launcher import LocalCluster
+    from app.launcher import LocalCluster, isolated_env
 
     tag = uuid.uuid4().hex[:6]
-    env = {"QS_APP_ID": f"bench-{tag}", "QS_PARTITIONS": "1"}
-    env.update({f"QS_TOPIC_{k}": f"bench-{tag}.{k.lower()}" for k in
-                ("REQUEST", "CONNECTION", "MUTATION", "CONFIGS", "DIRECTIVES", "DEADLETTER")})
+    env = {**isolated_env(f"bench-{tag}"), "QS_PARTITIONS": "1"}
     cluster = LocalCluster(0, env=env)
     try:
         print("starting the broker and a gateway ...", file=sys.stderr)

@@ -42,7 +42,7 @@ from app.admin.entities import canonical_record  # noqa: E402
 from app.clients.runner import run_clients, summed  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
 from app.kafka_io import read_topic  # noqa: E402
-from app.launcher import LocalCluster  # noqa: E402
+from app.launcher import LocalCluster, isolated_env  # noqa: E402
 from app.sim.meter import SETTLE_BAND, SETTLE_RUN, phase_figures  # noqa: E402
 from app.sim.report import fmt_ratio, table  # noqa: E402
 
@@ -64,12 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def stack_env(prefix: str, enforcement: str) -> dict[str, str]:
-    return {
-        "QS_APP_ID": prefix, "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
-        "QS_CLUSTER_ENFORCEMENT": enforcement,
-        **{f"QS_TOPIC_{kind.upper()}": f"{prefix}.{kind}" for kind in
-           ("request", "connection", "mutation", "configs", "directives", "deadletter")},
-    }
+    return {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
+            "QS_CLUSTER_ENFORCEMENT": enforcement}
 
 
 def plan(topic: str, bootstraps: list[str], quota: float, phase_s: int, epoch: float

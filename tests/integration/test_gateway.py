@@ -30,8 +30,8 @@ import pytest
 from app.admin.config_topic import write_records
 from app.admin.entities import canonical_record
 from app.engine.configs import parse_config_record
-from app.clients.runner import run_clients
-from app.launcher import GatewayProcess, LocalCluster
+from app.clients.runner import per_second, run_clients
+from app.launcher import GatewayProcess, LocalCluster, isolated_env
 from tests.unit.kafka_frames import nested, request_body
 from tests.unit.kafka_frames import request as kafka_request
 
@@ -76,11 +76,9 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     tmp = tmp_path_factory.mktemp("gateway")
     prefix = f"g{uuid.uuid4().hex[:8]}"
     env = {
-        "QS_APP_ID": prefix, "QS_PARTITIONS": "2", "QS_SCOPE": "cluster", "QS_ACCOUNTING": "served",
-        "QS_QUOTA_WINDOW_SIZE_MS": "500", "QS_CONTROLLER_WINDOW_SIZE_MS": "500",
-        "QS_TOPIC_REQUEST": f"{prefix}.request", "QS_TOPIC_CONNECTION": f"{prefix}.connection",
-        "QS_TOPIC_MUTATION": f"{prefix}.mutation", "QS_TOPIC_CONFIGS": f"{prefix}.configs",
-        "QS_TOPIC_DIRECTIVES": f"{prefix}.directives", "QS_TOPIC_DEADLETTER": f"{prefix}.deadletter",
+        **isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
+        "QS_ACCOUNTING": "served", "QS_QUOTA_WINDOW_SIZE_MS": "500",
+        "QS_CONTROLLER_WINDOW_SIZE_MS": "500",
         "QS_VERIFY_END_OFFSETS": "1",
     }
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp, env=env)
@@ -114,11 +112,11 @@ def rate_after(lines: list[dict[str, Any]], warmup: float, seconds: float,
                counter: str = "bytes") -> float:
     """`counter` per second over the whole seconds in [warmup, seconds): the least-squares
     slope of its running total."""
-    per_second = {line["t"]: line.get(counter, 0) for line in lines if "t" in line}
+    counts = per_second(lines, counter)
     ts = [t for t in range(int(warmup), int(seconds))]
     totals, total = [], 0.0
     for t in ts:
-        total += per_second.get(t, 0)
+        total += counts.get(t, 0)
         totals.append(total)
     mean_t, mean_y = sum(ts) / len(ts), sum(totals) / len(totals)
     return sum((t - mean_t) * (y - mean_y) for t, y in zip(ts, totals)) / \

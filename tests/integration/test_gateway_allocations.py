@@ -24,7 +24,7 @@ from app.admin.entities import canonical_record
 from app.clients.runner import run_clients, summed
 from app.engine.configs import parse_config_record
 from app.kafka_io import read_topic
-from app.launcher import LocalCluster
+from app.launcher import LocalCluster, isolated_env
 
 pytestmark = pytest.mark.integration
 
@@ -42,10 +42,8 @@ class Run:
 @pytest.fixture(scope="module")
 def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     prefix = f"ga{uuid.uuid4().hex[:8]}"
-    env = {"QS_APP_ID": prefix, "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
-           "QS_CLUSTER_ENFORCEMENT": "allocations",
-           **{f"QS_TOPIC_{kind.upper()}": f"{prefix}.{kind}" for kind in
-              ("request", "connection", "mutation", "configs", "directives", "deadletter")}}
+    env = {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
+           "QS_CLUSTER_ENFORCEMENT": "allocations"}
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path_factory.mktemp("ga"),
                            env=env)
     try:

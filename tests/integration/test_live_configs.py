@@ -28,7 +28,7 @@ from app.audit.job import Topics
 from app.audit.recompute import ExplodeContext, recompute_local
 from app.audit.synth import CONFIGS, scenario, topic_of
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster
+from app.launcher import LocalCluster, isolated_env
 from app.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
@@ -145,10 +145,7 @@ def test_configs_written_while_events_stream_apply_at_their_ts_in_every_driver(
     rng = random.Random(seed)
     prefix = f"ct{seed}{os.urandom(3).hex()}"
     env = {
-        "QS_APP_ID": prefix, "QS_PARTITIONS": "4", "QS_SCOPE": "broker",
-        "QS_TOPIC_REQUEST": f"{prefix}.request", "QS_TOPIC_CONNECTION": f"{prefix}.connection",
-        "QS_TOPIC_MUTATION": f"{prefix}.mutation", "QS_TOPIC_CONFIGS": f"{prefix}.configs",
-        "QS_TOPIC_DIRECTIVES": f"{prefix}.directives", "QS_TOPIC_DEADLETTER": f"{prefix}.deadletter",
+        **isolated_env(prefix), "QS_PARTITIONS": "4", "QS_SCOPE": "broker",
         "QS_STATE_DIR": str(tmp_path / "state"), "QS_FLUSH_INTERVAL_MS": "500",
         "QS_VERIFY_END_OFFSETS": "1",  # the embedded broker under-reports end offsets
         "QS_CONFIG_HOLD_MAX_MS": "10000",  # a busy machine must not release events early

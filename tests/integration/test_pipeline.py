@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster
+from app.launcher import LocalCluster, isolated_env
 from app.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
@@ -44,10 +44,7 @@ PARTITIONS = 4
 def cluster_env(tmp_path: Path) -> dict[str, str]:
     prefix = f"t{uuid.uuid4().hex[:8]}"
     return {
-        "QS_APP_ID": prefix, "QS_PARTITIONS": str(PARTITIONS), "QS_SCOPE": "broker",
-        "QS_TOPIC_REQUEST": f"{prefix}.request", "QS_TOPIC_CONNECTION": f"{prefix}.connection",
-        "QS_TOPIC_MUTATION": f"{prefix}.mutation", "QS_TOPIC_CONFIGS": f"{prefix}.configs",
-        "QS_TOPIC_DIRECTIVES": f"{prefix}.directives", "QS_TOPIC_DEADLETTER": f"{prefix}.deadletter",
+        **isolated_env(prefix), "QS_PARTITIONS": str(PARTITIONS), "QS_SCOPE": "broker",
         "QS_STATE_DIR": str(tmp_path / "state"), "QS_FLUSH_INTERVAL_MS": "500",
         "QS_VERIFY_END_OFFSETS": "1",
     }

@@ -21,7 +21,7 @@ import pytest
 from app.audit.synth import CONFIGS, T0, scenario
 from app.broker import create_topics_sync
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster
+from app.launcher import LocalCluster, isolated_env
 from app.pipeline.topology import topic_specs
 from app.replay import replay
 from app.settings import load
@@ -33,13 +33,6 @@ except ImportError:  # pragma: no cover
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def topics_env(prefix: str) -> dict[str, str]:
-    return {"QS_APP_ID": prefix, "QS_TOPIC_REQUEST": f"{prefix}.request",
-            "QS_TOPIC_CONNECTION": f"{prefix}.connection", "QS_TOPIC_MUTATION": f"{prefix}.mutation",
-            "QS_TOPIC_CONFIGS": f"{prefix}.configs", "QS_TOPIC_DIRECTIVES": f"{prefix}.directives",
-            "QS_TOPIC_DEADLETTER": f"{prefix}.deadletter"}
 
 
 def tool(env: dict[str, str], *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -54,11 +47,11 @@ def test_worker_and_tools_over_tls(kafka_bootstrap: str, tmp_path: Path) -> None
                     "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     prefix = f"s{uuid.uuid4().hex[:8]}"
     front = LocalCluster(0, bootstrap=kafka_bootstrap, work_dir=tmp_path / "gateway",
-                         env={**topics_env(f"{prefix}gw"), "QS_VERIFY_END_OFFSETS": "1"})
+                         env={**isolated_env(f"{prefix}gw"), "QS_VERIFY_END_OFFSETS": "1"})
     front.start_broker()
     gateway = front.start_gateway("--tls-cert", str(cert), "--tls-key", str(key),
                                   "--no-local-quotas")
-    env = {**topics_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "broker",
+    env = {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "broker",
            "QS_VERIFY_END_OFFSETS": "1", "QS_FLUSH_INTERVAL_MS": "500",
            "QS_STATE_DIR": str(tmp_path / "state"),
            "KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": str(cert)}

@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 
 from app.audit.synth import CONFIGS, T0, scenario
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster
+from app.launcher import LocalCluster, isolated_env
 from app.replay import replay
 from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber
@@ -52,11 +52,8 @@ async def subscriber_counts(bootstrap: str, topic: str) -> dict[str, object]:
 def test_forged_records_are_refused_and_real_ones_sealed(kafka_bootstrap: str,
                                                         tmp_path: Path) -> None:
     prefix = f"s{uuid.uuid4().hex[:8]}"
-    env = {"QS_APP_ID": prefix, "QS_PARTITIONS": "2", "QS_SIGNING_KEYS": KEYS,
-           "QS_TOPIC_REQUEST": f"{prefix}.request", "QS_TOPIC_CONNECTION": f"{prefix}.connection",
-           "QS_TOPIC_MUTATION": f"{prefix}.mutation", "QS_TOPIC_CONFIGS": f"{prefix}.configs",
-           "QS_TOPIC_DIRECTIVES": f"{prefix}.directives",
-           "QS_TOPIC_DEADLETTER": f"{prefix}.deadletter", "QS_VERIFY_END_OFFSETS": "1",
+    env = {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SIGNING_KEYS": KEYS,
+           "QS_VERIFY_END_OFFSETS": "1",
            "QS_STATE_DIR": str(tmp_path / "state")}
     events = scenario(seed=9, start_ms=T0, seconds=6)
     lines = tmp_path / "input.jsonl"

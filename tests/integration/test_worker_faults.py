@@ -21,7 +21,7 @@ from app.broker import EmbeddedBroker
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import parse_record
 from app.engine.state_codec import decode
-from app.launcher import LocalCluster
+from app.launcher import LocalCluster, isolated_env
 from app.replay import replay
 from tables.recovery import confirmed_end_offsets
 
@@ -36,11 +36,7 @@ MARKER = "crash-here-7f3a"
 
 def worker_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     prefix = f"f{uuid.uuid4().hex[:8]}"
-    return {"QS_APP_ID": prefix, "QS_PARTITIONS": "2",
-            "QS_TOPIC_REQUEST": f"{prefix}.request", "QS_TOPIC_CONNECTION": f"{prefix}.connection",
-            "QS_TOPIC_MUTATION": f"{prefix}.mutation", "QS_TOPIC_CONFIGS": f"{prefix}.configs",
-            "QS_TOPIC_DIRECTIVES": f"{prefix}.directives",
-            "QS_TOPIC_DEADLETTER": f"{prefix}.deadletter", "QS_VERIFY_END_OFFSETS": "1",
+    return {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_VERIFY_END_OFFSETS": "1",
             "QS_STATE_DIR": str(tmp_path / "state"), **extra}
 
 
