@@ -1,7 +1,7 @@
 """Which build of the compiled modules is loaded: mypyc extensions or interpreted source.
 
 setup.py compiles the modules listed here: the engine, and the pipeline's per-sample code
-(codec, routing, ingest and aggregate loops), which runs once per sample like the engine.
+(the intake, the codec, ingest and aggregate loops), which runs once per sample like the engine.
 Kept outside `app.engine` so the engine stays free of import machinery. An editable install
 compiles them in place; editing a module afterwards leaves the old extension shadowing the new
 source, which `stale_modules` detects (tests refuse to run on a stale build).
@@ -16,8 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_DIR = ROOT / "app" / "engine"
 #: pure pipeline modules compiled with the engine (no Faust or Kafka import in them)
-PIPELINE_MODULES = ("app.pipeline.aggregate", "app.pipeline.codec", "app.pipeline.ingest",
-                    "app.pipeline.routing")
+PIPELINE_MODULES = ("app.intake.clock", "app.intake.columnar", "app.intake.records",
+                    "app.intake.routes", "app.pipeline.aggregate", "app.pipeline.codec",
+                    "app.pipeline.ingest")
 MODULES = tuple(sorted(
     [f"app.engine.{p.stem}" for p in ENGINE_DIR.glob("*.py") if p.name != "__init__.py"]
     + list(PIPELINE_MODULES)

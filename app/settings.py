@@ -151,6 +151,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_STANDBY_REPLICAS", "0", "Faust table standby replicas", _non_negative_int),
     Setting("QS_WEB_HOST", "127.0.0.1", "address the HTTP server binds (0.0.0.0 in containers)"),
     Setting("QS_WEB_PORT", "6066", "HTTP port for /metrics and /ready", _port),
+    Setting("QS_EVENT_FORMAT", "json", "how the gateway and the simulator write request events: `json` batches, or `columnar` batches (half the bytes, decoded several times faster by the workers: docs/contract.md); workers read both", _choice("json", "columnar")),
     Setting("QS_INGEST_LINGER_MS", "10", "how long the ingest gathers source records before re-keying them together (fewer, larger internal records; adds up to this much latency)", _positive_int),
     Setting("QS_CONFIG_GRACE_MS", "20", "an event is judged once the config topic is read past its arrival plus this; a config record reaching Kafka more than half of it after its ts is in force from its arrival (set audit/replay --config-grace-ms the same)", _non_negative_int),
     Setting("QS_CONFIG_HOLD_MAX_MS", "2000", "longest an event is held waiting for the config topic (counted when reached)", _positive_int),

@@ -9,7 +9,7 @@ compact away an older `{consumer_byte_rate}` of the same entity, silently droppi
 Removals are ordinary records with `null` values (never tombstones), so they survive as well.
 
 Order matters only between records of one entity, so every record of an entity goes to the same
-partition: crc32 of the canonical entity JSON (`routing.partition_for`). The topic has one
+partition: crc32 of the canonical entity JSON (`app.intake.routes.text_partition`). The topic has one
 partition by default (`topic_specs`); this keeps it correct if an operator gave it more.
 
 Reading back goes through the workers' own `ConfigFollower.apply` (JSON -> `parse_event` ->
@@ -28,7 +28,7 @@ import orjson
 from app.admin.entities import canonical_entity
 from app.engine.configs import ConfigUpdate, QuotaConfigs, client_level_path
 from app.engine.timeline import ConfigTimeline
-from app.pipeline.routing import partition_for
+from app.intake.routes import text_partition
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -43,7 +43,7 @@ def config_key(update: ConfigUpdate) -> bytes:
 
 def entity_partition(update: ConfigUpdate, partitions: int) -> int:
     """All records of one entity on one partition, so their order is kept."""
-    return partition_for(canonical_json(canonical_entity(update)).decode(), partitions)
+    return text_partition(canonical_json(canonical_entity(update)).decode(), partitions)
 
 
 def level_path(entity: dict[str, Any]) -> str:

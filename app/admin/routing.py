@@ -13,19 +13,21 @@ all of one type is sent as it is; a mixed batch is split into one batch per type
 within each type, the batch's `broker` default kept), and quota_config events in a batch go to
 the config topic as records of their own. Lines are validated with the engine's
 `parse_record` (as the workers will): a bad line is skipped, and so is a bad event of a batch,
-whose good events are sent (as the workers would take them).
+whose good events are sent (as the workers would take them). With `columnar`, request records
+are sent as columnar batches (`app.intake.columnar`) of the same events.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from app.admin.config_topic import canonical_json, config_key
 from app.engine.configs import ConfigUpdate
-from app.engine.events import BadEvent, ConnectionEvent, Parsed, parse_record
+from app.engine.events import BadEvent, ConnectionEvent, Parsed, RequestEvent, parse_record
+from app.intake.columnar import encode_events
 
 KINDS = ("request", "connection", "mutation", "config")
 
@@ -43,6 +45,8 @@ class Outgoing:
     value: bytes
     update: ConfigUpdate | None = None  # config records: partitioned by entity
     line: int = 0  # of the input, for reports
+    #: a request record's validated events (what a columnar record is made of)
+    requests: tuple[RequestEvent, ...] = ()
 
 
 @dataclass
@@ -64,9 +68,17 @@ def _kind(item: Parsed) -> str:
     return "config" if isinstance(item, ConfigUpdate) else item.type
 
 
-def route_line(line: bytes, number: int = 0) -> Routed:
+def route_line(line: bytes, number: int = 0, columnar: bool = False) -> Routed:
     """The records one JSON line (line `number` of the input) becomes, or `BadLine` with the
     reason it is skipped whole."""
+    routed = _route(line, number)
+    if columnar:
+        routed.records = [replace(o, value=encode_events(o.requests)) if o.requests else o
+                          for o in routed.records]
+    return routed
+
+
+def _route(line: bytes, number: int) -> Routed:
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -79,7 +91,8 @@ def route_line(line: bytes, number: int = 0) -> Routed:
             raise BadLine(item.reason)
         if isinstance(item, ConfigUpdate):
             return Routed([Outgoing("config", config_key(item), line.strip(), item, number)])
-        return Routed([Outgoing(item.type, event_key(item), line.strip(), line=number)])
+        return Routed([Outgoing(item.type, event_key(item), line.strip(), line=number,
+                                requests=_requests([item]))])
     if not items:
         raise BadLine("batch has no events")
     skipped = [f"event {i + 1} of the batch: {item.reason}"
@@ -88,7 +101,8 @@ def route_line(line: bytes, number: int = 0) -> Routed:
         raise BadLine(f"no good event in the batch ({skipped[0]})")
     kinds = {_kind(item) for item in items if not isinstance(item, BadEvent)}
     if not skipped and len(kinds) == 1 and "config" not in kinds:
-        return Routed([Outgoing(items[0].type, event_key(items[0]), line.strip(), line=number)])
+        return Routed([Outgoing(items[0].type, event_key(items[0]), line.strip(), line=number,
+                                requests=_requests(items))])
     return Routed(_split(obj, items, number), skipped)
 
 
@@ -109,5 +123,11 @@ def _split(batch: dict[str, Any], items: list[Parsed], number: int) -> list[Outg
         head["broker"] = batch["broker"]
     for kind, members in groups.items():
         sub = {**head, "events": [raw for raw, _ in members]}
-        out.append(Outgoing(kind, event_key(members[0][1]), orjson.dumps(sub), line=number))
+        out.append(Outgoing(kind, event_key(members[0][1]), orjson.dumps(sub), line=number,
+                            requests=_requests([item for _, item in members])))
     return out
+
+
+def _requests(items: list[Parsed]) -> tuple[RequestEvent, ...]:
+    """The validated events of a request record (none for other kinds)."""
+    return tuple(i for i in items if isinstance(i, RequestEvent))

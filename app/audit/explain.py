@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from app.audit.common import entity_candidates, entity_string, format_ms
-from app.audit.event_codec import EVENT_KINDS, make_event
+from app.audit.event_codec import EVENT_KINDS, ROW_REQUEST, append_request, make_event
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
@@ -37,8 +37,8 @@ from app.audit.recompute import (
     topic_configs,
 )
 from app.engine import configs as cfg
-from app.engine.configs import DEFAULT, client_level_path
-from app.engine.engine import ALLOCATED, NANOS_TO_PERCENT, Decision, EngineSettings, QuotaEngine
+from app.engine.engine import ALLOCATED, NANOS_TO_PERCENT, Decision, EngineSettings
+from app.engine.batch import RequestColumns
 from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
 from app.engine import allocation
@@ -236,8 +236,15 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
     names = set(entity_candidates(spec))
     allocations: dict[tuple[str, str], dict[str, Any]] = {}
     for _key, kind, payload, arrival in rows:
-        event = make_event(kind, payload)
-        decisions, directives = engine.process(event, arrival)
+        if kind == ROW_REQUEST:
+            batch = RequestColumns()
+            append_request(batch, payload, arrival)
+            per_row: list[list[Decision]] = []
+            directives = [d for d, _ in engine.process_requests(batch, per_row)]
+            decisions, event = per_row[0], batch.event(0)
+        else:
+            event = make_event(kind, payload)
+            decisions, directives = engine.process(event, arrival)
         result.events_used += 1
         mine = principal_matches(spec, event)
         throttled = any(d.throttle_time_ms > 0 for d in decisions)
@@ -257,38 +264,10 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
             result.windows[wkey] = Snapshot(
                 d, event, _copy_state(engine.store.get(d.key)),
                 published.get((id(d.entity), d.quota)), throttled,
-                _resolution_view(engine, d, event, arrival), allocations.get((d.quota, name)))
+                engine.timeline.at(event.ts, arrival).configs.resolution_view(d.quota, d.entity),
+                allocations.get((d.quota, name)))
             result.state_at[wkey] = engine.store.get(d.key)
     return result
-
-
-def _resolution_view(engine: QuotaEngine, d: Decision, event: Any, arrival: int
-                     ) -> list[tuple[str, Any]]:
-    """The config levels Kafka checked for this decision, most specific first, with values
-    (the configs in force for its event)."""
-    configs = engine.timeline.at(event.ts, arrival).configs
-    if d.quota in cfg.CLIENT_QUOTAS:
-        table = configs.client[d.quota]
-        user, client = d.entity.get("user", ""), d.entity.get("client_id", "")
-        if user and client:
-            candidates = [(user, client), (user, DEFAULT), (DEFAULT, client), (DEFAULT, DEFAULT)]
-        elif user:
-            candidates = [(user, None), (DEFAULT, None)]
-        elif client:
-            candidates = [(None, client), (None, DEFAULT)]
-        else:
-            candidates = []
-        return [(client_level_path(*c), table.get(c)) for c in candidates]
-    if d.quota == cfg.IP_RATE:
-        ip = d.entity.get("ip")
-        return [(f"/config/ips/{ip}", configs.ip.get(ip)),
-                (f"/config/ips/{DEFAULT}", configs.ip.get(DEFAULT))]
-    broker, listener = d.entity.get("broker"), d.entity.get("listener")
-    out = []
-    for who in (broker, DEFAULT):
-        path = f"/config/brokers/{who}" + (f"/listeners/{listener}" if listener else "")
-        out.append((path, configs.broker.get((who, listener))))
-    return out
 
 
 # -- text ------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ What "in order" means (the rules; docs/audit.md has the long form)
   timestamps (in (partition, offset) order for equal `ts`), and each event record's timestamp
   as its arrival; a `quota_config` record on an event topic is dead-lettered, as live.
   Archive: the `quota_config` lines (and batch items) of the whole archive, collected before
-  step 1 (`app.replay.file_configs`), in force from their `ts`, like `replay`; a Kafka-shaped
+  step 1 (`app.intake.records.file_configs`), in force from their `ts`, like `replay`; a Kafka-shaped
   archive carries its `timestamp` column like Kafka.
 * **Split requests.** When a request's quota types resolve to windows with different route keys
   (a client-id quota of one type, a user quota of another), replay handles the whole request at
@@ -58,19 +58,30 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
 
 from app.engine import configs as cfg
-from app.engine.configs import ConfigUpdate, QuotaConfigs
+from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import BadEvent, MutationEvent, RequestEvent, StreamClock, parse_record
+from app.engine.batch import RequestColumns
+from app.engine.engine import Decision
+from app.intake.clock import StreamClock
 from app.engine.timeline import FOREVER, ConfigTimeline
-from app.pipeline.ingest import parse_config_value
-from app.replay import MAX_LINE_BYTES, encode_deadletter, file_configs
+from app.intake.deadletter import encode_deadletter
+from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
+from app.intake.routes import CONNECTIONS, RouteKey, principal_keys
 from app.signing import Signing, signing_from_env
 
-from app.audit.event_codec import EVENT_CLASSES, MARSHAL_VERSION, event_args
-from app.audit.results import ResultRows, result_schema
+from app.audit.event_codec import (
+    EVENT_CLASSES,
+    MARSHAL_VERSION,
+    ROW_CONNECTION,
+    ROW_MUTATION,
+    ROW_REQUEST,
+    append_request,
+    event_args,
+    request_payload,
+)
+from app.audit.results import ResultRows, event_amounts, request_amounts, result_schema
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -89,6 +100,8 @@ Key = tuple[int, int, int, int]
 #: timestamp of the event's record (FOREVER for an archive's lines).
 EXPLODED_DDL = "rk string, t long, s int, pos long, i int, items binary"
 ROW_BAD = 2
+#: request rows step 2 hands the engine at once at most
+REQUEST_BATCH = 4096
 Item = tuple[int, int, int, int, int, Any, int]
 #: A config update and its record's Kafka timestamp (None: from an archive's lines).
 ConfigEntry = tuple[ConfigUpdate, "int | None"]
@@ -121,7 +134,7 @@ def topic_configs(
     bad: list[tuple[str, str]] = []
     for partition, offset, value, timestamp in sorted(records, key=lambda r: (r[0], r[1])):
         payload, reason = signing.open(topic, value or b"")
-        update, reason = (None, reason) if payload is None else parse_config_value(payload)
+        update, reason = (None, reason) if payload is None else decode_config(payload)
         if update is None:
             bad.append((f"{topic}/{partition}@{offset}", reason or "bad config"))
             continue
@@ -149,43 +162,7 @@ def engine_with_configs(settings: EngineSettings, entries: Iterable[ConfigEntry]
     return engine
 
 
-_BLANK = object()
-
-
-def decode_file_line(value: bytes | None) -> tuple[Any, str | None, bytes]:
-    """An archive line as `replay` reads it: (JSON value | _BLANK | None, reason, stripped line)."""
-    line = (value or b"").strip()
-    if not line:
-        return _BLANK, None, line
-    if len(line) > MAX_LINE_BYTES:
-        return None, f"line is {len(line)} bytes (max {MAX_LINE_BYTES})", line
-    try:
-        return orjson.loads(line), None, line
-    except orjson.JSONDecodeError as exc:
-        return None, f"not JSON: {exc}", line
-
-
 # -- routing ---------------------------------------------------------------------------------
-
-
-def _kinds(configs: QuotaConfigs, quota: str) -> set[str]:
-    """Route-key kinds (u: user, c: client id) a quota type can resolve to under `configs`.
-
-    Mirrors `QuotaConfigs._tags`: a client-id level alone gives c; one level naming a user
-    gives u; a mix gives u when a `<default>` user entry exists (every principal matches it),
-    else either.
-    """
-    bits = configs._enabled[quota]  # noqa: SLF001 - the engine's own resolution input
-    if bits == 0:
-        return set()
-    if bits == cfg.CLIENT_ID_LEVEL:
-        return {"c"}
-    if bits in (cfg.USER_LEVEL, cfg.USER_CLIENT_LEVEL):
-        return {"u"}
-    table = configs.client[quota]
-    if (cfg.DEFAULT, cfg.DEFAULT) in table or (cfg.DEFAULT, None) in table:
-        return {"u"}
-    return {"u", "c"}
 
 
 def splits_possible(entries: Iterable[ConfigEntry], grace_ms: int) -> bool:
@@ -201,21 +178,14 @@ def splits_possible(entries: Iterable[ConfigEntry], grace_ms: int) -> bool:
     if states is None:
         return True
     for configs in states:
-        request = _kinds(configs, cfg.REQUEST)
+        request = configs.entity_kinds(cfg.REQUEST)
         if not request:
             continue
         for other in (cfg.PRODUCE, cfg.FETCH):
-            kinds = _kinds(configs, other)
+            kinds = configs.entity_kinds(other)
             if kinds and len(request | kinds) > 1:
                 return True
     return False
-
-
-def strip_broker(route_key: str) -> str:
-    """A route key without its broker prefix (`b1:u:alice` -> `u:alice`)."""
-    if route_key.startswith("b"):
-        return route_key[route_key.index(":") + 1:]
-    return route_key
 
 
 def route_map_from_splits(key_sets: Iterable[Sequence[str]]) -> dict[str, str]:
@@ -343,13 +313,13 @@ class ExplodedRows:
 
 
 class StreamExploder:
-    """One input stream -> routed event rows, with the stream's clock and configs."""
+    """One input stream -> routed sample items, through the intake with the stream's clock."""
 
     def __init__(self, ctx: ExplodeContext) -> None:
         self.ctx = ctx
         self.engine = engine_with_configs(ctx.settings, ctx.configs)
         self.clock = StreamClock(ctx.max_skew_ms)
-        self._routes: dict[tuple[Any, ...], str | tuple[str, ...]] = {}
+        self._routes: dict[tuple[Any, ...], tuple[str | tuple[str, ...], frozenset[str]]] = {}
         self._routes_for: tuple[int, int, int] = (-1, -1, -1)  # the configs' snapshot id
         self.last: tuple[int, int] = (-1, -1)
         self.stopped = False
@@ -362,30 +332,30 @@ class StreamExploder:
 
     # routing ------------------------------------------------------------------------------
 
-    def route(self, item: Any, arrival: int) -> str | tuple[str, ...]:
-        """The route key (after merging split groups), or all keys of a split request."""
-        snapshot = self.engine.timeline.at(item.ts, arrival).id
+    def route(self, kind: int, broker: int, user: str, client_id: str, api: str, ts: int,
+              arrival: int) -> tuple[str | tuple[str, ...], frozenset[str]]:
+        """The route key (all keys of a split request), and the keys without their broker."""
+        snapshot = self.engine.timeline.at(ts, arrival).id
         if snapshot != self._routes_for:
             self._routes.clear()
             self._routes_for = snapshot
-        if isinstance(item, RequestEvent):
-            api = item.api if item.api in ("Produce", "Fetch") else ""
-            ck: tuple[Any, ...] = ("r", api, item.broker, item.user, item.client_id)
-        elif isinstance(item, MutationEvent):
-            ck = ("m", item.broker, item.user, item.client_id)
+        if kind == ROW_REQUEST:
+            ck: tuple[Any, ...] = (kind, api if api in ("Produce", "Fetch") else "", broker,
+                                   user, client_id)
+        elif kind == ROW_MUTATION:
+            ck = (kind, broker, user, client_id)
         else:
-            ck = ("c", item.broker)
-        try:
-            return self._routes[ck]
-        except KeyError:
-            pass
-        keys = self.engine.route_keys(item, arrival)
-        found: str | tuple[str, ...]
-        if len(keys) > 1:
-            found = tuple(k for k, _ in keys)
-        else:
-            found = keys[0][0]
-        self._routes[ck] = found
+            ck = (kind, broker)
+        found = self._routes.get(ck)
+        if found is None:
+            engine = self.engine
+            where = -1 if engine.cluster else broker
+            keys = ([RouteKey(where, CONNECTIONS, "")] if kind == ROW_CONNECTION else
+                    [k for k, _ in principal_keys(engine, where, kind == ROW_MUTATION, user,
+                                                  client_id, api, ts, arrival)])
+            texts = tuple(k.text for k in keys)
+            found = self._routes[ck] = (texts if len(texts) > 1 else texts[0],
+                                        frozenset(k.entity.text for k in keys))
         return found
 
     # input ------------------------------------------------------------------------------------
@@ -406,80 +376,65 @@ class StreamExploder:
         if self.stopped:
             return
         self._check_order(s, pos)
+        time = self.clock.time
+        arrived = FOREVER if arrival is None else arrival
         if self.kafka:
-            if value is None:
-                self.bad += 1
-                out.bad((max(self.clock.time, 0), s, pos, 0), "not JSON: empty record value", "",
-                        where())
-                return
-            try:
-                record = orjson.loads(value)
-            except orjson.JSONDecodeError as exc:
-                self.bad += 1
-                out.bad((max(self.clock.time, 0), s, pos, 0), f"not JSON: {exc}", value, where())
-                return
-            items = parse_record(record)
-            inner = (record.get("events")
-                     if isinstance(record, dict) and record.get("type") == "batch" else None)
-            raws = inner if isinstance(inner, list) and len(inner) == len(items) else [record] * len(items)
+            decoded = decode_source(value, arrived, self.clock)
         else:
-            record, reason, line = decode_file_line(value)
-            if record is _BLANK:
+            found = decode_line(value or b"", self.clock, arrived)
+            if found is None:
                 return
-            if record is None:
-                self.bad += 1
-                out.bad((0, s, pos, 0), reason or "bad line", line, where())
-                return
-            is_batch = isinstance(record, dict) and record.get("type") == "batch"
-            items = parse_record(record)
-            if is_batch and not (len(items) == 1 and isinstance(items[0], BadEvent)
-                                 and items[0].raw is record):
-                raws = record["events"]
-            else:
-                raws = [record]
-        self._items(s, pos, items, raws, out, where, FOREVER if arrival is None else arrival)
+            decoded = found
+            if decoded.configs:  # collected before step 1, in force from their ts
+                if not self.ctx.configs:
+                    raise RuntimeError("an archive's configs must be in the context "
+                                       "(`archive_configs`) before step 1")
+                self.configs += decoded.configs
+        self._items(s, pos, decoded, out, where, time)
 
-    def _items(self, s: int, pos: int, items: list[Any], raws: list[Any], out: ExplodedRows,
-               where: Callable[[], str], arrival: int) -> None:
+    def _items(self, s: int, pos: int, decoded: Decoded, out: ExplodedRows,
+               where: Callable[[], str], time: int) -> None:
+        """A decoded record's items in record order; `time`: the stream time before it."""
         kafka = self.kafka
-        clock = self.clock
         ctx = self.ctx
-        for index, item in enumerate(items):
-            if isinstance(item, BadEvent):
+        arrival = decoded.arrival
+        slots: list[Any] = [None] * decoded.size
+        for k, index in enumerate(decoded.request_at):
+            slots[index] = k
+        for event, index in zip(decoded.others, decoded.other_at):
+            slots[index] = event
+        for index, reason, raw in decoded.dead:
+            slots[index] = (reason, raw)
+        requests = decoded.requests
+        names = requests.names
+        for index, slot in enumerate(slots):
+            if slot is None:  # an archive's config
+                continue
+            if type(slot) is tuple:
                 self.bad += 1
-                raw = raws[index] if kafka else item.raw
-                out.bad(((max(clock.time, 0) if kafka else 0), s, pos, index), item.reason, raw,
+                out.bad(((max(time, 0) if kafka else 0), s, pos, index), slot[0], slot[1],
                         where())
                 continue
-            if isinstance(item, ConfigUpdate):
-                if kafka:
-                    self.bad += 1
-                    out.bad((max(clock.time, 0), s, pos, index),
-                            "quota_config records belong on the config topic", raws[index],
-                            where())
-                else:  # archive: collected before step 1, in force from its ts
-                    if not ctx.configs:
-                        raise RuntimeError("an archive's configs must be in the context "
-                                           "(`archive_configs`) before step 1")
-                    self.configs += 1
-                continue
-            reason = clock.check(item.ts)
-            if reason is not None:
-                self.bad += 1
-                out.bad(((max(clock.time, 0) if kafka else 0), s, pos, index), reason,
-                        raws[index], where())
-                continue
-            if ctx.stop_after is not None and clock.time > ctx.stop_after:
+            if type(slot) is int:
+                kind, ts = ROW_REQUEST, requests.ts[slot]
+                found, entities = self.route(
+                    kind, requests.broker[slot], names[requests.user[slot]],
+                    names[requests.client_id[slot]], names[requests.api[slot]], ts, arrival)
+            else:
+                kind, args = event_args(slot)
+                ts = slot.ts
+                found, entities = self.route(
+                    kind, slot.broker, getattr(slot, "user", ""), getattr(slot, "client_id", ""),
+                    "", ts, arrival)
+            if ts > time:
+                time = ts
+            if ctx.stop_after is not None and time > ctx.stop_after:
                 self.stopped = True
                 return
-            ts = item.ts
             if (ctx.event_from is not None and ts < ctx.event_from) or (
                     ctx.event_to is not None and ts >= ctx.event_to):
                 continue
-            found = self.route(item, arrival)
-            if ctx.keep is not None and not any(
-                    strip_broker(k) in ctx.keep
-                    for k in (found if isinstance(found, tuple) else (found,))):
+            if ctx.keep is not None and ctx.keep.isdisjoint(entities):
                 self.skipped += 1
                 continue
             if isinstance(found, tuple):
@@ -492,9 +447,9 @@ class StreamExploder:
                 if ctx.discover:
                     continue
             self.events += 1
-            kind, args = event_args(item)
+            payload = request_payload(requests, slot) if kind == ROW_REQUEST else args
             out.chunks[out.partition(self.route_map.get(rk, rk))].append(
-                (clock.time if kafka else 0, s, pos, index, kind, args, arrival))
+                (time if kafka else 0, s, pos, index, kind, payload, arrival))
             out.size += 1
 
 
@@ -598,16 +553,34 @@ class Runner:
         self.events = 0
 
     def process(self, key: Key, event: Any, arrival: int, out: ResultRows) -> None:
-        """Run the engine on one event (`arrival`: its record's Kafka timestamp), buffer its
-        decisions."""
-        if key < self._last:
-            raise RuntimeError(f"step 2 input not sorted: {key} after {self._last}")
-        self._last = key
+        """Run the engine on one connection or mutation (`arrival`: its record's Kafka
+        timestamp), buffer its decisions."""
+        self._order(key)
         decisions, directives = self.engine.process(event, arrival)
         self.events += 1
         if decisions:
-            out.add(key[1], key[2], key[3], event, decisions, directives, self.ctx.report_from,
-                    self.ctx.report_to)
+            out.add(key[1], key[2], key[3], event_amounts(event), decisions, directives,
+                    self.ctx.report_from, self.ctx.report_to)
+
+    def process_requests(self, keys: list[Key], batch: RequestColumns, out: ResultRows) -> None:
+        """Run the engine on request rows in key order (the batch entry), buffer decisions."""
+        self._order(keys[0])
+        self._last = keys[-1]
+        decisions: list[list[Decision]] = []
+        published: list[list[dict[str, Any]]] = [[] for _ in keys]
+        for directive, i in self.engine.process_requests(batch, decisions):
+            published[i].append(directive)
+        self.events += len(keys)
+        lo, hi = self.ctx.report_from, self.ctx.report_to
+        for i, key in enumerate(keys):
+            if decisions[i]:
+                out.add(key[1], key[2], key[3], request_amounts(batch, i), decisions[i],
+                        published[i], lo, hi)
+
+    def _order(self, key: Key) -> None:
+        if key < self._last:
+            raise RuntimeError(f"step 2 input not sorted: {key} after {self._last}")
+        self._last = key
 
     def run_batch(self, batch: pa.RecordBatch, out: ResultRows) -> None:
         """Chunk rows, sorted by their first key (t, s, pos, i)."""
@@ -636,14 +609,25 @@ class Runner:
         self._pending = keep
         if runs > 1:
             ready.sort()  # merges the sorted runs; keys are unique, so only keys compare
-        process = self.process
         classes = EVENT_CLASSES
+        keys: list[Key] = []
+        batch = RequestColumns()
         for t, s, pos, i, kind, payload, arrival in ready:
-            cls = classes.get(kind)
-            if cls is not None:
-                process((t, s, pos, i), cls(*payload), arrival, out)
+            if kind == ROW_REQUEST:
+                keys.append((t, s, pos, i))
+                append_request(batch, payload, arrival)
+                if len(keys) < REQUEST_BATCH:
+                    continue
+            elif kind in classes:
+                if keys:
+                    self.process_requests(keys, batch, out)
+                self.process((t, s, pos, i), classes[kind](*payload), arrival, out)
             else:
                 out.deadletter(s, pos, i, payload[0], payload[1])
+                continue
+            keys, batch = [], RequestColumns()
+        if keys:
+            self.process_requests(keys, batch, out)
 
 
 @contextlib.contextmanager

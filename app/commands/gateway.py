@@ -206,6 +206,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
             controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
             allocation_sample_ms=int(settings.allocation_sample_ms)),  # type: ignore[call-overload]
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
+        columnar_events=settings.event_format == "columnar",
         gateway_id=args.gateway_id, gateways=args.gateways or 1, listener=args.listener_name,
         node_port_base=args.node_port_base, first_node_id=args.first_node_id,
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,

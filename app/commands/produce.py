@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="if any line (or event of a batch) is bad, send nothing and exit 1")
     p.add_argument("--no-create-topics", action="store_true",
                    help="do not create missing topics (when an operator manages them)")
+    p.add_argument("--format", choices=("json", "columnar"), default="json",
+                   help="how request records are written: as read (json) or as columnar batches "
+                   "of the same events (docs/contract.md); other records stay JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
 
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             if not line.strip():
                 continue
             try:
-                routed = route_line(line, number)
+                routed = route_line(line, number, columnar=args.format == "columnar")
             except BadLine as exc:
                 bad += 1
                 print(f"line {number}: {exc}", file=sys.stderr)

@@ -12,7 +12,9 @@ from typing import IO, cast
 import orjson
 
 from app.cli_support import add_window_options, engine_settings, open_input, progress
-from app.replay import encode_deadletter, file_configs, replay
+from app.intake.deadletter import encode_deadletter
+from app.intake.records import file_configs
+from app.replay import replay
 
 
 def register(sub: argparse._SubParsersAction) -> None:

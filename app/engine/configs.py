@@ -228,6 +228,27 @@ class QuotaConfigs:
         """Kafka's quotasEnabled: with no quota of this type anywhere, nothing is recorded."""
         return self._enabled[quota] != 0
 
+    def entity_kinds(self, quota: str) -> frozenset[str]:
+        """What the entities a quota type resolves to can be named by under these configs:
+        "user" (the resolved entity has a user) and/or "client_id" (a client id alone).
+
+        From `resolve`'s rules: a client-id level alone names client ids; levels that all
+        name a user name users; a mix names users when a `<default>` user entry exists (every
+        principal matches it), else either. Drivers that route by entity use it to know in
+        advance whether one request's quota types can live apart.
+        """
+        bits = self._enabled[quota]
+        if bits == 0:
+            return frozenset()
+        if bits == CLIENT_ID_LEVEL:
+            return frozenset({"client_id"})
+        if bits in (USER_LEVEL, USER_CLIENT_LEVEL):
+            return frozenset({"user"})
+        table = self.client[quota]
+        if (DEFAULT, DEFAULT) in table or (DEFAULT, None) in table:
+            return frozenset({"user"})
+        return frozenset({"user", "client_id"})
+
     def resolve(self, quota: str, user: str, client: str) -> Resolution | None:
         """Metric tags and limit for a (user, client-id) request, or None when quotas are off.
 
@@ -286,6 +307,34 @@ class QuotaConfigs:
             if value is not None:
                 return value, client_level_path(*entity)
         return UNLIMITED, None
+
+    def resolution_view(self, quota: str, entity: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """The config levels Kafka checks for a window of this quota type and entity, most
+        specific first, with the value set at each (None: not set): what `explain` shows."""
+        if quota in CLIENT_QUOTAS:
+            table = self.client[quota]
+            user, client = entity.get("user", ""), entity.get("client_id", "")
+            candidates: list[tuple[str | None, str | None]]
+            if user and client:
+                candidates = [(user, client), (user, DEFAULT), (DEFAULT, client),
+                              (DEFAULT, DEFAULT)]
+            elif user:
+                candidates = [(user, None), (DEFAULT, None)]
+            elif client:
+                candidates = [(None, client), (None, DEFAULT)]
+            else:
+                candidates = []
+            return [(client_level_path(*c), table.get(c)) for c in candidates]
+        if quota == IP_RATE:
+            ip = entity.get("ip")
+            return [(f"/config/ips/{ip}", self.ip.get(str(ip))),
+                    (f"/config/ips/{DEFAULT}", self.ip.get(DEFAULT))]
+        broker, listener = entity.get("broker"), entity.get("listener")
+        out: list[tuple[str, Any]] = []
+        for who in (broker, DEFAULT):
+            path = f"/config/brokers/{who}" + (f"/listeners/{listener}" if listener else "")
+            out.append((path, self.broker.get((who, listener))))
+        return out
 
     def ip_limit(self, ip: str) -> tuple[float, str] | None:
         """Per-IP connection_creation_rate: override, else default; None means disabled."""

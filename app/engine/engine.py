@@ -27,6 +27,7 @@ from typing import Any, Final, MutableMapping, Protocol, Union
 from app.engine import configs as cfg
 from app.engine import allocation
 from app.engine.allocation import Shares
+from app.engine.batch import RequestColumns
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
 from app.engine.timeline import FOREVER, ConfigTimeline, Snapshot
@@ -51,6 +52,39 @@ SHARES_CODE: Final = "A"
 #: the quotas allocations divide (rates: the mutation bucket and connection rates keep directives)
 ALLOCATED: Final = frozenset({cfg.PRODUCE, cfg.FETCH, cfg.REQUEST})
 NANOS_TO_PERCENT: Final = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
+#: a request row's quota types to process (`RequestColumns.only`; 0 there means all of them)
+PRODUCE_BIT: Final = 1
+FETCH_BIT: Final = 2
+REQUEST_BIT: Final = 4
+ALL_QUOTAS: Final = PRODUCE_BIT | FETCH_BIT | REQUEST_BIT
+QUOTA_BITS: Final = {cfg.PRODUCE: PRODUCE_BIT, cfg.FETCH: FETCH_BIT, cfg.REQUEST: REQUEST_BIT}
+
+
+def quota_mask(quotas: tuple[str, ...] | None) -> int:
+    """The `only` bits of some client quota types (None: all)."""
+    if quotas is None:
+        return ALL_QUOTAS
+    mask = 0
+    for quota in quotas:
+        mask |= QUOTA_BITS[quota]
+    return mask
+
+
+def client_quotas(mutation: bool, api: str) -> tuple[str, ...]:
+    """The client quota types a request with this API (or a controller mutation) counts on."""
+    if mutation:
+        return (cfg.MUTATION,)
+    if api == "Produce":
+        return (cfg.PRODUCE, cfg.REQUEST)
+    if api == "Fetch":
+        return (cfg.FETCH, cfg.REQUEST)
+    return (cfg.REQUEST,)
+
+
+def nanos(ms: float) -> int:
+    """A request time in ms as the whole nanoseconds the request quota counts (the contract's
+    conversion; `RequestColumns` carries times in these units)."""
+    return round_half_even(ms * 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -159,7 +193,7 @@ class Window:
     """
 
     __slots__ = ("quota", "key", "entity", "limit", "level", "w", "rate", "store", "drain",
-                 "shares")
+                 "shares", "observed")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
                  level: str | None, w: int) -> None:
@@ -175,6 +209,8 @@ class Window:
         self.drain = -1
         #: allocations only: the window's per-broker usage, kept while `store` is the same
         self.shares: Shares | None = None
+        #: the rate its last check measured (what the metrics' top entities show)
+        self.observed = 0.0
 
 
 class Decision:
@@ -247,6 +283,9 @@ class QuotaEngine:
         self._allocs: list[dict[str, Any]] = []  # allocations of the event being processed
         self.limits = limits
         self._limits_version = -1
+        self._quiet = False  # `process_requests` without decisions: throttles only
+        #: windows used since the last `drain_windows` (the metrics' latest per window)
+        self.windows_used: dict[str, Window] = {}
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -290,7 +329,7 @@ class QuotaEngine:
         self._configs_at(event.ts, arrival)
         self._throttled = False
         if type(event) is RequestEvent:
-            self._request(event, decisions)
+            self._request_event(event, ALL_QUOTAS, decisions)
         elif isinstance(event, ConnectionEvent):
             self._connection(event, decisions)
         elif isinstance(event, MutationEvent):
@@ -327,6 +366,7 @@ class QuotaEngine:
         for key in gone:
             del store[key]
             self.touched.discard(key)
+            self.windows_used.pop(key, None)
         if gone:
             self.forget_states()  # cached windows may hold the dropped states
             self.timeline.forget_resolutions()  # and the configs, every principal they resolved
@@ -337,52 +377,31 @@ class QuotaEngine:
         store (a driver that swaps stores keeps a `Cadence` per store)."""
         return self.expire(now) if self._sweeps.due(now) else []
 
+    def drain_windows(self) -> dict[str, Window]:
+        """The windows checked since the last call, by state key, each with its last
+        `observed` (a driver that shows the busiest entities calls this after each batch)."""
+        used, self.windows_used = self.windows_used, {}
+        return used
+
     def drain_touched(self) -> set[str]:
         touched, self.touched = self.touched, set()
         self._drains += 1
         return touched
 
-    def route_key(self, event: Event) -> str:
-        """The partition key that co-locates every window this event touches.
-
-        Windows keyed by a user live with the user, windows keyed by a client id alone with the
-        client id (broker-prefixed in broker scope); connection windows live per broker, or
-        together in cluster scope (connection rates are small). When one request's quota types
-        resolve to different keys, this is the first; `route_keys` gives them all.
-        """
-        return self.route_keys(event)[0][0]
-
-    def route_keys(self, event: Event, arrival: int = FOREVER) -> list[tuple[str, tuple[str, ...] | None]]:
-        """[(partition key, quotas to process there or None for all)] for an event, under the
-        configs in force for it (`process` takes the same `arrival`)."""
-        prefix = "" if self.cluster else f"b{event.broker}:"
-        if isinstance(event, ConnectionEvent):
-            return [(prefix + "connections" if not self.cluster else "connections", None)]
-        quotas = self._client_quotas(event)
-        configs = self.timeline.at(event.ts, arrival).configs
-        groups: dict[str, list[str]] = {}
-        for quota in quotas:
-            res = configs.resolve(quota, event.user, event.client_id)
-            if res is None:
-                continue
-            key = prefix + (f"u:{res.user}" if res.user else f"c:{res.client_id}")
-            groups.setdefault(key, []).append(quota)
-        if len(groups) <= 1:
-            key = next(iter(groups), prefix + f"u:{event.user}")
-            return [(key, None)]
-        return [(key, tuple(qs)) for key, qs in groups.items()]
+    def resolved_entities(self, mutation: bool, user: str, client_id: str, api: str, ts: int,
+                          arrival: int = FOREVER) -> list[tuple[str, str, str]]:
+        """(quota, user, client id) of the entity each client quota type of a request (or a
+        mutation) resolves to under the configs in force for it; types that are off are left
+        out. What a driver that routes events needs (`app.intake.routes`)."""
+        configs = self.timeline.at(ts, arrival).configs
+        out: list[tuple[str, str, str]] = []
+        for quota in client_quotas(mutation, api):
+            res = configs.resolve(quota, user, client_id)
+            if res is not None:
+                out.append((quota, res.user, res.client_id))
+        return out
 
     # -- client quotas: produce, fetch, request ------------------------------------------------
-
-    @staticmethod
-    def _client_quotas(event: RequestEvent | MutationEvent) -> tuple[str, ...]:
-        if isinstance(event, MutationEvent):
-            return (cfg.MUTATION,)
-        if event.api == "Produce":
-            return (cfg.PRODUCE, cfg.REQUEST)
-        if event.api == "Fetch":
-            return (cfg.FETCH, cfg.REQUEST)
-        return (cfg.REQUEST,)
 
     def _key(self, code: str, broker: int, a: str, b: str) -> str:
         if self.cluster:
@@ -397,9 +416,11 @@ class QuotaEngine:
             window.store = self.store
             window.shares = None
             window.drain = self._drains
+            self.windows_used[window.key] = window
         elif window.drain != self._drains:
             self.touched.add(window.key)
             window.drain = self._drains
+            self.windows_used[window.key] = window
         return rate
 
     def _rate(self, key: str) -> Rate:
@@ -410,7 +431,7 @@ class QuotaEngine:
         self.touched.add(key)
         return state  # type: ignore[return-value]
 
-    def _principal(self, event: RequestEvent | MutationEvent, enforcer: int
+    def _principal(self, broker: int, enforcer: int, user: str, client_id: str
                    ) -> tuple[Window | None, ...]:
         """The (produce, fetch, request, mutation) windows of an event's principal on its broker
         (an allocated window with `limits`: on its `enforcer`, `RequestEvent.enforcer`).
@@ -418,18 +439,18 @@ class QuotaEngine:
         None where that quota type is off. Cached until the configs change: resolution and key
         building are otherwise most of the per-event cost.
         """
-        pk = (event.broker, enforcer, event.user, event.client_id)
+        pk = (broker, enforcer, user, client_id)
         cached = self._principals.get(pk)
         if cached is not None:
             return cached
         windows: list[Window | None] = []
         limits = self.limits
         for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION):
-            res = self._configs.resolve(quota, event.user, event.client_id)
+            res = self._configs.resolve(quota, user, client_id)
             if res is None:
                 windows.append(None)
                 continue
-            limit, w, where = res.limit, self._w, event.broker
+            limit, w, where = res.limit, self._w, broker
             if limits is not None and quota in ALLOCATED:
                 limit = limits.limit(quota, res.user, res.client_id, enforcer, res.limit)
                 w, where = self._aw, enforcer
@@ -457,9 +478,11 @@ class QuotaEngine:
             if throttle > 0:
                 action = "throttle"
             self._throttled = True
-        decisions.append(Decision(window.quota, window.entity, throttle, action, observed, limit,
-                                  rate.window, window.level, window.key, t,
-                                  None if self.cluster else where))
+        window.observed = observed
+        if throttle > 0 or not self._quiet:
+            decisions.append(Decision(window.quota, window.entity, throttle, action, observed,
+                                      limit, rate.window, window.level, window.key, t,
+                                      None if self.cluster else where))
         if self._allocate:
             self._share(window, where, value, t)
         return throttle
@@ -502,68 +525,115 @@ class QuotaEngine:
             list(shares.enforcers), new, rates, shares.allocated))
         shares.allocated, shares.limit, shares.until = new, limit, valid_until
 
-    def _request(self, event: RequestEvent, decisions: list[Decision],
-                 only: tuple[str, ...] | None = None) -> None:
-        # the broker a decision names (broker scope), or the enforcer its usage counts on
-        # (cluster scope: allocations)
-        enforcer = event.enforcer
-        where = enforcer if self.cluster else event.broker
-        produce, fetch, request, _ = self._principal(event, enforcer)
-        if only is not None:
-            produce = produce if cfg.PRODUCE in only else None
-            fetch = fetch if cfg.FETCH in only else None
-            request = request if cfg.REQUEST in only else None
-        api = event.api
-        if event.exempt:
-            self.exempt_requests += event.count
+    def _request_event(self, event: RequestEvent, only: int, decisions: list[Decision]) -> None:
+        self._request_row(event.ts, event.broker, event.enforcer, event.user, event.client_id,
+                          event.api, event.bytes, nanos(event.thread_ms), nanos(event.network_ms),
+                          event.exempt, event.count, only, decisions)
+
+    def _request_row(self, ts: int, broker: int, enforcer: int, user: str, client_id: str,
+                     api: str, nbytes: int, thread_ns: int, network_ns: int, exempt: bool,
+                     count: int, only: int, decisions: list[Decision]) -> None:
+        """One request sample (`only`: the quota types to process, `PRODUCE_BIT`...).
+
+        `where` is the broker a decision names (broker scope), or the enforcer its usage counts
+        on (cluster scope: allocations)."""
+        where = enforcer if self.cluster else broker
+        produce, fetch, request, _ = self._principal(broker, enforcer, user, client_id)
+        if only != ALL_QUOTAS:
+            produce = produce if only & PRODUCE_BIT else None
+            fetch = fetch if only & FETCH_BIT else None
+            request = request if only & REQUEST_BIT else None
+        if exempt:
+            self.exempt_requests += count
             request = None
         if api == "Produce":
             # KafkaApis.handleProduceRequest: bandwidth first, then request time
             if produce is not None:
                 rate = self._window_rate(produce)
-                t = rate.advance(event.ts, self._idle)
-                self._check(produce, rate, t, event.bytes, None, where, decisions)
+                t = rate.advance(ts, self._idle)
+                self._check(produce, rate, t, nbytes, None, where, decisions)
             if request is not None:
-                self._request_time(request, event, where, decisions)
-        elif api == "Fetch" and not event.exempt:
+                self._request_time(request, ts, thread_ns, network_ns, where, decisions)
+        elif api == "Fetch" and not exempt:
             # handleFetchRequest: request time first, then bytes; a throttled fetch sends an
             # empty response, so its bytes are taken back out of the window (either cause)
-            rq = 0 if request is None else self._request_time(request, event, where, decisions)
+            rq = 0 if request is None else self._request_time(request, ts, thread_ns, network_ns,
+                                                              where, decisions)
             if fetch is not None:
                 rate = self._window_rate(fetch)
-                t = rate.advance(event.ts, self._idle)
-                bw = self._check(fetch, rate, t, event.bytes, None, where, decisions)
+                t = rate.advance(ts, self._idle)
+                bw = self._check(fetch, rate, t, nbytes, None, where, decisions)
                 if (bw > 0 or rq > 0) and self.take_back:
-                    rate.record(-event.bytes, t, self._n, fetch.w)
+                    rate.record(-nbytes, t, self._n, fetch.w)
         elif request is not None:
-            self._request_time(request, event, where, decisions)
+            self._request_time(request, ts, thread_ns, network_ns, where, decisions)
 
-    def _request_time(self, window: Window, event: RequestEvent, where: int,
+    def _request_time(self, window: Window, ts: int, thread_ns: int, network_ns: int, where: int,
                       decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
         rate = self._window_rate(window)
-        t = rate.advance(event.ts, self._idle)
-        percent = round_half_even(event.thread_ms * 1_000_000) * NANOS_TO_PERCENT
-        throttle = self._check(window, rate, t, percent, window.w, where, decisions)
-        if event.network_ms:
-            rate.record(round_half_even(event.network_ms * 1_000_000) * NANOS_TO_PERCENT, t,
-                        self._n, window.w)
+        t = rate.advance(ts, self._idle)
+        throttle = self._check(window, rate, t, thread_ns * NANOS_TO_PERCENT, window.w, where,
+                               decisions)
+        if network_ns:
+            rate.record(network_ns * NANOS_TO_PERCENT, t, self._n, window.w)
         return throttle
 
-    def process_only(self, event: RequestEvent, quotas: tuple[str, ...], arrival: int = FOREVER
+    def process_only(self, event: RequestEvent, only: int, arrival: int = FOREVER
                      ) -> tuple[list[Decision], list[dict[str, Any]]]:
-        """Process only some quota types of a request (the live pipeline's split case)."""
+        """Process only some quota types of a request (`PRODUCE_BIT`...: a split request's
+        share on one route, `app.intake.routes`)."""
         decisions: list[Decision] = []
         self._configs_at(event.ts, arrival)
         self._throttled = False
-        self._request(event, decisions, quotas)
+        self._request_event(event, only, decisions)
         return decisions, self._directives(decisions)
+
+    def process_requests(self, batch: RequestColumns, decisions: list[list[Decision]] | None = None
+                         ) -> list[tuple[dict[str, Any], int]]:
+        """Apply a batch of request samples, row by row in order (what `process` does for each
+        as a `RequestEvent`); return the directives to publish, each with its row's index.
+
+        `decisions`: a list to receive each row's decisions (replay, the audit); None keeps
+        only what directives need, which is most of the saving on a hot path (the live
+        aggregate reads each window's last `observed` from `windows_seen` instead).
+        """
+        out: list[tuple[dict[str, Any], int]] = []
+        names = batch.names
+        ts_col, broker_col, gateway_col = batch.ts, batch.broker, batch.gateway
+        user_col, client_col, api_col = batch.user, batch.client_id, batch.api
+        bytes_col, thread_col, network_col = batch.bytes, batch.thread_ns, batch.network_ns
+        exempt_col, count_col, arrival_col, only_col = batch.exempt, batch.count, batch.arrival, batch.only
+        quiet = decisions is None
+        self._quiet = quiet
+        row: list[Decision] = []
+        for i in range(len(ts_col)):
+            ts, arrival = ts_col[i], arrival_col[i]
+            self._configs_at(ts, arrival)
+            self._throttled = False
+            broker, gateway = broker_col[i], gateway_col[i]
+            only = only_col[i]
+            if not quiet:
+                row = []
+            self._request_row(ts, broker, gateway if gateway >= 0 else broker, names[user_col[i]],
+                              names[client_col[i]], names[api_col[i]], bytes_col[i],
+                              thread_col[i], network_col[i], exempt_col[i] != 0, count_col[i],
+                              only if only else ALL_QUOTAS, row)
+            if decisions is not None:
+                decisions.append(row)
+            if self._throttled or self._allocs:
+                for directive in self._directives(row):
+                    out.append((directive, i))
+                if quiet:
+                    row.clear()
+        self._quiet = False
+        return out
 
     # -- controller mutations ------------------------------------------------------------------
 
     def _mutation(self, event: MutationEvent, decisions: list[Decision]) -> None:
         """Strict requests check then record (reject while in debt); older ones record then check."""
-        window = self._principal(event, event.broker)[3]
+        window = self._principal(event.broker, event.broker, event.user, event.client_id)[3]
         if window is None:
             return
         key, entity, rate, level = window.key, window.entity, window.limit, window.level

@@ -18,6 +18,9 @@ MAX_BATCH = 100_000
 #: Largest amount (bytes, partitions, count, times) an event may carry. Bigger integers would
 #: overflow the float arithmetic of the rates and buckets (OverflowError) instead of dead-lettering.
 MAX_AMOUNT = 10**15
+#: Largest request time (ms) an event may carry: as whole nanoseconds (`engine.nanos`) it still
+#: fits the 64-bit columns of a columnar batch (about 285 years).
+MAX_TIME_MS = 9_000_000_000_000
 #: Largest broker or gateway id: Kafka's node ids are 32-bit, and allocation state holds them so.
 MAX_ID = 2**31 - 1
 
@@ -126,7 +129,8 @@ def _int(d: Mapping[str, Any], key: str, minimum: int = 0, default: Any = _Inval
     return value
 
 
-def _num(d: Mapping[str, Any], key: str, default: Any = _Invalid) -> float:
+def _num(d: Mapping[str, Any], key: str, default: Any = _Invalid, maximum: float = MAX_AMOUNT
+         ) -> float:
     value = d.get(key, default)
     if value is _Invalid:
         raise _Invalid(f"missing {key}")
@@ -134,7 +138,7 @@ def _num(d: Mapping[str, Any], key: str, default: Any = _Invalid) -> float:
         raise _Invalid(f"{key} must be a number")
     if value < 0:
         raise _Invalid(f"{key} must not be negative")
-    if value > MAX_AMOUNT:
+    if value > maximum:
         raise _Invalid(f"{key} is out of range")
     return value
 
@@ -182,7 +186,7 @@ def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
             return RequestEvent(
                 ts, broker, _str(d, "listener", ""), _str(d, "user"), _str(d, "client_id"),
                 _str(d, "ip", ""), api, _int(d, "bytes", default=0, maximum=MAX_AMOUNT),
-                _num(d, "thread_time_ms", 0.0), _num(d, "network_time_ms", 0.0),
+                _num(d, "thread_time_ms", 0.0, MAX_TIME_MS), _num(d, "network_time_ms", 0.0, MAX_TIME_MS),
                 _bool(d, "exempt"), _int(d, "count", minimum=1, default=1, maximum=MAX_AMOUNT),
                 -1 if d.get("gateway") is None else _int(d, "gateway", maximum=MAX_ID),
             )
@@ -231,56 +235,3 @@ def parse_record(d: Any) -> list[Parsed]:
             return [BadEvent("batch broker must be an integer >= 0", d)]
         return [parse_event(e, broker) for e in events]
     return [parse_event(d)]
-
-
-#: How many recent event timestamps a `StreamClock` takes its reference (their median) from.
-CLOCK_SPAN = 5
-
-
-class StreamClock:
-    """Rejects timestamps absurdly far from the stream's time.
-
-    The reference is the median `ts` of the stream's last CLOCK_SPAN events (accepted or
-    not; the upper one of two), so no single outlier, nor two, can move it: a stream that
-    really jumps is followed once three of five events agree. The state is those timestamps
-    only, so a worker that starts in the middle of a partition rebuilds it exactly from the
-    records before its first one (`seed`), and replay, live and the audit judge the same
-    events the same way when they see them in the same order. One clock per input stream
-    (the replay file, or one source partition live). The first event of a stream has no
-    reference and is accepted.
-    """
-
-    __slots__ = ("time", "max_skew_ms", "recent")
-
-    def __init__(self, max_skew_ms: int = 86_400_000) -> None:
-        #: the largest accepted ts (the audit's ordering key), -1 before any
-        self.time = -1
-        self.max_skew_ms = max_skew_ms
-        self.recent: list[int] = []
-
-    def reference(self) -> int:
-        """The stream time events are judged against (-1 before any event)."""
-        recent = self.recent
-        if not recent:
-            return -1
-        ordered = sorted(recent)
-        return ordered[len(ordered) // 2]
-
-    def check(self, ts: int) -> str | None:
-        """None if `ts` is acceptable, else the reason it is not; either way `ts` joins the
-        recent timestamps."""
-        reference = self.reference()
-        recent = self.recent
-        recent.append(ts)
-        if len(recent) > CLOCK_SPAN:
-            del recent[0]
-        if reference >= 0 and abs(ts - reference) > self.max_skew_ms:
-            return f"ts {ts} is more than {self.max_skew_ms} ms from the stream time {reference}"
-        if ts > self.time:
-            self.time = ts
-        return None
-
-    def seed(self, timestamps: list[int]) -> None:
-        """Start from a stream's earlier event timestamps (oldest first): the state its
-        clock had after them, as far as later checks can tell."""
-        self.recent = list(timestamps[-CLOCK_SPAN:])

@@ -84,6 +84,8 @@ class GatewayConfig:
     max_nodes: int = 64
     flush_ms: int = 5
     aggregate: bool = False
+    #: request events as columnar batches (QS_EVENT_FORMAT=columnar), else JSON
+    columnar_events: bool = False
     max_in_flight: int = 5  # requests of a connection without a quota at the broker at once
     max_pending: int = 1_000_000
     directives_timeout: float = 30.0
@@ -327,7 +329,7 @@ class Gateway:
             raise GatewayError(f"cannot reach Kafka at {cfg.kafka_bootstrap} for the usage events "
                                f"({type(exc).__name__}); check KAFKA_BOOTSTRAP_SERVERS") from None
         self._producer = producer
-        self._publisher = EventPublisher(producer, cfg.topics)
+        self._publisher = EventPublisher(producer, cfg.topics, columnar=cfg.columnar_events)
         self._publish_task = asyncio.create_task(self._publish_loop(), name="gateway-events")
 
     async def stop(self) -> None:

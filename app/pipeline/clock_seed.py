@@ -13,9 +13,9 @@ import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from app.engine.events import CLOCK_SPAN
+from app.intake.clock import CLOCK_SPAN
 from app.kafka_security import client_options
-from app.pipeline.ingest import event_timestamps
+from app.intake.records import event_timestamps
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
-"""The internal re-key topic's record format: many validated events per Kafka record.
+"""The internal samples topic's record formats: many validated samples per Kafka record.
 
 Faust's per-message cost caps a worker near 10k records/s, so throughput comes from packing
-hundreds of samples into one record. Events here were validated at ingest, so this format is
-trusted: compact JSON arrays, one per event, with the quota types to process when the live
-pipeline had to split one request across partitions (see `QuotaEngine.route_keys`).
+thousands of samples into one record. Request samples travel as an internal columnar record
+(`app.intake.columnar`, with each row's arrival and quota types to process); the few
+connection and mutation events as compact JSON arrays, one per event. Both were validated at
+ingest, so these formats are trusted.
 """
 
 from __future__ import annotations
@@ -12,63 +13,56 @@ from typing import Any
 
 import orjson
 
-from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
+from app.engine.events import ConnectionEvent, Event, MutationEvent
+from app.engine.batch import RequestColumns
+from app.intake import columnar
 
-FORMAT = 1
+FORMAT = 2
 
 
-def event_row(event: Event, only: tuple[str, ...] | None, appended_ms: int) -> list[Any]:
-    """One event as a positional row; `appended_ms` is its source record's append time."""
-    if isinstance(event, RequestEvent):
-        return ["r", event.ts, event.broker, event.listener, event.user, event.client_id, event.ip,
-                event.api, event.bytes, event.thread_ms, event.network_ms, event.exempt,
-                event.count, only, event.gateway, appended_ms]
+def event_row(event: Event, appended_ms: int) -> list[Any]:
+    """A connection or mutation event as a positional row; `appended_ms`: its arrival."""
     if isinstance(event, ConnectionEvent):
         return ["c", event.ts, event.broker, event.listener, event.ip, event.inter_broker,
-                None, appended_ms]
-    return ["m", event.ts, event.broker, event.user, event.client_id, event.api,
-            event.api_version, event.partitions, event.validate_only, None, appended_ms]
+                appended_ms]
+    if isinstance(event, MutationEvent):
+        return ["m", event.ts, event.broker, event.user, event.client_id, event.api,
+                event.api_version, event.partitions, event.validate_only, appended_ms]
+    raise TypeError("request samples travel as columns")
 
 
-def row_event(row: list[Any]) -> tuple[Event, tuple[str, ...] | None, int]:
-    """Back to (event, quotas to process or None for all, source append time in ms)."""
-    kind = row[0]
-    if kind == "r":
-        only = row[13]
-        gateway = row[14] if len(row) > 15 else -1  # rows written before gateways had none
-        return (RequestEvent(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                             row[9], row[10], row[11], row[12], gateway),
-                tuple(only) if only is not None else None, row[-1])
-    if kind == "c":
-        return ConnectionEvent(row[1], row[2], row[3], row[4], row[5]), None, row[7]
-    return (MutationEvent(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]),
-            None, row[10])
-
-
-def latest_ts(rows: list[list[Any]]) -> int:
-    """The latest event time (ms) among rows (-1 for none): every row starts with it."""
-    latest = -1
-    for row in rows:
-        if row[1] > latest:
-            latest = row[1]
-    return latest
-
-
-def latest_arrival(rows: list[list[Any]]) -> int:
-    """The latest source append time (ms) among rows (-1 for none): every row ends with it."""
-    latest = -1
-    for row in rows:
-        if row[-1] > latest:
-            latest = row[-1]
-    return latest
+def row_event(row: list[Any]) -> tuple[Event, int]:
+    """Back to (event, source append time in ms)."""
+    if row[0] == "c":
+        return ConnectionEvent(row[1], row[2], row[3], row[4], row[5]), row[6]
+    return MutationEvent(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]), row[9]
 
 
 def encode_rows(rows: list[list[Any]]) -> bytes:
     return orjson.dumps({"f": FORMAT, "rows": rows})
 
 
-def decode_rows(data: bytes) -> list[list[Any]]:
+def encode_requests(batch: RequestColumns) -> bytes:
+    return columnar.encode(batch, internal=True)
+
+
+def decode(data: bytes) -> tuple[RequestColumns | None, list[list[Any]]]:
+    """An internal record: its request columns, or its event rows."""
+    if columnar.is_columnar(data):
+        batch, internal = columnar.decode(data)
+        if not internal:
+            raise ValueError("a source batch on the internal topic")
+        return batch, []
     body = orjson.loads(data)
     if body.get("f") != FORMAT:
         raise ValueError(f"unknown internal record format {body.get('f')!r}")
-    return body["rows"]
+    return None, body["rows"]
+
+
+def latest(batch: RequestColumns | None, rows: list[list[Any]]) -> tuple[int, int]:
+    """The latest event time and the latest arrival (ms; -1 for none) of an internal record."""
+    if batch is not None:
+        if not len(batch):
+            return -1, -1
+        return max(batch.ts), max(batch.arrival)
+    return max((r[1] for r in rows), default=-1), max((r[-1] for r in rows), default=-1)

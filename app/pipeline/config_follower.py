@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.engine.timeline import ConfigTimeline
 from app.kafka_security import client_options
-from app.pipeline.ingest import parse_config_value
+from app.intake.records import decode_config
 from app.signing import Signing, signing_from_env
 from tables.recovery import confirmed_end_offsets
 
@@ -140,7 +140,7 @@ class ConfigFollower:
     def apply(self, value: bytes, arrival: int | None = None) -> None:
         """One config record; `arrival` is its Kafka timestamp (None: not from Kafka)."""
         payload, reason = self.signing.open(self.topic, value)
-        update, reason = (None, reason) if payload is None else parse_config_value(payload)
+        update, reason = (None, reason) if payload is None else decode_config(payload)
         if update is None:
             self._bad(reason or "not a quota_config record", value)
             return

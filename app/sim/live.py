@@ -75,7 +75,8 @@ class LiveRun:
         async with producer(self.bootstrap, acks=1) as p:
             try:
                 await self._start_subscribers()
-                await self._loop(EventPublisher(p, topics))
+                await self._loop(EventPublisher(p, topics,
+                                                columnar=s.event_format == "columnar"))
                 await p.flush()
             finally:
                 for sub in self.subscribers.values():

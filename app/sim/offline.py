@@ -1,7 +1,7 @@
 """The closed loop without Kafka: the simulated world against the pure engine, in simulated time.
 
-Each flush interval the brokers' batch records go through `parse_record` and `QuotaEngine.process`
-(exactly what a worker runs), and the directives reach every broker's `ActiveSet` `latency_ms`
+Each flush interval the brokers' batch records go through the intake and the engine (what a
+worker runs), and the directives reach every broker's `ActiveSet` `latency_ms`
 later. It runs a minute of scenario in well under a second, deterministically, so tests can
 check the model and the loop's dynamics, and `simulate --offline` can show what a given pipeline
 latency alone does to enforcement.
@@ -14,7 +14,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import parse_record
+from app.engine.timeline import FOREVER
+from app.intake.apply import apply
+from app.intake.clock import StreamClock
+from app.intake.records import decode_json
 from app.sim.scenario import Scenario
 from app.sim.world import World
 from app.subscriber.active_set import ActiveSet
@@ -52,6 +55,7 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
     t = float(start_ms)
     next_flush = start_ms + scenario.flush_interval_ms
     events = 0
+    clock = StreamClock()
     while t < end:
         t = min(t + step_ms, end)
         while in_flight and in_flight[0][0] <= t:
@@ -65,10 +69,9 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
                 world.flush()  # nobody reads the events: no directive or allocation comes
                 continue
             for _, _, record in world.flush():
-                for event in parse_record(record):
-                    events += 1
-                    _, directives = engine.process(event)  # type: ignore[arg-type]
-                    for directive in directives:
-                        published.append(directive)
-                        in_flight.append((t + latency_ms, directive))
+                decoded = decode_json(record, FOREVER, clock, archive=False)
+                events += len(decoded.requests) + len(decoded.others)
+                for directive in apply(engine, decoded)[0]:
+                    published.append(directive)
+                    in_flight.append((t + latency_ms, directive))
     return OfflineRun(world, float(start_ms), end, published, events)

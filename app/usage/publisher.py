@@ -5,7 +5,9 @@ pick), so one principal's events stay in order. The batches of one flush that sh
 broker, partition) are merged into one record keyed by its first event's key, as `quota-streams
 produce` keys a batch: a storm from many IPs is then a few records per flush instead of one per
 IP, and the workers' cost is per record far more than per event. A record holds at most
-`max_events` events, so it stays well under a broker's message size limit.
+`max_events` events, so it stays well under a broker's message size limit. With `columnar`,
+request records are columnar batches (`app.intake.columnar`: about half the bytes, and what a
+worker decodes fastest); connections and mutations stay JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
-from app.usage.recorder import Batch
+from app.engine.events import RequestEvent, parse_event
+from app.intake import columnar
+from app.usage.recorder import REQUEST, Batch
 
 _PARTITIONER = DefaultPartitioner()
 
@@ -26,8 +30,9 @@ class EventPublisher:
     """Sends batches with one producer; `topics` maps an event kind to its topic."""
 
     def __init__(self, producer: AIOKafkaProducer, topics: Mapping[str, str],
-                 max_events: int = 2000) -> None:
+                 max_events: int = 2000, columnar: bool = False) -> None:
         self.producer = producer
+        self.columnar = columnar
         self.topics = dict(topics)
         self.max_events = max_events
         self.records = 0
@@ -58,9 +63,16 @@ class EventPublisher:
         for (topic, broker, partition), (key, events) in merged.items():
             for start in range(0, len(events), self.max_events):
                 chunk = events[start:start + self.max_events]
-                value = orjson.dumps({"type": "batch", "v": 1, "broker": broker, "events": chunk})
+                value = self._encode(topic, broker, chunk)
                 await self.producer.send(topic, value, key=key, partition=partition)
                 sent += 1
                 self.events += len(chunk)
         self.records += sent
         return sent
+
+    def _encode(self, topic: str, broker: int, events: list[dict[str, Any]]) -> bytes:
+        if self.columnar and topic == self.topics.get(REQUEST):
+            parsed = [parse_event(e, broker) for e in events]
+            if all(type(e) is RequestEvent for e in parsed):
+                return columnar.encode_events(parsed)  # type: ignore[arg-type]
+        return orjson.dumps({"type": "batch", "v": 1, "broker": broker, "events": events})

@@ -1,4 +1,4 @@
-"""The live pipeline's per-record path without Kafka: ingest, internal codec, aggregate.
+"""The live pipeline's per-record path without Kafka: intake, outbox, internal codec, aggregate.
 
 Imported by tests both as compiled and as interpreted source (test_engine_build).
 """
@@ -11,36 +11,40 @@ import orjson
 
 from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import StreamClock, parse_record
-from app.pipeline.aggregate import apply_rows
-from app.pipeline.codec import decode_rows, encode_rows
-from app.pipeline.ingest import Outbox, parse_source, route_events
-from app.pipeline.routing import Router
+from app.engine.events import parse_record
+from app.intake.clock import StreamClock
+from app.intake.records import decode_source
+from app.intake.routes import Router
+from app.pipeline import codec
+from app.pipeline.aggregate import apply_record
+from app.pipeline.ingest import Outbox
 
 PARTITIONS = 4
 
 
 def run(lines: list[bytes], scope: str) -> list[Any]:
     """Per input record: its dead letters and sample counts, then each samples partition's
-    (partition, rows, directives) as the aggregate computes them; configs apply directly."""
+    (partition, samples, directives) as the aggregate computes them; configs apply directly."""
     engine = QuotaEngine(EngineSettings(scope=scope))
     router, clock = Router(engine, PARTITIONS), StreamClock()
     stores: dict[int, dict[str, Any]] = {}
     out: list[Any] = []
     for n, line in enumerate(lines):
-        record = orjson.loads(line)
-        if record.get("type") == "quota_config":
-            for update in parse_record(record):
+        if line.startswith(b"{") and orjson.loads(line).get("type") == "quota_config":
+            for update in parse_record(orjson.loads(line)):
                 assert isinstance(update, ConfigUpdate)
                 engine.process(update)
             continue
         outbox = Outbox()
-        events, dead = parse_source(line, clock)
-        route_events(events, router, n, outbox)
-        rows, _, counts = outbox.take()
-        out.append([dead, sorted(counts.items())])
-        for partition in sorted(rows):
+        decoded = decode_source(line, n, clock)
+        outbox.add(decoded, router)
+        requests, rows, _, counts = outbox.take()
+        out.append([[(i, reason) for i, reason, _ in decoded.dead], sorted(counts.items())])
+        records = [(p, codec.encode_requests(b)) for p, b in requests.items()]
+        records += [(p, codec.encode_rows(r)) for p, r in rows.items()]
+        for partition, record in sorted(records):
             engine.store = stores.setdefault(partition, {})
-            decoded = decode_rows(encode_rows(rows[partition]))
-            out.append([partition, len(decoded), apply_rows(engine, decoded, {})])
+            batch, event_rows = codec.decode(record)
+            size = len(batch) if batch is not None else len(event_rows)
+            out.append([partition, size, apply_record(engine, batch, event_rows, {})])
     return out

@@ -19,7 +19,9 @@ from app.engine.configs import (
     REQUEST,
     ConfigUpdate,
 )
-from app.engine.engine import Decision, EngineSettings, QuotaEngine
+from app.engine.engine import ALL_QUOTAS, Decision, EngineSettings, QuotaEngine
+from app.engine.timeline import FOREVER
+from app.intake.routes import RouteKey, route_keys
 from app.engine.events import BadEvent, ConnectionEvent, MutationEvent, RequestEvent, parse_event
 from app.engine.kafka_math import UNLIMITED
 from app.engine.stats import Rate, TokenBucket
@@ -476,13 +478,13 @@ def _touched_by_route(engine: QuotaEngine, event: Any) -> dict[str, set[str]]:
     """Process `event` the way the live pipeline does: per route key, the quotas it owns."""
     out: dict[str, set[str]] = {}
     engine.drain_touched()
-    for key, quotas in engine.route_keys(event):
-        if quotas is None:
+    for key, only in route_keys(engine, event, FOREVER):
+        if only == ALL_QUOTAS:
             engine.process(event)
         else:
             assert isinstance(event, RequestEvent)
-            engine.process_only(event, quotas)
-        out.setdefault(key, set()).update(engine.drain_touched())
+            engine.process_only(event, only)
+        out.setdefault(key.text, set()).update(engine.drain_touched())
     return out
 
 
@@ -548,14 +550,17 @@ def test_route_keys_co_locate_windows(scope: str) -> None:
             splits += 1
     assert splits > 0
     # the same user's windows route together; a shared client id's windows route together
-    assert engine.route_key(
+    def first_key(event: RequestEvent) -> RouteKey:
+        return route_keys(engine, event, FOREVER)[0][0]
+
+    assert first_key(
         RequestEvent(t, 1, "", "alice", "app-1", "", "Produce", 1, 0, 0, False, 1)
-    ) == engine.route_key(
+    ) == first_key(
         RequestEvent(t, 1, "", "alice", "app-2", "", "Metadata", 1, 0, 0, False, 1)
     )
-    assert engine.route_key(
+    assert first_key(
         RequestEvent(t, 1, "", "bob", "shared-app", "", "Produce", 1, 0, 0, False, 1)
-    ) == engine.route_key(
+    ) == first_key(
         RequestEvent(t, 1, "", "carol", "shared-app", "", "Produce", 1, 0, 0, False, 1)
     )
 

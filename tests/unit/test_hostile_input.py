@@ -1,4 +1,4 @@
-"""Hostile input through every intake: `replay`, the live ingest's `parse_source` and the
+"""Hostile input through every driver: `replay`, the live ingest's `decode_source` and the
 audit's step 1 never raise, dead-letter each bad input once with its reason in a dead letter
 that always encodes within the size limit, and leave the good events' decisions unchanged."""
 
@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from app.audit.recompute import MODE_FILE, ExplodeContext, archive_configs, recompute_local
 from app.engine.engine import EngineSettings
-from app.engine.events import BadEvent, StreamClock, parse_record
-from app.pipeline.ingest import parse_source
-from app.replay import MAX_DEADLETTER_BYTES, encode_deadletter, replay
+from app.engine.events import BadEvent, parse_record
+from app.intake.clock import StreamClock
+from app.intake.deadletter import MAX_DEADLETTER_BYTES, encode_deadletter
+from app.intake.records import decode_source
+from app.replay import replay
 
 SETTINGS = EngineSettings(window_ms=100)
 T0 = 1_763_800_000_000
@@ -87,8 +89,8 @@ def test_hostile_lines_are_dead_lettered_once_each_and_change_nothing_else() -> 
     clock = StreamClock()
     ingest_dead = 0
     for line in mixed:
-        _events, dead = parse_source(line, clock)
-        for reason, raw in dead:
+        dead = decode_source(line, T0, clock).dead
+        for _, reason, raw in dead:
             assert len(encode_deadletter(reason, raw, "t/0@1")) <= MAX_DEADLETTER_BYTES
         ingest_dead += len(dead)
     assert ingest_dead == len(bad) + 1  # and the config line, which belongs on the config topic

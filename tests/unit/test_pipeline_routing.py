@@ -1,4 +1,5 @@
-"""The ingest's cached routes equal the engine's own `route_keys`, and follow config changes."""
+"""The router's cached routes equal the uncached route keys, for events and for columns, and
+follow config changes."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from typing import Any
 import pytest
 
 from app.audit.synth import CONFIGS, T0, bench_records
+from app.engine.batch import RequestColumns
 from app.engine.configs import PRODUCE, REQUEST, ConfigUpdate
-from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import BadEvent, Event, parse_event, parse_record
-from app.pipeline.routing import Router
-from app.pipeline.routing import partition_for
+from app.engine.engine import ALL_QUOTAS, EngineSettings, QuotaEngine
+from app.engine.events import BadEvent, Event, RequestEvent, parse_event, parse_record
+from app.intake.routes import RouteKey, Router, partition_for, route_keys
 
 PARTITIONS = 8
 
@@ -22,8 +23,8 @@ def configure(engine: QuotaEngine, record: dict[str, Any]) -> None:
     engine.process(update)
 
 
-def expected(engine: QuotaEngine, event: Event) -> list[tuple[int, tuple[str, ...] | None]]:
-    return [(partition_for(k, PARTITIONS), only) for k, only in engine.route_keys(event, event.ts)]
+def expected(engine: QuotaEngine, event: Event) -> list[tuple[int, int]]:
+    return [(partition_for(k, PARTITIONS), only) for k, only in route_keys(engine, event, event.ts)]
 
 
 def events() -> list[Event]:
@@ -33,14 +34,34 @@ def events() -> list[Event]:
     return out
 
 
+def columns(sample: list[Event]) -> tuple[RequestColumns, list[RequestEvent]]:
+    batch = RequestColumns()
+    requests = [e for e in sample if isinstance(e, RequestEvent)]
+    for e in requests:
+        batch.append(e.ts, e.broker, e.gateway, e.listener, e.user, e.client_id, e.ip, e.api,
+                     e.bytes, 0, 0, e.exempt, e.count, e.ts, 0)
+    return batch, requests
+
+
 @pytest.mark.parametrize("scope", ["broker", "cluster"])
 def test_routes_equal_route_keys(scope: str) -> None:
     engine = QuotaEngine(EngineSettings(scope=scope))
     for record in CONFIGS:
         configure(engine, record)
     router = Router(engine, PARTITIONS)
-    for event in events():
+    sample = events()
+    for event in sample:
         assert router.routes(event, event.ts) == expected(engine, event)
+    batch, requests = columns(sample)
+    outboxes: dict[int, RequestColumns] = {}
+    router.split(batch, outboxes, {})
+    want: dict[int, list[tuple[int, int]]] = {}
+    for n, e in enumerate(requests):
+        for partition, only in expected(engine, e):
+            want.setdefault(partition, []).append((n, 0 if only == ALL_QUOTAS else only))
+    got = {p: list(zip(out.ts, out.only)) for p, out in outboxes.items()}
+    assert got == {p: [(requests[n].ts, only) for n, only in rows] for p, rows in want.items()}
+    assert sum(len(b) for b in outboxes.values()) >= len(requests)
 
 
 def test_a_config_change_reroutes() -> None:
@@ -54,3 +75,10 @@ def test_a_config_change_reroutes() -> None:
     after = [router.routes(e, e.ts) for e in sample]
     assert after == [expected(engine, e) for e in sample]
     assert after != before
+
+
+def test_route_key_text_is_the_partitioned_string() -> None:
+    assert RouteKey(12, "u", "alice").text == "b12:u:alice"
+    assert RouteKey(-1, "c", "app").text == "c:app"
+    assert RouteKey(3, "connections", "").text == "b3:connections"
+    assert RouteKey(3, "u", "bob").entity == RouteKey(-1, "u", "bob")

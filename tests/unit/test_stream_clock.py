@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 from hypothesis import given, settings, strategies as st
 
-from app.engine.events import CLOCK_SPAN, StreamClock
-from app.pipeline.ingest import event_timestamps
+from app.intake.clock import CLOCK_SPAN, StreamClock
+from app.intake.records import event_timestamps
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000

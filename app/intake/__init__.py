@@ -1,0 +1,6 @@
+"""The intake: record bytes in, validated samples (columns), dead letters and routes out.
+
+Pure like the engine and beside it (no Faust, Kafka or clock import): `records` decodes and
+validates, `columnar` is the columnar batch format, `clock` the stream clock, `routes` where
+each sample's windows live, `deadletter` the shape every dead letter has.
+"""

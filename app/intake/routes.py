@@ -1,0 +1,164 @@
+"""Route keys: which partition holds every window an event touches, and a cache of them.
+
+A route key names the entity a principal's windows resolve to under the configs in force
+(`QuotaEngine.resolved_entities`): the user when the resolved entity has one, else the client
+id, prefixed by the broker in broker scope; connection windows live per broker (all together
+in cluster scope: connection rates are small). Its `text` is what is hashed to a partition, so
+every driver partitions alike: the live ingest, the audit's step 1, `explain`.
+
+When one request's quota types resolve to different keys (a user quota for bytes, a client-id
+quota for request time), it has one route per key, each with the quota types to process there.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import NamedTuple
+
+from app.engine.batch import RequestColumns
+from app.engine.engine import ALL_QUOTAS, QuotaEngine, quota_mask
+from app.engine.events import ConnectionEvent, Event, MutationEvent
+
+USER = "u"
+CLIENT = "c"
+CONNECTIONS = "connections"
+#: Bound on cached principals; beyond it the cache starts afresh (as the engine's does).
+MAX_CACHED = 1_000_000
+
+
+class RouteKey(NamedTuple):
+    """`broker`: -1 in cluster scope; `kind`: USER, CLIENT or CONNECTIONS; `name`: the
+    resolved user or client id ("" for connections)."""
+
+    broker: int
+    kind: str
+    name: str
+
+    @property
+    def text(self) -> str:
+        """The key as hashed to a partition (`b1:u:alice`, `c:app`, `connections`)."""
+        body = CONNECTIONS if self.kind == CONNECTIONS else f"{self.kind}:{self.name}"
+        return body if self.broker < 0 else f"b{self.broker}:{body}"
+
+    @property
+    def entity(self) -> RouteKey:
+        """The same key on no particular broker: what a tool that asks for an entity means."""
+        return RouteKey(-1, self.kind, self.name)
+
+
+#: (route key, the quota types to process there: `engine.PRODUCE_BIT`...)
+Routes = list[tuple[RouteKey, int]]
+#: (samples partition, quota types) per route
+Route = list[tuple[int, int]]
+
+
+def partition_for(key: RouteKey, partitions: int) -> int:
+    return text_partition(key.text, partitions)
+
+
+def text_partition(text: str, partitions: int) -> int:
+    """crc32 of a key's text: stable across processes and Python versions (unlike hash())."""
+    return zlib.crc32(text.encode()) % partitions
+
+
+def route_keys(engine: QuotaEngine, event: Event, arrival: int) -> Routes:
+    """Every route key of an event under the configs in force for it (`arrival`: its source
+    record's Kafka timestamp), with the quota types each one takes."""
+    broker = -1 if engine.cluster else event.broker
+    if isinstance(event, ConnectionEvent):
+        return [(RouteKey(broker, CONNECTIONS, ""), ALL_QUOTAS)]
+    api = "" if isinstance(event, MutationEvent) else event.api
+    return principal_keys(engine, broker, isinstance(event, MutationEvent), event.user,
+                          event.client_id, api, event.ts, arrival)
+
+
+def principal_keys(engine: QuotaEngine, broker: int, mutation: bool, user: str, client_id: str,
+                   api: str, ts: int, arrival: int) -> Routes:
+    groups: dict[RouteKey, list[str]] = {}
+    for quota, res_user, res_client in engine.resolved_entities(mutation, user, client_id, api,
+                                                                ts, arrival):
+        key = (RouteKey(broker, USER, res_user) if res_user
+               else RouteKey(broker, CLIENT, res_client))
+        groups.setdefault(key, []).append(quota)
+    if len(groups) <= 1:
+        return [(next(iter(groups), RouteKey(broker, USER, user)), ALL_QUOTAS)]
+    return [(key, quota_mask(tuple(quotas))) for key, quotas in groups.items()]
+
+
+class Router:
+    """Route keys as partitions, cached per principal while the configs stay the same.
+
+    Resolving every quota type against the configs was the ingest's largest per-sample cost,
+    yet the answer depends only on the principal (kind, broker, user, client id, API) and on
+    the configs in force: it is computed once per principal and kept while samples fall in the
+    same stretch of the config timeline.
+    """
+
+    def __init__(self, engine: QuotaEngine, partitions: int) -> None:
+        self.engine = engine
+        self.partitions = partitions
+        self._cache: dict[tuple[int, int, str, str, str], Route] = {}
+        self._snapshot: tuple[int, int, int] = (-1, -1, -1)  # configs the cached routes are for
+        #: bumped whenever the cache starts afresh (a batch's own cache follows it)
+        self._generation = 0
+
+    def _current(self, ts: int, arrival: int) -> None:
+        snapshot = self.engine.timeline.at(ts, arrival).id
+        if snapshot != self._snapshot or len(self._cache) > MAX_CACHED:
+            self._cache.clear()
+            self._snapshot = snapshot
+            self._generation += 1
+
+    def routes(self, event: Event, arrival: int) -> Route:
+        """Where an event goes (connections and mutations: the hot path is `split`)."""
+        self._current(event.ts, arrival)
+        if isinstance(event, ConnectionEvent):
+            key = (0, event.broker, "", "", "")
+        elif isinstance(event, MutationEvent):
+            key = (1, event.broker, event.user, event.client_id, "")
+        else:
+            key = (2, event.broker, event.user, event.client_id, event.api)
+        route = self._cache.get(key)
+        if route is None:
+            route = self._cache[key] = [(partition_for(k, self.partitions), only)
+                                        for k, only in route_keys(self.engine, event, arrival)]
+        return route
+
+    def _request_route(self, batch: RequestColumns, i: int) -> Route:
+        names = batch.names
+        broker, user, client_id = batch.broker[i], names[batch.user[i]], names[batch.client_id[i]]
+        api = names[batch.api[i]]
+        key = (2, broker, user, client_id, api)
+        route = self._cache.get(key)
+        if route is None:
+            engine = self.engine
+            keys = principal_keys(engine, -1 if engine.cluster else broker, False, user,
+                                  client_id, api, batch.ts[i], batch.arrival[i])
+            route = self._cache[key] = [(partition_for(k, self.partitions), only)
+                                        for k, only in keys]
+        return route
+
+    def split(self, batch: RequestColumns, outboxes: dict[int, RequestColumns],
+              remaps: dict[int, list[int]]) -> None:
+        """Append each row of a validated batch to the outbox of every partition it routes
+        to (`remaps`: per partition, the batch's name indices there; start each batch with
+        an empty dict). Rows of one principal share their route within a batch."""
+        local: dict[tuple[int, int, int, int], Route] = {}
+        generation = self._generation
+        for i in range(len(batch)):
+            self._current(batch.ts[i], batch.arrival[i])
+            if self._generation != generation:
+                local.clear()
+                generation = self._generation
+            pk = (batch.broker[i], batch.user[i], batch.client_id[i], batch.api[i])
+            route = local.get(pk)
+            if route is None:
+                route = local[pk] = self._request_route(batch, i)
+            for partition, only in route:
+                out = outboxes.get(partition)
+                if out is None:
+                    out = outboxes[partition] = RequestColumns()
+                remap = remaps.get(partition)
+                if remap is None:
+                    remap = remaps[partition] = [-1] * len(batch.names)
+                out.copy_row(batch, i, remap, 0 if only == ALL_QUOTAS else only)

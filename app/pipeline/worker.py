@@ -1,0 +1,416 @@
+"""One worker, built from settings: brokers' events in, throttle directives out.
+
+Topology (quota logic is in `app.engine`, decoding and routing in `app.intake`; this module
+only moves bytes and state between Kafka, them and the table):
+
+    quota.events.{request,connection,mutation}   (contract records: JSON or columnar)
+        -> agent `ingest`: the intake decodes and validates each record and dead-letters what
+           is bad; its samples are split by route key into one internal record per samples
+           partition, for as many source records as arrive together
+    <app_id>-samples                              (internal, partitioned by crc32(route key))
+        -> agent `aggregate`: the engine's batch entry over windows in the `entity-windows`
+           RocksDB table; directives sent as soon as they are decided; idle windows expire
+    quota.directives                              (the control topic)
+
+Run it with `quota-streams worker` (or `faust -A app.pipeline.faust_app worker -l info`).
+Everything a worker holds is on its `Worker` object: two workers in one process (tests) share
+nothing but the process-wide Faust patches (`app.pipeline.faust_patches`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, defaultdict
+from typing import Any, cast
+
+import faust
+import orjson
+from faust.types import TP
+from mode import CrashingSupervisor
+
+from app import metrics
+from app.engine.engine import EngineSettings, QuotaEngine
+from app.intake.clock import StreamClock
+from app.intake.deadletter import encode_deadletter
+from app.intake.records import decode_source
+from app.intake.routes import Router
+from app.kafka_security import KafkaSecurity
+from app.pipeline import codec, faust_patches
+from app.pipeline.aggregate import apply_record
+from app.pipeline.clock_seed import ClockSeeder
+from app.pipeline.config_follower import ConfigFollower
+from app.pipeline.ingest import MAX_ROWS, Outbox
+from app.pipeline.partitioner import MemoPartitioner
+from app.pipeline.topology import samples_topic
+from app.settings import Settings
+from app.signing import Signing
+from tables.entity_state import TABLE_NAME, PartitionCache
+from tables.faust_store import PartitionStore, raw_table
+
+log = logging.getLogger("quota_streams")
+
+#: source records the ingest takes at once at most (each holds up to thousands of samples)
+TAKE_MAX_RECORDS = 64
+
+
+def engine_settings(settings: Settings) -> EngineSettings:
+    """The engine's settings from the worker's (`QS_*`)."""
+    return EngineSettings(
+        scope=str(settings.scope), accounting=str(settings.accounting),
+        window_num=int(settings.quota_window_num),  # type: ignore[call-overload]
+        window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
+        controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
+        controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
+        config_grace_ms=int(settings.config_grace_ms),  # type: ignore[call-overload]
+        idle_expiry_ms=int(settings.idle_expiry_ms),  # type: ignore[call-overload]
+        allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
+        allocation_validity_ms=int(settings.allocation_validity_ms),  # type: ignore[call-overload]
+    )
+
+
+def arrival_ms(event: faust.EventT) -> int:
+    """A record's Kafka timestamp in ms: when its samples arrived (`app.engine.timeline`)."""
+    return int(event.message.timestamp * 1000)
+
+
+class Worker:
+    """The Faust app of one worker, its agents, and the state they share."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        bootstrap = str(settings.kafka_bootstrap_servers or "127.0.0.1:9092")
+        partitions = int(settings.partitions)  # type: ignore[call-overload]
+        self.app = app = faust.App(
+            str(settings.app_id),
+            broker=[f"kafka://{host.strip()}" for host in bootstrap.split(",")],
+            store="rocksdb://",
+            datadir=settings.state_dir,
+            topic_partitions=partitions,
+            table_standby_replicas=settings.standby_replicas,
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=6.0,
+            broker_heartbeat_interval=1.0,
+            broker_rebalance_timeout=10.0,
+            broker_commit_interval=1.0,
+            producer_acks=-1,
+            web_bind=settings.web_host,
+            web_port=settings.web_port,
+            # Faust's own pages would dump table rows (user names, usage) and the partition of
+            # any key: the worker serves /metrics and /ready only.
+            web_tables_enabled=False,
+            web_router_enabled=False,
+            web_graph_enabled=False,
+            web_stats_enabled=False,
+            key_serializer="raw",
+            value_serializer="raw",
+            producer_partitioner=MemoPartitioner(),
+            broker_credentials=KafkaSecurity.from_settings(settings).faust(),
+        )
+        faust_patches.install(app, verify_end_offsets=bool(settings.verify_end_offsets))
+
+        self.engine_settings = engine_settings(settings)
+        self.engine = QuotaEngine(self.engine_settings)
+        self.router = Router(self.engine, partitions)
+        self.source = app.topic(str(settings.topic_request), str(settings.topic_connection),
+                                str(settings.topic_mutation))
+        self.samples = app.topic(samples_topic(settings), partitions=partitions, internal=True)
+        self.samples_name = self.samples.get_topic_name()
+        self.directives_name = str(settings.topic_directives)
+        self.deadletter_topic = app.topic(str(settings.topic_deadletter))
+        self.table = raw_table(app.Table(TABLE_NAME, partitions=partitions, key_type=bytes,
+                                         value_type=bytes))
+        self.signing = Signing.parse(str(settings.signing_keys))
+        self.follower = ConfigFollower(bootstrap, str(settings.topic_configs),
+                                       self.engine.timeline, signing=self.signing)
+        self.hold_max_s = int(settings.config_hold_max_ms) / 1000.0  # type: ignore[call-overload]
+        self.top_entities = metrics.TopEntities(int(settings.metrics_top_n))  # type: ignore[call-overload]
+        self.caches: dict[int, PartitionCache] = {}
+        #: per samples partition, the internal records applied since its last flush
+        self.pending: dict[int, list[Any]] = defaultdict(list)
+        self.outbox = Outbox()  # the ingest's samples not yet sent to the samples topic
+        self.state_lock = asyncio.Lock()
+        self.clocks: dict[tuple[str, int], StreamClock] = {}
+        self.seeder = ClockSeeder(bootstrap)
+        self.stats: Counter[str] = Counter()  # for the periodic progress line in the log
+        self._metrics_seen: Counter[str] = Counter()  # follower counters already exported
+        #: next offset to process per source/samples partition (the lag gauge)
+        self.processed: dict[TP, int] = {}
+        self._wire()
+
+    def _wire(self) -> None:
+        """Declare the agents, tasks, pages and the revocation handler on the app.
+
+        An agent that raises takes the worker down (exit code != 0) instead of being restarted
+        in place: Faust's default restart left the crashed agent's partitions unprocessed,
+        with /ready still saying ready and SIGTERM no longer stopping the worker. The
+        orchestrator restarts the process, which resumes from the committed offsets.
+        """
+        app = self.app
+        app.agent(self.source, name="ingest", supervisor_strategy=CrashingSupervisor)(self.ingest)
+        app.agent(self.samples, name="aggregate",
+                  supervisor_strategy=CrashingSupervisor)(self.aggregate)
+        app.task(self.follower.start)
+        app.task(self.flush_loop)
+        app.on_partitions_revoked.connect(self.on_revoked)
+
+        async def metrics_page(web: Any, request: Any) -> Any:
+            return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
+
+        async def ready_page(web: Any, request: Any) -> Any:
+            ready, owned = self.readiness()
+            return web.json({"ready": ready, "partitions": owned}, status=200 if ready else 503)
+
+        app.page("/metrics")(metrics_page)
+        app.page("/ready")(ready_page)
+
+    # -- the ingest ----------------------------------------------------------------------------
+
+    async def ingest(self, stream: faust.StreamT) -> None:
+        """Decode and validate contract records; re-key their samples by route key.
+
+        The records that arrive within QS_INGEST_LINGER_MS (at most TAKE_MAX_RECORDS) are
+        taken together, held until the config topic is known past their arrival (`hold`), and
+        their samples go out as one internal record per samples partition (sooner if MAX_ROWS
+        wait). `noack_take`, not `take_events`: the latter acks its records when the body
+        exits, even by an exception, before their samples were sent; `send_outbox` acks them
+        once they were.
+        """
+        await self.follower.ready.wait()
+        linger = int(self.settings.ingest_linger_ms) / 1000.0  # type: ignore[call-overload]
+        async for events in stream.noack_take(TAKE_MAX_RECORDS, within=linger):
+            await self.hold(max(arrival_ms(event) for event in events), "ingest")
+            for event in events:
+                await self.route(event)
+            await self.send_outbox()
+
+    async def hold(self, arrival: int, stage: str) -> None:
+        """Wait until every config that reached Kafka by `arrival` plus the grace is known, so
+        a sample is judged by the same configs whenever the worker happens to read them. The
+        rule needs those up to half the grace after `arrival` (`app.engine.timeline`); the
+        other half covers the clocks (config writers', brokers', this worker's). Costs about
+        the grace plus one follower poll of latency."""
+        need = arrival + self.engine_settings.config_grace_ms
+        follower = self.follower
+        if follower.confirmed_ms < need:
+            metrics.CONFIG_HELD.labels(stage).inc()
+            started = time.monotonic()
+            if not await follower.wait_confirmed(need, self.hold_max_s):
+                metrics.CONFIG_HOLD_EXPIRED.labels(stage).inc()
+                log.warning("%s: config topic not confirmed within QS_CONFIG_HOLD_MAX_MS; "
+                            "going on", stage)
+            metrics.CONFIG_HOLD_SECONDS.labels(stage).observe(time.monotonic() - started)
+
+    async def route(self, event: faust.EventT) -> None:
+        """One source record's samples into the outbox, its bad ones to the dead-letter topic."""
+        message = event.message
+        self.processed[message.tp] = message.offset + 1
+        clock = self.clocks.get((message.topic, message.partition))
+        if clock is None:
+            clock = self.clocks[(message.topic, message.partition)] = await self.seeded_clock(
+                message)
+        arrival = arrival_ms(event)
+        decoded = decode_source(event.value, arrival, clock)
+        self.outbox.add(decoded, self.router)
+        self.follower.released(arrival, clock.time)
+        self.outbox.held.append(event)
+        metrics.EVENTS.labels(message.topic).inc()
+        if decoded.dead:
+            where = f"{message.topic}/{message.partition}@{message.offset}"
+            for _, reason, raw in decoded.dead:
+                await self.send_deadletter(reason, raw, where, event.key)
+        if self.outbox.size >= MAX_ROWS:
+            await self.send_outbox()
+
+    async def seeded_clock(self, message: Any) -> StreamClock:
+        """The clock a worker that had read the partition from its start would have here."""
+        clock = StreamClock()
+        found = await self.seeder.timestamps(message.topic, message.partition, message.offset)
+        metrics.CLOCK_SEEDS.labels("failed" if found is None else "seeded").inc()
+        if found:
+            clock.seed(found)
+        return clock
+
+    async def send_outbox(self) -> None:
+        """One internal record per samples partition; then ack the source records."""
+        requests, rows, held, counts = self.outbox.take()
+        for partition, batch in requests.items():
+            await self.produce(self.samples_name, codec.encode_requests(batch),
+                               partition=partition)
+        for partition, part_rows in rows.items():
+            await self.produce(self.samples_name, codec.encode_rows(part_rows),
+                               partition=partition)
+        for t, n in counts.items():
+            metrics.SAMPLES.labels(t).inc(n)
+        for event in held:
+            event.ack()
+
+    async def send_deadletter(self, reason: str, raw: Any, source: str,
+                              key: bytes | None = None) -> None:
+        metrics.DEADLETTER.labels(metrics.reason_label(reason)).inc()
+        await self.deadletter_topic.send(key=key, value=encode_deadletter(reason, raw, source))
+
+    async def produce(self, topic: str, value: bytes, key: bytes | None = None,
+                      partition: int | None = None) -> None:
+        """Hand a record to the Kafka client, skipping Faust's per-message topic machinery
+        (futures, callbacks, sensors), which cost several times the client's own send. Faust
+        still flushes this producer before every offset commit, so at-least-once holds as with
+        `send`."""
+        delivery = await self.app.producer.send(topic, key, value, partition, None, None)
+        cast(asyncio.Future, delivery).add_done_callback(self._delivered)
+
+    def _delivered(self, delivery: asyncio.Future) -> None:
+        """A record the client gave up on stops the worker before its input is committed."""
+        if not delivery.cancelled() and delivery.exception() is not None:
+            log.error("send failed, stopping: %r", delivery.exception())
+            asyncio.ensure_future(self.app.crash(cast(BaseException, delivery.exception())))
+
+    # -- the aggregate -------------------------------------------------------------------------
+
+    async def aggregate(self, stream: faust.StreamT) -> None:
+        """Run the engine over each partition's windows; publish directives at once."""
+        await self.follower.ready.wait()
+        async for event in stream.noack().events():
+            partition = event.message.partition
+            self.processed[event.message.tp] = event.message.offset + 1
+            batch, rows = codec.decode(event.value)
+            now, arrival = codec.latest(batch, rows)
+            # known here already, unless another worker's ingest routed them
+            await self.hold(arrival, "aggregate")
+            async with self.state_lock:
+                cache = self.caches.get(partition)
+                if cache is None:
+                    cache = self.caches[partition] = self.partition_cache(partition)
+                engine = self.engine
+                engine.store = cache
+                out = apply_record(engine, batch, rows, self.top_entities.latest)
+                self.stats["samples"] += len(rows) if batch is None else len(batch)
+                self.stats["records"] += 1
+                if cache.sweeps.due(now):
+                    expired = engine.expire(now)
+                    self.stats["expired"] += len(expired)
+                    metrics.WINDOWS_EXPIRED.inc(len(expired))
+                cache.mark(engine.drain_touched())
+                self.pending[partition].append(event)
+            for directive, appended_ms in out:
+                await self.publish(directive, appended_ms)
+
+    def partition_cache(self, partition: int) -> PartitionCache:
+        """A partition's windows, all of them read (an expiry sweep then sees every one)."""
+        cache = PartitionCache(PartitionStore(self.table, partition),
+                               self.engine_settings.sweep_every_ms)
+        started = time.monotonic()
+        loaded = cache.load_all()
+        if loaded:
+            log.info("partition %d: %d windows loaded in %.1f s", partition, loaded,
+                     time.monotonic() - started)
+        return cache
+
+    async def publish(self, directive: dict[str, Any], appended_ms: int) -> None:
+        self.stats["directives"] += 1
+        key = directive["quota"].encode() + b"|" + orjson.dumps(directive["entity"])
+        name = self.directives_name
+        await self.produce(name, self.signing.seal(name, orjson.dumps(directive)), key=key)
+        if directive.get("kind") == "allocation":  # cluster scope: no throttle of its own
+            metrics.DIRECTIVES.labels(directive["quota"], "allocation").inc()
+        else:
+            metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
+            metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
+        metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
+
+    # -- flushing, revocation, health ------------------------------------------------------------
+
+    async def flush_all(self) -> None:
+        """Write each partition's dirty windows once, then ack the records that changed them.
+
+        One partition at a time under the state lock, yielding between them, and the wait for
+        the changelog's delivery outside it: the agents keep running meanwhile instead of
+        stalling for the whole flush (a latency spike once per flush interval).
+        """
+        written: list[Any] = []
+        delivered: list[Any] = []
+        for partition in list(self.pending):
+            async with self.state_lock:
+                events = self.pending.get(partition)
+                if not events:
+                    continue
+                cache = self.caches.get(partition)
+                if cache is not None and (cache.dirty or cache.deleted):
+                    changes = cache.flush()
+                    self.stats["windows_written"] += len(changes)
+                    delivered.append(await cache.store.write(changes))
+                written.extend(events)
+                events.clear()
+            await asyncio.sleep(0)
+        self.export_gauges()
+        # The changelog records must be on the broker before their inputs may be committed,
+        # or a SIGKILL right after the commit would lose the last samples: wait for delivery.
+        try:
+            await asyncio.gather(*delivered)
+        except Exception as exc:  # a window the changelog lost: its inputs must not be committed
+            log.error("changelog write failed, stopping: %r", exc)
+            await self.app.crash(exc)
+            return
+        for event in written:
+            event.ack()
+
+    def export_gauges(self) -> None:
+        follower, seen = self.follower, self._metrics_seen
+        metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in self.caches.values()))
+        metrics.CONFIG_WATERMARK_AGE.set(max(0.0, time.time() - follower.confirmed_ms / 1000.0))
+        metrics.CONFIG_LATE.inc(follower.late - seen["late"])
+        metrics.CONFIG_MISSED.inc(follower.missed - seen["missed"])
+        seen["late"], seen["missed"] = follower.late, follower.missed
+
+    async def flush_loop(self) -> None:
+        """Flush on a fixed cadence, so records are acked (and committed) even when input stops."""
+        interval = int(self.settings.flush_interval_ms) / 1000.0  # type: ignore[call-overload]
+        exported = time.monotonic()
+        last: Counter[str] = Counter()
+        while True:
+            await asyncio.sleep(interval)
+            if self.outbox.held:  # left by a take cut short (a rebalance or an error mid-take)
+                await self.send_outbox()
+            await self.flush_all()
+            elapsed = time.monotonic() - exported
+            if elapsed >= 10.0:
+                self.export_lag()
+                self.top_entities.export()
+                exported = time.monotonic()
+                delta = self.stats - last
+                last = self.stats.copy()
+                log.info("last %.0f s: %d samples (%.0f/s) in %d internal records, "
+                         "%d directives, %d windows written, %d expired", elapsed,
+                         delta["samples"], delta["samples"] / elapsed, delta["records"],
+                         delta["directives"], delta["windows_written"], delta["expired"])
+
+    def export_lag(self) -> None:
+        """Records behind the fetch high watermark (right even where ListOffsets under-reports)."""
+        metrics.LAG.clear()
+        for tp in self.app.consumer.assignment():
+            try:
+                highwater = self.app.consumer.highwater(tp)
+            except Exception:  # not fetched yet
+                continue
+            if highwater is not None and tp in self.processed:
+                metrics.LAG.labels(tp.topic, str(tp.partition)).set(
+                    max(0, highwater - self.processed[tp]))
+
+    async def on_revoked(self, sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        """Forget windows of partitions this worker lost; their new owner restores the table."""
+        async with self.state_lock:
+            for tp in revoked:
+                self.clocks.pop((tp.topic, tp.partition), None)  # its next owner may move it on
+                if tp.topic == self.samples_name:
+                    self.caches.pop(tp.partition, None)
+                    self.pending.pop(tp.partition, None)
+            self.engine.forget_states()  # the engine's references to the dropped caches' states
+
+    def readiness(self) -> tuple[bool, list[int]]:
+        """Ready (configs read, tables recovered), and the samples partitions owned."""
+        ready = self.follower.ready.is_set() and self.app.tables.recovery.completed.is_set()
+        metrics.RECOVERY_COMPLETE.set(1 if ready else 0)
+        owned = sorted(tp.partition for tp in self.app.consumer.assignment()
+                       if tp.topic == self.samples_name)
+        return ready, owned
