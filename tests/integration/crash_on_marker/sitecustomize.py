@@ -9,13 +9,13 @@ _MARKER = os.environ.get("QS_TEST_CRASH_MARKER", "").encode()
 if _MARKER:
     from typing import Any
 
-    from app.pipeline import ingest
+    from app.pipeline import worker
 
-    _parse_source = ingest.parse_source
+    _decode_source = worker.decode_source
 
-    def _crashing_parse_source(value: Any, *args: Any) -> Any:
+    def _crashing_decode_source(value: Any, *args: Any) -> Any:
         if value and _MARKER in value:
             raise RuntimeError("injected crash")
-        return _parse_source(value, *args)
+        return _decode_source(value, *args)
 
-    ingest.parse_source = _crashing_parse_source
+    worker.decode_source = _crashing_decode_source
