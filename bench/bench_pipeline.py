@@ -1,36 +1,50 @@
-"""Throughput and latency of one worker on the embedded broker, against a plain-consumer ceiling.
+"""Throughput, latency and scaling of real workers on the embedded broker.
 
-    python bench/bench_pipeline.py [--records 2000] [--batch 300] [--entities 10000]
+    python bench/bench_pipeline.py [--format columnar|json] [--records 2000] [--batch 300]
+                                   [--rates 20000,50000,100000] [--json F]
 
-1. ceiling: one aiokafka consumer (no engine, no Faust) reads and decodes the same batch
-   records from 8 partitions; samples/s.
-2. saturation: one `quota-streams worker` consumes the same records from the source topic;
-   samples/s from the first record to the samples topic's offsets all committed.
-3. latency: events produced at a steady --rate samples/s stamped with the wall clock; p50/p99
-   of (directive record's append time - the event time it reports).
-Prints a table; figures vary with the machine's load, so compare the ratio within one run.
+1. ceiling: one aiokafka consumer (no engine, no Faust) reads the same source records from 8
+   partitions and decodes them (`columnar.decode`, or `orjson.loads` for JSON); samples/s.
+2. one worker at saturation: a `quota-streams worker` consumes the records already on the
+   source topic; samples/s from ready to every source and samples offset committed, and
+   samples per worker CPU-second (the figure a busy, shared machine disturbs least).
+3. latency (after 4.): samples produced at a steady rate, stamped with the wall clock, for each of
+   --rates; p50/p99 of (directive record's append time - the event time it reports), and the
+   highest rate whose p99 stays within 50 ms.
+4. two workers: a second application (its own group, samples topic and table) reads the same
+   records with two workers (before the latency runs add theirs). The machine has 2 cores, which the broker and this script share,
+   so wall-clock scaling cannot be read here: each worker's CPU-seconds are. Two workers on
+   dedicated cores would take max(CPU of each) where one takes its CPU, so the speed-up is
+   `one worker's CPU-s / max(two workers' CPU-s)`.
+Prints a table (and JSON with --json); compare figures within one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.launcher import LocalCluster  # noqa: E402
+from app.engine.events import RequestEvent, parse_event  # noqa: E402
+from app.intake import columnar  # noqa: E402
+from app.launcher import LocalCluster, isolated_env  # noqa: E402
 from tables.recovery import confirmed_end_offsets  # noqa: E402
 
 PARTITIONS = 8
+P99_TARGET_MS = 50
 CONFIGS = [
     {"entity": {"user": "<default>"}, "quotas": {"producer_byte_rate": 2_000_000, "consumer_byte_rate": 4_000_000,
                                                   "request_percentage": 20, "controller_mutation_rate": 5}},
@@ -42,13 +56,18 @@ CONFIGS = [
 ]
 
 
-def zipf_picker(n: int, s: float, rng: random.Random) -> list[int]:
-    weights = [1.0 / (k ** s) for k in range(1, n + 1)]
-    return rng.choices(range(n), weights=weights, k=200_000)
+def encode(events: list[dict[str, Any]], broker: int, fmt: str) -> bytes:
+    if fmt == "json":
+        return orjson.dumps({"type": "batch", "v": 1, "broker": broker, "events": events})
+    parsed = [parse_event(e, broker) for e in events]
+    assert all(type(e) is RequestEvent for e in parsed)
+    return columnar.encode_events(parsed)  # type: ignore[arg-type]
 
 
-def make_batches(records: int, batch: int, entities: int, start_ms: int, rng: random.Random) -> list[bytes]:
-    picks = zipf_picker(entities, 1.1, rng)
+def make_batches(records: int, batch: int, entities: int, start_ms: int, rng: random.Random,
+                 fmt: str) -> list[bytes]:
+    weights = [1.0 / (k ** 1.1) for k in range(1, entities + 1)]
+    picks = rng.choices(range(entities), weights=weights, k=200_000)
     out = []
     i = 0
     for r in range(records):
@@ -59,8 +78,14 @@ def make_batches(records: int, batch: int, entities: int, start_ms: int, rng: ra
             events.append({"type": "request", "v": 1, "ts": start_ms + i // 20, "user": f"u{e % 3000}",
                            "client_id": f"c{e}", "api": "Produce" if e % 3 else "Fetch",
                            "bytes": 1000 + (e % 7) * 300, "thread_time_ms": 0.4, "network_time_ms": 0.05})
-        out.append(orjson.dumps({"type": "batch", "v": 1, "broker": 1 + r % 3, "events": events}))
+        out.append(encode(events, 1 + r % 3, fmt))
     return out
+
+
+def samples_in(value: bytes) -> int:
+    if columnar.is_columnar(value):
+        return len(columnar.decode(value)[0])
+    return len(orjson.loads(value)["events"])
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes], rate: float | None = None,
@@ -93,7 +118,7 @@ async def ceiling(bootstrap: str, topic: str, records: int) -> tuple[float, int]
     while seen < records:
         for recs in (await consumer.getmany(timeout_ms=500, max_records=10_000)).values():
             for r in recs:
-                samples += len(orjson.loads(r.value)["events"])
+                samples += samples_in(r.value)
                 seen += 1
     elapsed = time.perf_counter() - start
     await consumer.stop()
@@ -101,8 +126,7 @@ async def ceiling(bootstrap: str, topic: str, records: int) -> tuple[float, int]
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc): the figure a busy, shared
-    machine disturbs least, unlike wall-clock rates."""
+    """User + system CPU time of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -122,20 +146,21 @@ async def wait_committed(bootstrap: str, group: str, topic: str, timeout: float)
             await asyncio.sleep(0.2)
     finally:
         await consumer.stop()
-    raise TimeoutError("the worker did not commit all input in time")
+    raise TimeoutError("the workers did not commit all input in time")
 
 
-async def latency(bootstrap: str, env: dict[str, str], rate: int, seconds: int, batch: int) -> list[float]:
+async def latency(bootstrap: str, env: dict[str, str], rate: int, seconds: int, batch: int,
+                  fmt: str) -> list[float]:
     rng = random.Random(3)
     start_ms = int(time.time() * 1000) + 1000  # events carry the time they are sent at
     values = []
     for r in range(rate * seconds // batch):
         t = start_ms + int(r * batch / rate * 1000)
         # 20 users each far over the 2 MB/s default producer quota: their throttle grows with
-        # every event, so directives are frequent (about a third as many as samples at 20k/s)
+        # every event, so directives are frequent
         events = [{"type": "request", "v": 1, "ts": t, "user": f"lat{rng.randrange(20)}", "client_id": "c",
                    "api": "Produce", "bytes": 50_000} for _ in range(batch)]
-        values.append(orjson.dumps({"type": "batch", "v": 1, "broker": 1, "events": events}))
+        values.append(encode(events, 1, fmt))
     topic = env["QS_TOPIC_DIRECTIVES"]
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     await consumer.start()
@@ -150,70 +175,120 @@ async def latency(bootstrap: str, env: dict[str, str], rate: int, seconds: int, 
         for recs in (await consumer.getmany(timeout_ms=500)).values():
             for r in recs:
                 d = orjson.loads(r.value)
-                lat.append(r.timestamp - d["ts"])
+                if d["ts"] >= start_ms:
+                    lat.append(r.timestamp - d["ts"])
     await consumer.stop()
     return lat
 
 
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def saturate(cluster: LocalCluster, bootstrap: str, env: dict[str, str], total: int
+             ) -> tuple[float, list[float]]:
+    """Start the cluster's workers on input already waiting; (samples/s, CPU-s per worker)."""
+    cluster.start()
+    cluster.wait_ready(timeout=120)
+    ready = time.perf_counter()
+    pids = [p.pid for p in cluster.procs.values()]
+    cpu_ready = [cpu_seconds(pid) for pid in pids]
+    asyncio.run(wait_committed(bootstrap, env["QS_APP_ID"], env["QS_TOPIC_REQUEST"], 900))
+    done = asyncio.run(wait_committed(bootstrap, env["QS_APP_ID"], f"{env['QS_APP_ID']}-samples", 900))
+    return total / (done - ready), [cpu_seconds(pid) - c for pid, c in zip(pids, cpu_ready)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--format", choices=("columnar", "json"), default="columnar",
+                    help="source record format (default %(default)s)")
     ap.add_argument("--records", type=int, default=2000, help="batch records for saturation (default %(default)s)")
     ap.add_argument("--batch", type=int, default=300, help="samples per batch record (default %(default)s)")
     ap.add_argument("--entities", type=int, default=10_000, help="distinct (user, client) pairs (default %(default)s)")
-    ap.add_argument("--rate", type=int, default=20_000, help="samples/s for the latency run (default %(default)s)")
-    ap.add_argument("--latency-seconds", type=int, default=10, help="length of the latency run (default %(default)s)")
+    ap.add_argument("--rates", default="20000,50000,100000",
+                    help="samples/s of the latency runs, comma-separated (default %(default)s)")
+    ap.add_argument("--latency-seconds", type=int, default=10, help="length of each latency run (default %(default)s)")
+    ap.add_argument("--no-scaling", action="store_true", help="skip the two-worker run")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args()
+    rates = [int(r) for r in args.rates.split(",") if r]
 
     work = Path(tempfile.mkdtemp(prefix="qs-bench-"))
-    env = {"QS_APP_ID": "bench", "QS_PARTITIONS": str(PARTITIONS), "QS_LOG_LEVEL": "info",
+    env = {**isolated_env("bench"), "QS_PARTITIONS": str(PARTITIONS), "QS_LOG_LEVEL": "info",
            "QS_STATE_DIR": str(work / "state")}
     cluster = LocalCluster(1, work_dir=work, env=env)
     bootstrap = cluster.start_broker()
-    env.update({k: v for k, v in cluster.worker_env(0).items() if k.startswith("QS_TOPIC")})
-    for key, value in (("QS_TOPIC_REQUEST", "quota.events.request"), ("QS_TOPIC_DIRECTIVES", "quota.directives")):
-        env.setdefault(key, value)
+    figures: dict[str, Any] = {"format": args.format, "batch": args.batch}
+    two: LocalCluster | None = None
     try:
         async def setup() -> None:
             producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
             await producer.start()
             for c in CONFIGS:
-                await producer.send_and_wait("quota.configs", orjson.dumps({"type": "quota_config", "v": 1, "ts": 0, **c}))
+                await producer.send_and_wait(env["QS_TOPIC_CONFIGS"], orjson.dumps(
+                    {"type": "quota_config", "v": 1, "ts": 0, **c}))
             await producer.stop()
         asyncio.run(setup())
-        print(f"generating {args.records} records x {args.batch} samples ...", file=sys.stderr)
-        values = make_batches(args.records, args.batch, args.entities, int(time.time() * 1000), random.Random(1))
-        asyncio.run(produce(bootstrap, "quota.events.request", values))
-        ceil_rate, total = asyncio.run(ceiling(bootstrap, "quota.events.request", args.records))
-        print("starting the worker ...", file=sys.stderr)
-        start = time.perf_counter()
-        cluster.start()
-        cluster.wait_ready(timeout=120)
-        ready = time.perf_counter()
-        pid = cluster.procs[0].pid
-        cpu_ready = cpu_seconds(pid)
-        asyncio.run(wait_committed(bootstrap, "bench", "quota.events.request", 600))
-        done = asyncio.run(wait_committed(bootstrap, "bench", "bench-samples", 600))
-        worker_rate = total / (done - ready)
-        worker_cpu = cpu_seconds(pid) - cpu_ready
-        print(f"latency run: {args.rate} samples/s for {args.latency_seconds} s ...", file=sys.stderr)
-        lat = asyncio.run(latency(bootstrap, env, args.rate, args.latency_seconds, 100))
+        print(f"generating {args.records} {args.format} records x {args.batch} samples ...", file=sys.stderr)
+        values = make_batches(args.records, args.batch, args.entities, int(time.time() * 1000),
+                              random.Random(1), args.format)
+        asyncio.run(produce(bootstrap, env["QS_TOPIC_REQUEST"], values))
+        ceil_rate, total = asyncio.run(ceiling(bootstrap, env["QS_TOPIC_REQUEST"], args.records))
+        print("one worker at saturation ...", file=sys.stderr)
+        rate_1, (cpu_1,) = saturate(cluster, bootstrap, env, total)
+        figures.update(ceiling_samples_per_s=ceil_rate, worker_samples_per_s=rate_1,
+                       worker_over_ceiling=rate_1 / ceil_rate,
+                       samples_per_worker_cpu_s=total / cpu_1)
+        if not args.no_scaling:
+            # before the latency runs add their records to the topic: the same input as above
+            cluster.kill_worker(0, signal.SIGTERM)  # the broker stays up
+            print("two workers at saturation (a second application) ...", file=sys.stderr)
+            env2 = {**env, **isolated_env("bench2"), "QS_TOPIC_REQUEST": env["QS_TOPIC_REQUEST"],
+                    "QS_TOPIC_CONFIGS": env["QS_TOPIC_CONFIGS"], "QS_STATE_DIR": str(work / "state2")}
+            two = LocalCluster(2, bootstrap=bootstrap, work_dir=work / "two", env=env2)
+            rate_2, cpus = saturate(two, bootstrap, env2, total)
+            for index in (0, 1):
+                two.kill_worker(index, signal.SIGTERM)
+            figures.update(two_workers_samples_per_s=rate_2, two_workers_cpu_s=cpus,
+                           one_worker_cpu_s=cpu_1, two_worker_speedup=cpu_1 / max(cpus))
+            cluster.start()
+            cluster.wait_ready(timeout=120)
+        figures["latency"] = []
+        for rate in rates:
+            print(f"latency run: {rate} samples/s for {args.latency_seconds} s ...", file=sys.stderr)
+            lat = asyncio.run(latency(bootstrap, env, rate, args.latency_seconds, 100, args.format))
+            tail = lat[len(lat) * 3 // 4:]  # in arrival order: the run's last quarter
+            figures["latency"].append({"rate": rate, "directives": len(lat), "p50_ms": pct(lat, 0.5),
+                                       "p99_ms": pct(lat, 0.99), "last_quarter_p50_ms": pct(tail, 0.5)})
     finally:
         cluster.stop()
-    tail = sorted(lat[len(lat) * 3 // 4:])  # directives in arrival order: the run's last quarter
-    lat.sort()
-    p = lambda q, xs=lat: xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")  # noqa: E731
-    print(f"\n{'measure':<46}{'value':>14}")
-    print(f"{'ceiling: aiokafka read+decode, samples/s':<46}{ceil_rate:>14,.0f}")
-    print(f"{'one worker at saturation, samples/s':<46}{worker_rate:>14,.0f}")
-    print(f"{'worker / ceiling':<46}{worker_rate / ceil_rate:>14.2%}")
-    print(f"{'samples per worker CPU-second':<46}{total / worker_cpu:>14,.0f}")
-    print(f"{'worker start to ready, s':<46}{ready - start:>14.1f}")
-    print(f"{'latency run directives':<46}{len(lat):>14}")
-    print(f"{'event -> directive p50 ms @ ' + str(args.rate) + '/s':<46}{p(0.5):>14.0f}")
-    print(f"{'event -> directive p99 ms @ ' + str(args.rate) + '/s':<46}{p(0.99):>14.0f}")
-    print(f"{'  p50 ms over the last quarter of the run':<46}{p(0.5, tail):>14.0f}")
-    if p(0.5, tail) > 2 * p(0.5) + 50:
-        print(f"the worker fell behind {args.rate} samples/s (latency kept growing): try a lower --rate")
+        if two is not None:
+            two.stop()
+
+    print(f"\n{args.format} source records of {args.batch} samples, {total:,} samples\n")
+    print(f"{'measure':<52}{'value':>14}")
+    print(f"{'ceiling: aiokafka read+decode, samples/s':<52}{ceil_rate:>14,.0f}")
+    print(f"{'one worker at saturation, samples/s':<52}{rate_1:>14,.0f}")
+    print(f"{'worker / ceiling':<52}{rate_1 / ceil_rate:>14.2%}")
+    print(f"{'samples per worker CPU-second':<52}{total / cpu_1:>14,.0f}")
+    best = None
+    for row in figures["latency"]:
+        label = f"event -> directive p50 / p99 ms @ {row['rate']:,}/s"
+        print(f"{label:<52}{row['p50_ms']:>7.0f} /{row['p99_ms']:>5.0f}")
+        if row["p99_ms"] <= P99_TARGET_MS:
+            best = row["rate"]
+        if row["last_quarter_p50_ms"] > 2 * row["p50_ms"] + 50:
+            print(f"  the worker fell behind {row['rate']:,} samples/s (latency kept growing)")
+    print(f"{f'highest rate tried with p99 <= {P99_TARGET_MS} ms, samples/s':<52}"
+          f"{(f'{best:,}' if best else 'none'):>14}")
+    figures["highest_rate_p99_within_target"] = best
+    if not args.no_scaling:
+        print(f"{'two workers: CPU-s of each (one worker: ' + f'{cpu_1:.1f})':<52}"
+              f"{' / '.join(f'{c:.1f}' for c in figures['two_workers_cpu_s']):>14}")
+        print(f"{'two workers / one, on dedicated cores':<52}{figures['two_worker_speedup']:>13.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
 
 

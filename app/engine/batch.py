@@ -10,7 +10,17 @@ request quota counts, so the columns hold integers only.
 
 from __future__ import annotations
 
+from operator import itemgetter
+from typing import Any, Callable
+
 from app.engine.events import RequestEvent
+
+
+def _one(i: int) -> Callable[[list[int]], tuple[int]]:
+    """`itemgetter` of one index, as a 1-tuple like that of several."""
+    def pick(values: list[int]) -> tuple[int]:
+        return (values[i],)
+    return pick
 
 
 #: every column's name
@@ -89,28 +99,33 @@ class RequestColumns:
         self.arrival.append(arrival)
         self.only.append(only)
 
-    def copy_row(self, source: RequestColumns, i: int, remap: list[int], only: int) -> None:
-        """Append row `i` of `source`; `remap[k]` is source name k's index here (-1: not yet)."""
+    def extend_rows(self, source: RequestColumns, rows: list[int], only: list[int] | None
+                    ) -> None:
+        """Append the given rows of `source` in order, their names added to this dictionary;
+        `only`: each row's quota types (None: all, for every row).
+
+        Values are picked by `itemgetter` (C) and moved as objects: read as integers and
+        written back, each would be unboxed and boxed again, a new object per value."""
+        if not rows:
+            return
+        pick = itemgetter(*rows) if len(rows) > 1 else _one(rows[0])
         names = source.names
-        for column in (source.listener, source.user, source.client_id, source.ip, source.api):
-            k = column[i]
-            if remap[k] < 0:
-                remap[k] = self.name(names[k])
-        self.ts.append(source.ts[i])
-        self.broker.append(source.broker[i])
-        self.gateway.append(source.gateway[i])
-        self.listener.append(remap[source.listener[i]])
-        self.user.append(remap[source.user[i]])
-        self.client_id.append(remap[source.client_id[i]])
-        self.ip.append(remap[source.ip[i]])
-        self.api.append(remap[source.api[i]])
-        self.bytes.append(source.bytes[i])
-        self.thread_ns.append(source.thread_ns[i])
-        self.network_ns.append(source.network_ns[i])
-        self.exempt.append(source.exempt[i])
-        self.count.append(source.count[i])
-        self.arrival.append(source.arrival[i])
-        self.only.append(only)
+        remap: list[Any] = [-1] * len(names)
+        for mine, theirs in ((self.listener, source.listener), (self.user, source.user),
+                             (self.client_id, source.client_id), (self.ip, source.ip),
+                             (self.api, source.api)):
+            for k in pick(theirs):
+                m = remap[k]
+                if m < 0:
+                    m = remap[k] = self.name(names[k])
+                mine.append(m)
+        for mine, theirs in ((self.ts, source.ts), (self.broker, source.broker),
+                             (self.gateway, source.gateway), (self.bytes, source.bytes),
+                             (self.thread_ns, source.thread_ns),
+                             (self.network_ns, source.network_ns), (self.exempt, source.exempt),
+                             (self.count, source.count), (self.arrival, source.arrival)):
+            mine.extend(pick(theirs))
+        self.only.extend([0] * len(rows) if only is None else only)
 
     def event(self, i: int) -> RequestEvent:
         """Row `i` as an event (for a reader that shows one, not for the hot path); times

@@ -526,19 +526,23 @@ class QuotaEngine:
         shares.allocated, shares.limit, shares.until = new, limit, valid_until
 
     def _request_event(self, event: RequestEvent, only: int, decisions: list[Decision]) -> None:
-        self._request_row(event.ts, event.broker, event.enforcer, event.user, event.client_id,
+        enforcer = event.enforcer
+        self._request_row(event.ts, event.broker, enforcer,
+                          self._principal(event.broker, enforcer, event.user, event.client_id),
                           event.api, event.bytes, nanos(event.thread_ms), nanos(event.network_ms),
                           event.exempt, event.count, only, decisions)
 
-    def _request_row(self, ts: int, broker: int, enforcer: int, user: str, client_id: str,
-                     api: str, nbytes: int, thread_ns: int, network_ns: int, exempt: bool,
-                     count: int, only: int, decisions: list[Decision]) -> None:
-        """One request sample (`only`: the quota types to process, `PRODUCE_BIT`...).
+    def _request_row(self, ts: int, broker: int, enforcer: int,
+                     windows: tuple[Window | None, ...], api: str, nbytes: int, thread_ns: int,
+                     network_ns: int, exempt: bool, count: int, only: int,
+                     decisions: list[Decision]) -> None:
+        """One request sample on its principal's `windows` (`_principal`); `only`: the quota
+        types to process (`PRODUCE_BIT`...).
 
         `where` is the broker a decision names (broker scope), or the enforcer its usage counts
         on (cluster scope: allocations)."""
         where = enforcer if self.cluster else broker
-        produce, fetch, request, _ = self._principal(broker, enforcer, user, client_id)
+        produce, fetch, request, _ = windows
         if only != ALL_QUOTAS:
             produce = produce if only & PRODUCE_BIT else None
             fetch = fetch if only & FETCH_BIT else None
@@ -599,26 +603,58 @@ class QuotaEngine:
         aggregate reads each window's last `observed` from `windows_seen` instead).
         """
         out: list[tuple[dict[str, Any], int]] = []
+        n = len(batch)
+        if not n:
+            return out
         names = batch.names
         ts_col, broker_col, gateway_col = batch.ts, batch.broker, batch.gateway
         user_col, client_col, api_col = batch.user, batch.client_id, batch.api
         bytes_col, thread_col, network_col = batch.bytes, batch.thread_ns, batch.network_ns
         exempt_col, count_col, arrival_col, only_col = batch.exempt, batch.count, batch.arrival, batch.only
+        # the configs are looked up again only when a row leaves the stretch of the timeline
+        # they are in force for (rarely); an enforcer's limits may change at any row
+        per_row = self.limits is not None
+        t0 = t1 = a0 = a1 = 0
         quiet = decisions is None
         self._quiet = quiet
         row: list[Decision] = []
-        for i in range(len(ts_col)):
+        # the batch's principals by one integer (names are indices): a dict lookup of an int
+        # instead of building and comparing a (broker, enforcer, user, client id) tuple
+        principals: dict[int, tuple[Window | None, ...]] = {}
+        hosts: dict[int, int] = {}  # (broker, enforcer) pairs of the batch, numbered
+        size = len(names)
+        for i in range(n):
             ts, arrival = ts_col[i], arrival_col[i]
-            self._configs_at(ts, arrival)
+            if per_row:
+                self._configs_at(ts, arrival)
+            elif ts < t0 or ts >= t1 or arrival < a0 or arrival >= a1:
+                stretch = self.timeline.at(ts, arrival)
+                t0, t1, a0, a1 = stretch.t0, stretch.t1, stretch.a0, stretch.a1
+                if stretch.id != self._snapshot_id:
+                    principals.clear()
+                self._configs_at(ts, arrival)
             self._throttled = False
-            broker, gateway = broker_col[i], gateway_col[i]
-            only = only_col[i]
+            broker, gateway, only = broker_col[i], gateway_col[i], only_col[i]
+            enforcer = gateway if gateway >= 0 else broker
+            user, client = user_col[i], client_col[i]
+            if per_row:
+                windows = self._principal(broker, enforcer, names[user], names[client])
+            else:
+                host = (broker << 32) | enforcer
+                h = hosts.get(host)
+                if h is None:
+                    h = hosts[host] = len(hosts)
+                pk = (h * size + user) * size + client
+                found = principals.get(pk)
+                if found is None:
+                    found = principals[pk] = self._principal(broker, enforcer, names[user],
+                                                             names[client])
+                windows = found
             if not quiet:
                 row = []
-            self._request_row(ts, broker, gateway if gateway >= 0 else broker, names[user_col[i]],
-                              names[client_col[i]], names[api_col[i]], bytes_col[i],
-                              thread_col[i], network_col[i], exempt_col[i] != 0, count_col[i],
-                              only if only else ALL_QUOTAS, row)
+            self._request_row(ts, broker, enforcer, windows, names[api_col[i]],
+                              bytes_col[i], thread_col[i], network_col[i], exempt_col[i] != 0,
+                              count_col[i], only if only else ALL_QUOTAS, row)
             if decisions is not None:
                 decisions.append(row)
             if self._throttled or self._allocs:

@@ -34,8 +34,13 @@ from app.engine.configs import ConfigUpdate, QuotaConfigs
 #: Snapshots kept at once (a live stream moves between two or three; replay of a file between
 #: the stretches its configs cut it into).
 MAX_SNAPSHOTS = 16
-NEVER = -(2**62)
-FOREVER = 2**62
+#: Before and after every time and arrival. Both fit a compiled module's unboxed integers
+#: (|x| < 2**62), so comparing a time with them costs a machine instruction; `END`, the upper
+#: bound of a stretch no config ends, lies past FOREVER so that input without an arrival
+#: (FOREVER) is still inside it.
+NEVER = -(2**61)
+FOREVER = 2**61
+END = 2**62 - 1
 
 
 class Snapshot:
@@ -166,8 +171,8 @@ class ConfigTimeline:
         for p in fresh:
             configs.apply(order[p][3])
         snapshot = Snapshot(
-            configs, ts[i - 1] if i else NEVER, ts[i] if i < len(ts) else FOREVER,
-            known[j - 1] if j else NEVER, known[j] if j < len(known) else FOREVER,
+            configs, ts[i - 1] if i else NEVER, ts[i] if i < len(ts) else END,
+            known[j - 1] if j else NEVER, known[j] if j < len(known) else END,
             (self.version, i, j), members)
         if len(self._snapshots) >= MAX_SNAPSHOTS:
             del self._snapshots[next(iter(self._snapshots))]

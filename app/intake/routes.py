@@ -138,27 +138,53 @@ class Router:
                                         for k, only in keys]
         return route
 
-    def split(self, batch: RequestColumns, outboxes: dict[int, RequestColumns],
-              remaps: dict[int, list[int]]) -> None:
+    def split(self, batch: RequestColumns, outboxes: dict[int, RequestColumns]) -> None:
         """Append each row of a validated batch to the outbox of every partition it routes
-        to (`remaps`: per partition, the batch's name indices there; start each batch with
-        an empty dict). Rows of one principal share their route within a batch."""
-        local: dict[tuple[int, int, int, int], Route] = {}
+        to, in order. Rows of one principal share their route within a batch; the rows bound
+        for a partition are then copied column by column."""
+        n = len(batch)
+        if not n:
+            return
+        ts, arrival = batch.ts, batch.arrival
+        timeline = self.engine.timeline
+        t0 = t1 = a0 = a1 = 0  # the stretch of the timeline the cached routes are good for
+        broker, user, client_id, api = batch.broker, batch.user, batch.client_id, batch.api
+        # routes of the batch's principals by broker, then by one integer of its name indices
+        # (an int key, where a (user, client id, api) tuple would be built and hashed per row)
+        local: dict[int, dict[int, Route]] = {}
+        size = len(batch.names)
         generation = self._generation
-        for i in range(len(batch)):
-            self._current(batch.ts[i], batch.arrival[i])
-            if self._generation != generation:
-                local.clear()
-                generation = self._generation
-            pk = (batch.broker[i], batch.user[i], batch.client_id[i], batch.api[i])
-            route = local.get(pk)
+        rows: dict[int, list[int]] = {}
+        #: per partition, each row's quota types (only where some row of it was split)
+        onlys: dict[int, list[int]] = {}
+        for i in range(n):
+            t, a = ts[i], arrival[i]
+            if t < t0 or t >= t1 or a < a0 or a >= a1:  # the configs may differ: look again
+                self._current(t, a)
+                stretch = timeline.at(t, a)
+                t0, t1, a0, a1 = stretch.t0, stretch.t1, stretch.a0, stretch.a1
+                if self._generation != generation:
+                    local.clear()
+                    generation = self._generation
+            on = local.get(broker[i])
+            if on is None:
+                on = local[broker[i]] = {}
+            pk = (user[i] * size + client_id[i]) * size + api[i]
+            route = on.get(pk)
             if route is None:
-                route = local[pk] = self._request_route(batch, i)
+                route = on[pk] = self._request_route(batch, i)
             for partition, only in route:
-                out = outboxes.get(partition)
-                if out is None:
-                    out = outboxes[partition] = RequestColumns()
-                remap = remaps.get(partition)
-                if remap is None:
-                    remap = remaps[partition] = [-1] * len(batch.names)
-                out.copy_row(batch, i, remap, 0 if only == ALL_QUOTAS else only)
+                mine = rows.get(partition)
+                if mine is None:
+                    mine = rows[partition] = []
+                mask = onlys.get(partition)
+                if only != ALL_QUOTAS and mask is None:
+                    mask = onlys[partition] = [0] * len(mine)
+                mine.append(i)
+                if mask is not None:
+                    mask.append(0 if only == ALL_QUOTAS else only)
+        for partition, mine in rows.items():
+            out = outboxes.get(partition)
+            if out is None:
+                out = outboxes[partition] = RequestColumns()
+            out.extend_rows(batch, mine, onlys.get(partition))

@@ -39,7 +39,7 @@ class Outbox:
         requests = decoded.requests
         n = len(requests)
         if n:
-            router.split(requests, self.requests, {})
+            router.split(requests, self.requests)
             self.counts["request"] = self.counts.get("request", 0) + n
             self.size += n
         others = decoded.others

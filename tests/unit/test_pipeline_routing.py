@@ -54,7 +54,7 @@ def test_routes_equal_route_keys(scope: str) -> None:
         assert router.routes(event, event.ts) == expected(engine, event)
     batch, requests = columns(sample)
     outboxes: dict[int, RequestColumns] = {}
-    router.split(batch, outboxes, {})
+    router.split(batch, outboxes)
     want: dict[int, list[tuple[int, int]]] = {}
     for n, e in enumerate(requests):
         for partition, only in expected(engine, e):
