@@ -209,6 +209,9 @@ def main() -> int:
     ap.add_argument("--rates", default="20000,50000,100000",
                     help="samples/s of the latency runs, comma-separated (default %(default)s)")
     ap.add_argument("--latency-seconds", type=int, default=10, help="length of each latency run (default %(default)s)")
+    ap.add_argument("--config-grace-ms", type=int, default=20,
+                    help="QS_CONFIG_GRACE_MS of the workers (default %(default)s, the default's): an "
+                    "event is held until the config topic is read past its arrival plus this")
     ap.add_argument("--no-scaling", action="store_true", help="skip the two-worker run")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args()
@@ -216,10 +219,11 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="qs-bench-"))
     env = {**isolated_env("bench"), "QS_PARTITIONS": str(PARTITIONS), "QS_LOG_LEVEL": "info",
-           "QS_STATE_DIR": str(work / "state")}
+           "QS_STATE_DIR": str(work / "state"), "QS_CONFIG_GRACE_MS": str(args.config_grace_ms)}
     cluster = LocalCluster(1, work_dir=work, env=env)
     bootstrap = cluster.start_broker()
-    figures: dict[str, Any] = {"format": args.format, "batch": args.batch}
+    figures: dict[str, Any] = {"format": args.format, "batch": args.batch,
+                               "config_grace_ms": args.config_grace_ms}
     two: LocalCluster | None = None
     try:
         async def setup() -> None:
@@ -266,7 +270,8 @@ def main() -> int:
         if two is not None:
             two.stop()
 
-    print(f"\n{args.format} source records of {args.batch} samples, {total:,} samples\n")
+    print(f"\n{args.format} source records of {args.batch} samples, {total:,} samples, "
+          f"QS_CONFIG_GRACE_MS={args.config_grace_ms}\n")
     print(f"{'measure':<52}{'value':>14}")
     print(f"{'ceiling: aiokafka read+decode, samples/s':<52}{ceil_rate:>14,.0f}")
     print(f"{'one worker at saturation, samples/s':<52}{rate_1:>14,.0f}")

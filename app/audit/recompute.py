@@ -616,16 +616,16 @@ class Runner:
             if kind == ROW_REQUEST:
                 keys.append((t, s, pos, i))
                 append_request(batch, payload, arrival)
-                if len(keys) < REQUEST_BATCH:
-                    continue
-            elif kind in classes:
-                if keys:
+                if len(keys) == REQUEST_BATCH:
                     self.process_requests(keys, batch, out)
+                    keys, batch = [], RequestColumns()
+            elif kind in classes:
+                if keys:  # the requests before it first, in key order
+                    self.process_requests(keys, batch, out)
+                    keys, batch = [], RequestColumns()
                 self.process((t, s, pos, i), classes[kind](*payload), arrival, out)
             else:
                 out.deadletter(s, pos, i, payload[0], payload[1])
-                continue
-            keys, batch = [], RequestColumns()
         if keys:
             self.process_requests(keys, batch, out)
 

@@ -66,6 +66,27 @@ def test_live_replay_and_audit_agree_on_json_and_columnar_input(scope: str) -> N
         assert canonical(audited) == canonical(replayed)
 
 
+def test_step_2_gives_the_same_whatever_its_request_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit's step 2 hands the engine request rows in batches of REQUEST_BATCH: batches
+    cut anywhere (here every 7 rows, and between the other samples) decide the same."""
+    from app.audit import recompute
+
+    events = synth.scenario(seed=4, seconds=8)
+    entries, _ = topic_configs([(0, i, orjson.dumps(c), None) for i, c in enumerate(synth.CONFIGS)])
+    records = [(("all", 0), n, orjson.dumps(e), None) for n, e in enumerate(events)]
+
+    def audited() -> list[bytes]:
+        ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(entries), {("all", 0): 0})
+        return canonical(recompute_local(records, ctx).directives())
+
+    whole = audited()
+    monkeypatch.setattr(recompute, "REQUEST_BATCH", 7)
+    assert audited() == whole
+    replayed = [d for r in replay((orjson.dumps(x) for x in synth.CONFIGS + events),
+                                  EngineSettings()) for d in r.directives]
+    assert whole == canonical(replayed) and len(whole) > 20
+
+
 def test_a_bad_columnar_row_is_dead_lettered_alike_by_every_driver() -> None:
     good = {**BAD_ROW, "count": 1, "ts": synth.T0 + 400}
     batch = orjson.dumps({"type": "batch", "v": 1, "events": [good, BAD_ROW]})
