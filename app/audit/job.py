@@ -604,13 +604,49 @@ def usage_frame(decisions: DataFrame, bucket_ms: int) -> DataFrame:
                  F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts")))
 
 
+@dataclass
+class Recomputed:
+    """Phase 1: the input's decisions, directives and dead letters recomputed, on disk."""
+
+    plan: InputPlan
+    partitions: int
+    #: facts about routing (split requests and merged route keys)
+    routing: dict[str, Any]
+    seconds: float
+
+
+@dataclass
+class Compared:
+    """Phase 2: recomputed directives against the control topic's (None: no control input)."""
+
+    counts: dict[str, int] | None
+    by_quota: list[dict[str, Any]]
+    #: the first mismatches in time order, for the report
+    samples: list[dict[str, Any]]
+    seconds: float
+
+
+@dataclass
+class Sized:
+    """Phase 3: usage over time, totals, and recommended quotas."""
+
+    bucket_ms: int
+    first_ts: int | None
+    last_ts: int | None
+    decisions: int
+    throttled: int
+    directives: int
+    deadletters: int
+    recommendations: list[dict[str, Any]]
+    top: list[dict[str, Any]]
+    #: usage rows per entity shown in the report
+    series: dict[str, list[dict[str, Any]]]
+
+
 def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None = None
               ) -> dict[str, Any]:
     """Run the whole audit; return the summary (also written to <out>/summary.json)."""
-    from pyspark.sql import functions as F
-
     from app.audit.kafka_source import KafkaDataSource
-    from app.audit.report import write_report
 
     progress = progress or Progress(quiet=True)
     try:
@@ -624,154 +660,186 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
         except ValueError as exc:
             raise AuditError(f"--entity {exc}") from None
     spark.dataSource.register(KafkaDataSource)
-    out = opts.out.rstrip("/")
-    n = opts.partitions or 2 * max(1, spark.sparkContext.defaultParallelism)
     started = time.monotonic()
     progress.watch(spark)
     try:
-        progress.step("planning input")
-        plan = plan_kafka(spark, opts, progress) if opts.kafka else plan_archive(spark, opts, progress)
-        progress.step(f"recomputing {plan.description} ({len(plan.streams)} streams, "
-                      f"{len(plan.configs)} configs) into {n} partitions")
-        routing: dict[str, Any] = {}
-        local = task_writable_dir(spark, out)
-        decisions_dir = None if local is None else local / "decisions"
-        if decisions_dir is not None:
-            shutil.rmtree(decisions_dir, ignore_errors=True)
-            decisions_dir.mkdir(parents=True)
-        results = recompute(spark, plan, opts, n, progress, routing,
-                            None if decisions_dir is None else str(decisions_dir))
-        work = f"{out}/_recompute"
-        with _conf(spark, UNSORTED_PARTITIONED_WRITE):
-            (results.write.mode("overwrite").partitionBy("kind")
-             .options(**PARQUET_WRITE_OPTIONS).parquet(work))
-        _move_or_empty(spark, f"{work}/kind=deadletter", f"{out}/deadletter")
-        if decisions_dir is None:
-            _move_or_empty(spark, f"{work}/kind=decision", f"{out}/decisions")
-        else:
-            for temp in decisions_dir.glob(".part-*"):  # left by failed task attempts
-                temp.unlink()
-            if not any(decisions_dir.glob("part-*.parquet")):
-                _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/decisions")
-        recompute_s = time.monotonic() - started
-
-        progress.step("directives")
-        decisions = spark.read.parquet(f"{out}/decisions")
-        published = (spark.read.parquet(f"{work}/kind=directive")
-                     if _hadoop_exists(spark, f"{work}/kind=directive")
-                     else spark.createDataFrame([], _without_kind(RESULT_DDL)))
-        directives_frame(published).write.mode("overwrite").parquet(f"{out}/directives")
-        _hadoop_delete(spark, work)
-        directives = spark.read.parquet(f"{out}/directives")
-
-        diff_counts: dict[str, int] | None = None
-        diff_by_quota: list[dict[str, Any]] = []
-        diff_samples: list[dict[str, Any]] = []
-        if plan.control is not None:
-            progress.step("diff against the control directives")
-            bounds = (opts.time_from, opts.time_to)
-            if (opts.starting_offsets or opts.ending_offsets) and opts.time_from is None:
-                span = decisions.agg(F.min("ts"), F.max("ts")).collect()[0]
-                bounds = (span[0], None if span[1] is None else span[1] + 1)
-            diff_frame(directives, plan.control, n, bounds, opts.topics.directives
-                       ).write.mode("overwrite").parquet(f"{out}/diff")
-            diff = spark.read.parquet(f"{out}/diff")
-            by = diff.groupBy("status", "quota").count().collect()
-            diff_counts = {s: 0 for s in diffmod.STATUSES}
-            for r in by:
-                diff_counts[r["status"]] += r["count"]
-                diff_by_quota.append({"status": r["status"], "quota": r["quota"], "n": r["count"]})
-            diff_samples = [r.asDict() for r in diff.where(F.col("status") != "matched")
-                            .orderBy("ts").limit(20).collect()]
-            for r in diff_samples:
-                r["fields"] = ", ".join(r["fields"] or [])
-        diff_s = time.monotonic() - started - recompute_s
-
-        progress.step("usage and recommendations")
-        span = decisions.agg(F.min("ts"), F.max("ts")).collect()[0]
-        bucket_ms = opts.bucket_ms or auto_bucket_ms(span[0], span[1], opts.settings.window_ms)
-        usage_frame(decisions, bucket_ms).write.mode("overwrite").parquet(f"{out}/usage")
-        usage = spark.read.parquet(f"{out}/usage")
-        stats = usage.agg(
-            F.sum("decisions").alias("decisions"), F.sum("throttled").alias("throttled"),
-            F.sum("directives").alias("directives"), F.min("first_ts").alias("first_ts"),
-            F.max("last_ts").alias("last_ts"),
-        ).collect()[0]
-        deadletters = spark.read.parquet(f"{out}/deadletter").count()
-        s = opts.settings
-        recs = recommend.finish(
-            recommend.aggregate(decisions, s.controller_window_num * s.controller_window_ms),
-            opts.headroom)
-        _write_small(recs, f"{out}/recommendations", spark)
-        top = [r.asDict() for r in usage.groupBy("entity", "quota").agg(
-            F.sum("throttled").alias("throttled"), F.sum("throttle_ms").alias("throttle_ms"),
-            F.sum("directives").alias("directives"), F.max("max_observed").alias("max_observed"),
-            F.max("limit").alias("limit"),
-        ).where(F.col("throttled") > 0).orderBy(F.desc("throttle_ms")).limit(opts.top).collect()]
-
-        chosen = [entity_string(e) for e in entities]
-        series: dict[str, list[dict[str, Any]]] = {}
-        if entities:
-            for spec, name in zip(entities, chosen):
-                names = entity_candidates(spec)
-                rows = usage.where(F.col("entity").isin(*names)).collect()
-                series[name] = [_series_row(r, len(names) > 1) for r in rows]
-        else:
-            for r in top[:3]:
-                if r["entity"] not in series:
-                    rows = usage.where(F.col("entity") == r["entity"]).collect()
-                    series[r["entity"]] = [_series_row(x, False) for x in rows]
-
-        summary: dict[str, Any] = {
-            "v": 1,
-            "input": plan.description,
-            "mode": plan.mode,
-            "streams": plan.stream_names[:1000],
-            "settings": asdict(opts.settings),
-            "time_from": opts.time_from, "time_to": opts.time_to,
-            "warmup_ms": opts.warmup() if opts.time_from is not None else None,
-            "starting_offsets": opts.starting_offsets, "ending_offsets": opts.ending_offsets,
-            "partitions": n,
-            "usage_bucket_ms": bucket_ms,
-            "routing": routing,
-            "first_ts": stats["first_ts"], "last_ts": stats["last_ts"],
-            "counts": {
-                "planned_records": plan.planned_records,
-                "configs": len(plan.configs),
-                "bad_configs": len(plan.bad_configs),
-                "decisions": stats["decisions"] or 0,
-                "throttled_decisions": stats["throttled"] or 0,
-                "directives_recomputed": stats["directives"] or 0,
-                "deadletters": deadletters,
-            },
-            "bad_configs": [{"where": w, "reason": r} for w, r in plan.bad_configs[:50]],
-            "headroom": opts.headroom,
-            "tolerance": opts.tolerance,
-            "seconds": {"recompute": round(recompute_s, 3), "diff": round(diff_s, 3)},
-            "outputs": {name: f"{out}/{name}" for name in
-                        ("decisions", "deadletter", "directives", "usage", "recommendations")},
-            "recommendations_top": recs[:10],
-        }
-        if diff_counts is not None:
-            mism = diffmod.mismatches(diff_counts)
-            summary["diff"] = {**diff_counts, "mismatches": mism}
-            summary["passed"] = diffmod.within_tolerance(diff_counts, tolerance)
-            summary["outputs"]["diff"] = f"{out}/diff"
-        else:
-            summary["passed"] = True
+        recomputed = recompute_phase(spark, opts, progress)
+        compared = compare_phase(spark, opts, recomputed, progress)
+        sized = size_phase(spark, opts, entities, progress)
+        summary = summarize(opts, recomputed, compared, sized, tolerance)
         if opts.report:
+            from app.audit.report import write_report
+
             progress.step("report")
-            report = write_report(_local_dir(out) / "report", summary, top, series,
-                                  diff_by_quota, recs, diff_samples)
+            report = write_report(_local_dir(opts.out) / "report", summary, sized.top,
+                                  sized.series, compared.by_quota, sized.recommendations,
+                                  compared.samples)
             summary["outputs"]["report"] = str(report)
         progress.done()
         summary["seconds"]["total"] = round(time.monotonic() - started, 3)
         summary["seconds"]["steps"] = progress.timings
-        _local_dir(out).mkdir(parents=True, exist_ok=True)
-        (_local_dir(out) / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        out = _local_dir(opts.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         return summary
     finally:
         progress.close()
+
+
+def recompute_phase(spark: SparkSession, opts: AuditOptions, progress: Progress) -> Recomputed:
+    """Plan the input, run steps 1 and 2, and write <out>/decisions, /deadletter, /directives."""
+    started = time.monotonic()
+    out = _out(opts)
+    n = opts.partitions or 2 * max(1, spark.sparkContext.defaultParallelism)
+    progress.step("planning input")
+    plan = plan_kafka(spark, opts, progress) if opts.kafka else plan_archive(spark, opts, progress)
+    progress.step(f"recomputing {plan.description} ({len(plan.streams)} streams, "
+                  f"{len(plan.configs)} configs) into {n} partitions")
+    routing: dict[str, Any] = {}
+    local = task_writable_dir(spark, out)
+    decisions_dir = None if local is None else local / "decisions"
+    if decisions_dir is not None:
+        shutil.rmtree(decisions_dir, ignore_errors=True)
+        decisions_dir.mkdir(parents=True)
+    results = recompute(spark, plan, opts, n, progress, routing,
+                        None if decisions_dir is None else str(decisions_dir))
+    work = f"{out}/_recompute"
+    with _conf(spark, UNSORTED_PARTITIONED_WRITE):
+        (results.write.mode("overwrite").partitionBy("kind")
+         .options(**PARQUET_WRITE_OPTIONS).parquet(work))
+    _move_or_empty(spark, f"{work}/kind=deadletter", f"{out}/deadletter")
+    if decisions_dir is None:
+        _move_or_empty(spark, f"{work}/kind=decision", f"{out}/decisions")
+    else:
+        for temp in decisions_dir.glob(".part-*"):  # left by failed task attempts
+            temp.unlink()
+        if not any(decisions_dir.glob("part-*.parquet")):
+            _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/decisions")
+    seconds = time.monotonic() - started
+    progress.step("directives")
+    published = (spark.read.parquet(f"{work}/kind=directive")
+                 if _hadoop_exists(spark, f"{work}/kind=directive")
+                 else spark.createDataFrame([], _without_kind(RESULT_DDL)))
+    directives_frame(published).write.mode("overwrite").parquet(f"{out}/directives")
+    _hadoop_delete(spark, work)
+    return Recomputed(plan, n, routing, seconds)
+
+
+def compare_phase(spark: SparkSession, opts: AuditOptions, rec: Recomputed,
+                  progress: Progress) -> Compared:
+    """Diff the recomputed directives against the control ones into <out>/diff."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    if rec.plan.control is None:
+        return Compared(None, [], [], 0.0)
+    out = _out(opts)
+    progress.step("diff against the control directives")
+    bounds = (opts.time_from, opts.time_to)
+    if (opts.starting_offsets or opts.ending_offsets) and opts.time_from is None:
+        span = spark.read.parquet(f"{out}/decisions").agg(F.min("ts"), F.max("ts")).collect()[0]
+        bounds = (span[0], None if span[1] is None else span[1] + 1)
+    diff_frame(spark.read.parquet(f"{out}/directives"), rec.plan.control, rec.partitions, bounds,
+               opts.topics.directives).write.mode("overwrite").parquet(f"{out}/diff")
+    diff = spark.read.parquet(f"{out}/diff")
+    counts = {s: 0 for s in diffmod.STATUSES}
+    by_quota = []
+    for r in diff.groupBy("status", "quota").count().collect():
+        counts[r["status"]] += r["count"]
+        by_quota.append({"status": r["status"], "quota": r["quota"], "n": r["count"]})
+    samples = [r.asDict() for r in diff.where(F.col("status") != "matched")
+               .orderBy("ts").limit(20).collect()]
+    for sample in samples:
+        sample["fields"] = ", ".join(sample["fields"] or [])
+    return Compared(counts, by_quota, samples, time.monotonic() - started)
+
+
+def size_phase(spark: SparkSession, opts: AuditOptions, entities: list[dict[str, str]],
+               progress: Progress) -> Sized:
+    """Usage per time bucket into <out>/usage, recommended quotas into <out>/recommendations."""
+    from pyspark.sql import functions as F
+
+    out = _out(opts)
+    progress.step("usage and recommendations")
+    decisions = spark.read.parquet(f"{out}/decisions")
+    span = decisions.agg(F.min("ts"), F.max("ts")).collect()[0]
+    bucket_ms = opts.bucket_ms or auto_bucket_ms(span[0], span[1], opts.settings.window_ms)
+    usage_frame(decisions, bucket_ms).write.mode("overwrite").parquet(f"{out}/usage")
+    usage = spark.read.parquet(f"{out}/usage")
+    stats = usage.agg(
+        F.sum("decisions").alias("decisions"), F.sum("throttled").alias("throttled"),
+        F.sum("directives").alias("directives"), F.min("first_ts").alias("first_ts"),
+        F.max("last_ts").alias("last_ts"),
+    ).collect()[0]
+    deadletters = spark.read.parquet(f"{out}/deadletter").count()
+    s = opts.settings
+    recs = recommend.finish(
+        recommend.aggregate(decisions, s.controller_window_num * s.controller_window_ms),
+        opts.headroom)
+    _write_small(recs, f"{out}/recommendations", spark)
+    top = [r.asDict() for r in usage.groupBy("entity", "quota").agg(
+        F.sum("throttled").alias("throttled"), F.sum("throttle_ms").alias("throttle_ms"),
+        F.sum("directives").alias("directives"), F.max("max_observed").alias("max_observed"),
+        F.max("limit").alias("limit"),
+    ).where(F.col("throttled") > 0).orderBy(F.desc("throttle_ms")).limit(opts.top).collect()]
+    series: dict[str, list[dict[str, Any]]] = {}
+    if entities:
+        for spec in entities:
+            names = entity_candidates(spec)
+            rows = usage.where(F.col("entity").isin(*names)).collect()
+            series[entity_string(spec)] = [_series_row(r, len(names) > 1) for r in rows]
+    else:
+        for r in top[:3]:
+            if r["entity"] not in series:
+                rows = usage.where(F.col("entity") == r["entity"]).collect()
+                series[r["entity"]] = [_series_row(x, False) for x in rows]
+    return Sized(bucket_ms, stats["first_ts"], stats["last_ts"], stats["decisions"] or 0,
+                 stats["throttled"] or 0, stats["directives"] or 0, deadletters, recs, top,
+                 series)
+
+
+def summarize(opts: AuditOptions, rec: Recomputed, cmp: Compared, sized: Sized,
+              tolerance: Any) -> dict[str, Any]:
+    """The summary (<out>/summary.json) of the three phases."""
+    out = _out(opts)
+    plan = rec.plan
+    summary: dict[str, Any] = {
+        "v": 1,
+        "input": plan.description,
+        "mode": plan.mode,
+        "streams": plan.stream_names[:1000],
+        "settings": asdict(opts.settings),
+        "time_from": opts.time_from, "time_to": opts.time_to,
+        "warmup_ms": opts.warmup() if opts.time_from is not None else None,
+        "starting_offsets": opts.starting_offsets, "ending_offsets": opts.ending_offsets,
+        "partitions": rec.partitions,
+        "usage_bucket_ms": sized.bucket_ms,
+        "routing": rec.routing,
+        "first_ts": sized.first_ts, "last_ts": sized.last_ts,
+        "counts": {
+            "planned_records": plan.planned_records,
+            "configs": len(plan.configs),
+            "bad_configs": len(plan.bad_configs),
+            "decisions": sized.decisions,
+            "throttled_decisions": sized.throttled,
+            "directives_recomputed": sized.directives,
+            "deadletters": sized.deadletters,
+        },
+        "bad_configs": [{"where": w, "reason": r} for w, r in plan.bad_configs[:50]],
+        "headroom": opts.headroom,
+        "tolerance": opts.tolerance,
+        "seconds": {"recompute": round(rec.seconds, 3), "diff": round(cmp.seconds, 3)},
+        "outputs": {name: f"{out}/{name}" for name in
+                    ("decisions", "deadletter", "directives", "usage", "recommendations")},
+        "recommendations_top": sized.recommendations[:10],
+    }
+    if cmp.counts is not None:
+        summary["diff"] = {**cmp.counts, "mismatches": diffmod.mismatches(cmp.counts)}
+        summary["passed"] = diffmod.within_tolerance(cmp.counts, tolerance)
+        summary["outputs"]["diff"] = f"{out}/diff"
+    else:
+        summary["passed"] = True
+    return summary
 
 
 def _series_row(r: Any, label_entity: bool) -> dict[str, Any]:
@@ -779,6 +847,10 @@ def _series_row(r: Any, label_entity: bool) -> dict[str, Any]:
     if label_entity:
         d["quota"] = f"{d['quota']} [{d['entity']}]"
     return d
+
+
+def _out(opts: AuditOptions) -> str:
+    return opts.out.rstrip("/")
 
 
 def _without_kind(ddl: str) -> str:
@@ -804,5 +876,6 @@ def _write_small(rows: list[dict[str, Any]], path: str, spark: SparkSession) -> 
     spark.createDataFrame(data, ddl).coalesce(1).write.mode("overwrite").parquet(path)
 
 
-__all__ = ["AuditError", "AuditOptions", "Progress", "Topics", "build_session", "run_audit",
-           "recompute", "diff_frame", "usage_frame"]
+__all__ = ["AuditError", "AuditOptions", "Compared", "Progress", "Recomputed", "Sized", "Topics",
+           "build_session", "compare_phase", "diff_frame", "recompute", "recompute_phase",
+           "run_audit", "size_phase", "summarize", "usage_frame"]
