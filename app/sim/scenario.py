@@ -121,9 +121,11 @@ class QuotaFile:
         return configs
 
     def worker_env(self) -> dict[str, str]:
-        """Settings the workers need: scope, accounting and window settings."""
+        """Settings the stack needs: scope, accounting and window settings; the simulated
+        brokers and the gateways write request events as columnar batches, as in production."""
         env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting,
-               "QS_CLUSTER_ENFORCEMENT": getattr(self, "enforcement", "directives")}
+               "QS_CLUSTER_ENFORCEMENT": getattr(self, "enforcement", "directives"),
+               "QS_EVENT_FORMAT": "columnar"}
         env.update({WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
         return env
 

@@ -46,13 +46,14 @@ def test_defaults() -> None:
     assert client.brokers == (1, 2, 3) and client.listener == "PLAINTEXT"
     assert client.honours_throttle
     assert sc.worker_env() == {"QS_SCOPE": "broker", "QS_ACCOUNTING": "kafka",
-                               "QS_CLUSTER_ENFORCEMENT": "directives"}
+                               "QS_CLUSTER_ENFORCEMENT": "directives", "QS_EVENT_FORMAT": "columnar"}
 
 
 def test_windows_become_worker_settings() -> None:
     sc = parse_scenario(minimal(scope="cluster", windows={"num": 6, "size_ms": 500}))
     assert sc.worker_env() == {"QS_SCOPE": "cluster", "QS_ACCOUNTING": "kafka", "QS_QUOTA_WINDOW_NUM": "6",
-                               "QS_QUOTA_WINDOW_SIZE_MS": "500", "QS_CLUSTER_ENFORCEMENT": "directives"}
+                               "QS_QUOTA_WINDOW_SIZE_MS": "500", "QS_CLUSTER_ENFORCEMENT": "directives",
+                               "QS_EVENT_FORMAT": "columnar"}
 
 
 def test_allocations_are_a_cluster_scope_enforcement() -> None:
