@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=1_000_000, help="events to audit")
     p.add_argument("--per-record", type=int, default=20, help="events per batch record")
+    p.add_argument("--format", choices=("json", "columnar"), default="json",
+                   help="how the request batches are written (docs/contract.md)")
     p.add_argument("--partitions", type=int, default=4, help="partitions of the request topic")
     p.add_argument("--brokers", type=int, default=4, help="brokers in the generated events")
     p.add_argument("--runs", type=int, default=2, help="audit runs (the first warms up)")
@@ -80,6 +82,18 @@ async def produce(bootstrap: str, by_topic: dict[str, list[tuple[int, bytes]]],
         await producer.stop()
 
 
+def encode(record: dict, fmt: str, request: bool) -> bytes:  # type: ignore[type-arg]
+    import orjson
+
+    from app.engine.events import parse_event
+    from app.intake import columnar
+
+    if fmt == "json" or not request or record.get("type") != "batch":
+        return orjson.dumps(record)
+    return columnar.encode_events([parse_event(e, record.get("broker"))  # type: ignore[misc]
+                                   for e in record["events"]])
+
+
 def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyped-def]
     import orjson
 
@@ -100,7 +114,7 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
     for n, record in enumerate(records):
         topic = kind_topic[synth.topic_of(record)]
         part = n % args.partitions if topic == topics.request else 0
-        by_topic[topic].append((part, orjson.dumps(record)))
+        by_topic[topic].append((part, encode(record, args.format, topic == topics.request)))
     by_topic[topics.configs] = [(0, orjson.dumps(c)) for c in synth.BENCH_CONFIGS]
     print(f"generated {args.events:,} events in {len(records):,} records "
           f"({time.perf_counter() - started:.1f}s)", flush=True)
@@ -152,13 +166,15 @@ def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ign
     )
     from app.audit.results import ResultRows
     from app.engine.engine import EngineSettings
+    from app.intake import columnar
 
     ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, tuple(configs), streams)
     pinned = ("p0", "p1", "p2", "p3")  # chunks as for four route partitions, run by one engine
     sample, n = [], 0
     for rec in local:
         sample.append(rec)
-        n += rec[2].count(b'"ts"')
+        value = rec[2]
+        n += len(columnar.decode(value)[0]) if columnar.is_columnar(value) else value.count(b'"ts"')
         if n >= limit:
             break
     gc.disable()

@@ -12,6 +12,8 @@ calls, in CPU time of this process (other work on a shared machine does not coun
 and a separate untimed pass counts decisions, throttles and directives. The collector runs
 with the thresholds every driver sets (`app.gc_tuning`); one row repeats the request workload
 with CPython's defaults for comparison.
+One row times the same requests through the batch entry (`process_requests` over 4,096-row
+columns, as the worker's aggregate and the audit's step 2 call it, no decision objects kept).
 A separate line times `parse_event` from contract dicts plus `process`, i.e. what a driver
 that receives JSON objects pays. Run `python bench/bench_engine.py --help` for the knobs and
 `--profile` for the hottest functions (cProfile).
@@ -39,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.engine.configs import ConfigUpdate, parse_config_record  # noqa: E402
 from app.engine_build import describe  # noqa: E402
 from app.gc_tuning import THRESHOLDS, tune_gc  # noqa: E402
-from app.engine.engine import EngineSettings, QuotaEngine  # noqa: E402
+from app.engine.batch import RequestColumns  # noqa: E402
+from app.engine.engine import Decision, EngineSettings, QuotaEngine, nanos  # noqa: E402
+from app.engine.timeline import FOREVER  # noqa: E402
 from app.engine.events import (  # noqa: E402
     ConnectionEvent,
     MutationEvent,
@@ -49,6 +53,7 @@ from app.engine.events import (  # noqa: E402
 
 T0 = 1_763_800_000_000
 TARGET = 400_000  # request events (samples) per second on one core
+BATCH_TARGET = 1_000_000  # the same through the batch entry (`QuotaEngine.process_requests`)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -318,6 +323,42 @@ def timed(
     return Result(name, len(items), best, decisions, throttled, directives)
 
 
+def as_batches(requests: list[RequestEvent], size: int) -> list[RequestColumns]:
+    """The requests as the worker's aggregate receives them: columns of `size` rows each."""
+    out = []
+    for start in range(0, len(requests), size):
+        batch = RequestColumns()
+        for e in requests[start:start + size]:
+            batch.append(e.ts, e.broker, e.gateway, e.listener, e.user, e.client_id, e.ip, e.api,
+                         e.bytes, nanos(e.thread_ms), nanos(e.network_ms), e.exempt, e.count,
+                         FOREVER, 0)
+        out.append(batch)
+    return out
+
+
+def timed_batches(args: argparse.Namespace, configs: list[ConfigUpdate],
+                  batches: list[RequestColumns]) -> Result:
+    """`process_requests` over the batches as the live aggregate calls it (no decision objects
+    kept, only directives), best of --repeat; the decisions are counted by a second pass."""
+    best = float("inf")
+    for _ in range(args.repeat):
+        engine = fresh_engine(args, configs)
+        start = time.process_time()
+        for batch in batches:
+            engine.process_requests(batch)
+        best = min(best, time.process_time() - start)
+    engine = fresh_engine(args, configs)
+    decisions = throttled = directives = 0
+    for batch in batches:
+        rows: list[list[Decision]] = []
+        directives += len(engine.process_requests(batch, rows))
+        decisions += sum(len(r) for r in rows)
+        throttled += sum(1 for r in rows for d in r if d.throttle_time_ms)
+    events = sum(len(b) for b in batches)
+    return Result(f"requests, batch entry ({len(batches[0]):,}-row columns)", events, best,
+                  decisions, throttled, directives)
+
+
 def timed_parse_only(args: argparse.Namespace, dicts: list[dict[str, Any]]) -> Result:
     best = float("inf")
     for _ in range(args.repeat):
@@ -390,6 +431,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     defaults = gc.get_threshold()
     tune_gc()  # as every driver does; it also freezes the workload (the benchmark's data)
     results = [timed("requests (typed events)", args, work.configs, work.requests)]
+    batches = as_batches(work.requests, 4096)
+    tune_gc()  # freezes the columns too
+    results.append(timed_batches(args, work.configs, batches))
     gc.set_threshold(*defaults)
     results.append(timed(f"requests, GC thresholds {defaults}", args, work.configs, work.requests))
     tune_gc()
@@ -414,12 +458,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if work.connections:
         results.append(timed("connections", args, work.configs, work.connections))
     print_table(results)
-    req = results[0]
+    req, batch = results[0], results[1]  # typed events, then the batch entry
     rate = req.events / req.seconds
     print(
         f"\nrequest samples (events)/s on one core: {rate:,.0f} (target {TARGET:,}: "
         f"{'met' if rate >= TARGET else f'not met, {rate / TARGET:.0%} of it'}); "
         f"{req.decisions / req.seconds:,.0f} quota decisions/s"
+    )
+    rate = batch.events / batch.seconds
+    print(
+        f"request samples/s through the batch entry on one core: {rate:,.0f} (target "
+        f"{BATCH_TARGET:,}: {'met' if rate >= BATCH_TARGET else f'not met, {rate / BATCH_TARGET:.0%} of it'})"
     )
     if args.profile:
         profile(args, work)

@@ -7,7 +7,7 @@ pure steps around it; `app.audit.job` wires them into Spark, and `recompute_loca
 in-process (tests, `explain`, the benchmark's expected directives).
 
 Step 1, explode (one sequential pass per input stream): records -> validated events, each with
-its route key (`QuotaEngine.route_keys`, which co-locates every window the event touches) and
+its route key (`app.intake.routes`, which co-locates every window the event touches) and
 its sort key, packed into chunks per route partition. Bad input becomes dead-letter items with
 the reason every driver gives.
 Step 2, run (one engine per route partition): chunks merged into sort-key order -> decisions

@@ -15,6 +15,7 @@ import orjson
 import pipeline_path
 import pytest
 
+from app.admin.routing import route_line
 from app.audit.synth import CONFIGS, scenario
 from app.engine.configs import PRODUCE, QuotaConfigs, parse_config_record
 from app.engine.engine import EngineSettings
@@ -41,7 +42,7 @@ INTERPRETED = textwrap.dedent("""
 
     assert compiled_modules() == [], compiled_modules()
     mode, scope = sys.argv[1:3]
-    lines = sys.stdin.buffer.read().splitlines()
+    lines = [bytes.fromhex(line.decode()) for line in sys.stdin.buffer.read().splitlines()]
     if mode == "pipeline":
         sys.path.insert(0, sys.argv[3])
         import pipeline_path
@@ -52,10 +53,11 @@ INTERPRETED = textwrap.dedent("""
 
 
 def interpreted(mode: str, scope: str, lines: list[bytes]) -> list[str]:
-    """The INTERPRETED run's output lines."""
+    """The INTERPRETED run's output lines (input lines hex-encoded: columnar ones are binary)."""
     done = subprocess.run(
         [sys.executable, "-c", INTERPRETED, mode, scope, str(Path(__file__).parent)],
-        input=b"\n".join(lines), capture_output=True, check=True,
+        input=b"\n".join(line.hex().encode() for line in lines), capture_output=True,
+        check=True,
     )
     return done.stdout.decode().splitlines()
 
@@ -78,11 +80,16 @@ def test_compiled_and_interpreted_engines_give_identical_output(scope: str) -> N
     assert there == here
 
 
+@pytest.mark.parametrize("fmt", ["json", "columnar"])
 @pytest.mark.parametrize("scope", ["broker", "cluster"])
-def test_compiled_and_interpreted_pipeline_loops_give_identical_output(scope: str) -> None:
-    """The ingest, internal codec and aggregate loops are compiled too (app/engine_build.py)."""
+def test_compiled_and_interpreted_pipeline_loops_give_identical_output(scope: str, fmt: str) -> None:
+    """The intake, ingest, internal codec and aggregate loops are compiled too
+    (app/engine_build.py), for JSON and columnar source records."""
     records = CONFIGS + scenario(seed=11, seconds=20)
     lines = [orjson.dumps(r) for r in records]
+    if fmt == "columnar":
+        lines = [o.value for line in lines for o in route_line(line, columnar=True).records]
+        assert sum(line.startswith(b"QSCB") for line in lines) > 100
     here = pipeline_path.run(lines, scope)
     assert sum(len(entry[2]) for entry in here if len(entry) == 3) > 10  # directives were sent
     assert interpreted("pipeline", scope, lines) == [json.dumps(here)]
