@@ -347,7 +347,7 @@ def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSet
             formula = (f"round((O - T) / T * window) = round(({_num(d.observed)} - {_num(d.limit)})"
                        f" / {_num(d.limit)} * {d.window_ms}) = round({_num(raw)})")
         if d.observed <= d.limit:
-            out.append(f"  throttle   0 ms: O <= T, no throttle")
+            out.append("  throttle   0 ms: O <= T, no throttle")
         else:
             out.append(f"  throttle   {formula} = {d.throttle_time_ms:,} ms")
         live = x.state_at.get(wkey)

@@ -3,7 +3,9 @@
 `QuotaEngine.process(event)` records one event the way the broker's quota managers would
 (ClientQuotaManager, ClientRequestQuotaManager, ControllerMutationQuotaManager, ConnectionQuotas)
 and returns the per-quota decisions Kafka would have made for it, plus the directives to publish.
-The Faust agents, the `replay` command and the Spark audit all call this, so they agree.
+`QuotaEngine.process_requests(columns)` does the same for a batch of request samples, row by row
+(`app.engine.batch`: the worker's aggregate, `replay` and the audit send request samples that
+way). Every driver calls these, so they agree.
 
 Time rule: time comes only from event timestamps. Within one piece of state (one window or
 bucket), an event older than the latest one that state has seen is processed at that latest
@@ -598,9 +600,14 @@ class QuotaEngine:
         """Apply a batch of request samples, row by row in order (what `process` does for each
         as a `RequestEvent`); return the directives to publish, each with its row's index.
 
-        `decisions`: a list to receive each row's decisions (replay, the audit); None keeps
-        only what directives need, which is most of the saving on a hot path (the live
-        aggregate reads each window's last `observed` from `windows_seen` instead).
+        `decisions`: a list to receive each row's decisions (replay, the audit); None builds
+        a `Decision` only for a throttle (what a directive needs): the live aggregate reads
+        each window's last `observed` from `drain_windows` instead.
+
+        Rows are processed in their order, so each window sees its own rows in order, as in
+        `process`. Per row it saves what `process` pays per event: the configs are looked up
+        again only when a row leaves the stretch of the timeline they are in force for, and a
+        principal's windows are found by one integer of the batch's name indices.
         """
         out: list[tuple[dict[str, Any], int]] = []
         n = len(batch)

@@ -104,10 +104,19 @@ class Router:
 
     def _current(self, ts: int, arrival: int) -> None:
         snapshot = self.engine.timeline.at(ts, arrival).id
-        if snapshot != self._snapshot or len(self._cache) > MAX_CACHED:
-            self._cache.clear()
+        if snapshot != self._snapshot:
             self._snapshot = snapshot
-            self._generation += 1
+            self._forget()
+
+    def _forget(self) -> None:
+        self._cache.clear()
+        self._generation += 1
+
+    def _remember(self, key: tuple[int, int, str, str, str], keys: Routes) -> Route:
+        if len(self._cache) >= MAX_CACHED:
+            self._forget()
+        route = self._cache[key] = [(partition_for(k, self.partitions), only) for k, only in keys]
+        return route
 
     def routes(self, event: Event, arrival: int) -> Route:
         """Where an event goes (connections and mutations: the hot path is `split`)."""
@@ -120,8 +129,7 @@ class Router:
             key = (2, event.broker, event.user, event.client_id, event.api)
         route = self._cache.get(key)
         if route is None:
-            route = self._cache[key] = [(partition_for(k, self.partitions), only)
-                                        for k, only in route_keys(self.engine, event, arrival)]
+            route = self._remember(key, route_keys(self.engine, event, arrival))
         return route
 
     def _request_route(self, batch: RequestColumns, i: int) -> Route:
@@ -132,10 +140,9 @@ class Router:
         route = self._cache.get(key)
         if route is None:
             engine = self.engine
-            keys = principal_keys(engine, -1 if engine.cluster else broker, False, user,
-                                  client_id, api, batch.ts[i], batch.arrival[i])
-            route = self._cache[key] = [(partition_for(k, self.partitions), only)
-                                        for k, only in keys]
+            route = self._remember(key, principal_keys(
+                engine, -1 if engine.cluster else broker, False, user, client_id, api,
+                batch.ts[i], batch.arrival[i]))
         return route
 
     def split(self, batch: RequestColumns, outboxes: dict[int, RequestColumns]) -> None:
