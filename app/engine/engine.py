@@ -628,8 +628,11 @@ class QuotaEngine:
         # the batch's principals by one integer (names are indices): a dict lookup of an int
         # instead of building and comparing a (broker, enforcer, user, client id) tuple
         principals: dict[int, tuple[Window | None, ...]] = {}
-        hosts: dict[int, int] = {}  # (broker, enforcer) pairs of the batch, numbered
+        hosts: dict[tuple[int, int], int] = {}  # (broker, enforcer) pairs of the batch, numbered
         size = len(names)
+        # columns most batches leave at their defaults are read only when some row sets them
+        gateways, onlys = max(gateway_col) >= 0, max(only_col) > 0
+        last_broker = last_enforcer = h = -1
         for i in range(n):
             ts, arrival = ts_col[i], arrival_col[i]
             if per_row:
@@ -641,16 +644,24 @@ class QuotaEngine:
                     principals.clear()
                 self._configs_at(ts, arrival)
             self._throttled = False
-            broker, gateway, only = broker_col[i], gateway_col[i], only_col[i]
-            enforcer = gateway if gateway >= 0 else broker
+            broker = broker_col[i]
+            enforcer = broker
+            if gateways:
+                gateway = gateway_col[i]
+                if gateway >= 0:
+                    enforcer = gateway
+            only = only_col[i] if onlys else 0
             user, client = user_col[i], client_col[i]
             if per_row:
                 windows = self._principal(broker, enforcer, names[user], names[client])
             else:
-                host = (broker << 32) | enforcer
-                h = hosts.get(host)
-                if h is None:
-                    h = hosts[host] = len(hosts)
+                if broker != last_broker or enforcer != last_enforcer:
+                    last_broker, last_enforcer = broker, enforcer
+                    host = (broker, enforcer)
+                    found_h = hosts.get(host)
+                    if found_h is None:
+                        found_h = hosts[host] = len(hosts)
+                    h = found_h
                 pk = (h * size + user) * size + client
                 found = principals.get(pk)
                 if found is None:

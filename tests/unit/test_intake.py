@@ -14,7 +14,16 @@ from hypothesis import given, settings, strategies as st
 from app.audit.synth import CONFIGS, T0, scenario
 from app.engine.batch import COLUMNS, RequestColumns
 from app.engine.configs import ConfigUpdate
-from app.engine.engine import Decision, EngineSettings, QuotaEngine
+from app.engine.engine import (
+    ALL_QUOTAS,
+    FETCH_BIT,
+    PRODUCE_BIT,
+    REQUEST_BIT,
+    Decision,
+    EngineSettings,
+    QuotaEngine,
+    nanos,
+)
 from app.engine.events import MAX_BATCH, MAX_NAME, RequestEvent, parse_event
 from app.intake import columnar
 from app.intake.clock import StreamClock
@@ -180,3 +189,30 @@ def test_the_batch_entry_decides_what_process_decides(scope: str) -> None:
     assert quiet.process_requests(batch) == want_directives
     assert sum(1 for row in want_decisions for d in row if d["throttle_time_ms"] > 0) > 20
     assert len(want_directives) > 5
+
+
+@pytest.mark.parametrize("scope", ["broker", "cluster"])
+def test_the_batch_entry_honours_gateways_and_quota_types_per_row(scope: str) -> None:
+    """Rows naming a gateway (their enforcer) and rows of a split request (`only`) among plain
+    ones: each decides as `process_only` decides for it alone."""
+    records = scenario(seed=8, seconds=6)
+    requests = [e for r in records for e in (r["events"] if r.get("type") == "batch" else [r])
+                if e.get("type") == "request"]
+    one, batched = engine_with_configs(scope), engine_with_configs(scope)
+    want: list[list[dict[str, Any]]] = []
+    batch = RequestColumns()
+    for n, raw in enumerate(requests):
+        gateway = n % 3 - 1  # -1 (none), 0, 1 by turns
+        event = parse_event({**raw, "broker": raw.get("broker", 1),
+                             **({"gateway": gateway} if gateway >= 0 else {})})
+        assert isinstance(event, RequestEvent)
+        only = (0, PRODUCE_BIT | FETCH_BIT, REQUEST_BIT, 0)[n % 4]
+        decisions, _ = one.process_only(event, only or ALL_QUOTAS, T0)
+        want.append([d.as_dict() for d in decisions])
+        batch.append(event.ts, event.broker, event.gateway, event.listener, event.user,
+                     event.client_id, event.ip, event.api, event.bytes, nanos(event.thread_ms),
+                     nanos(event.network_ms), event.exempt, event.count, T0, only)
+    got: list[list[Decision]] = []
+    batched.process_requests(batch, got)
+    assert [[d.as_dict() for d in row] for row in got] == want
+    assert any(len(row) == 1 for row in want) and any(len(row) == 2 for row in want)
