@@ -64,11 +64,12 @@ from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.batch import RequestColumns
 from app.engine.engine import Decision
+from app.engine.events import ConnectionEvent, MutationEvent
 from app.intake.clock import StreamClock
 from app.engine.timeline import FOREVER, ConfigTimeline
 from app.intake.deadletter import encode_deadletter
 from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
-from app.intake.routes import CONNECTIONS, RouteKey, principal_keys
+from app.intake.routes import ConfigScoped, Routes, principal_keys, route_keys
 from app.signing import Signing, signing_from_env
 
 from app.audit.event_codec import (
@@ -163,6 +164,16 @@ def engine_with_configs(settings: EngineSettings, entries: Iterable[ConfigEntry]
 
 
 # -- routing ---------------------------------------------------------------------------------
+
+
+#: A step-1 route: the route key (all keys of a split request), and the keys without their
+#: broker (what `ExplodeContext.keep` names).
+Route = tuple["str | tuple[str, ...]", frozenset[str]]
+
+
+def _route(keys: Routes) -> Route:
+    texts = tuple(k.text for k, _ in keys)
+    return texts if len(texts) > 1 else texts[0], frozenset(k.entity.text for k, _ in keys)
 
 
 def splits_possible(entries: Iterable[ConfigEntry], grace_ms: int) -> bool:
@@ -319,8 +330,7 @@ class StreamExploder:
         self.ctx = ctx
         self.engine = engine_with_configs(ctx.settings, ctx.configs)
         self.clock = StreamClock(ctx.max_skew_ms)
-        self._routes: dict[tuple[Any, ...], tuple[str | tuple[str, ...], frozenset[str]]] = {}
-        self._routes_for: tuple[int, int, int] = (-1, -1, -1)  # the configs' snapshot id
+        self._routes = ConfigScoped(self.engine.timeline)
         self.last: tuple[int, int] = (-1, -1)
         self.stopped = False
         self.events = 0
@@ -332,30 +342,29 @@ class StreamExploder:
 
     # routing ------------------------------------------------------------------------------
 
-    def route(self, kind: int, broker: int, user: str, client_id: str, api: str, ts: int,
-              arrival: int) -> tuple[str | tuple[str, ...], frozenset[str]]:
-        """The route key (all keys of a split request), and the keys without their broker."""
-        snapshot = self.engine.timeline.at(ts, arrival).id
-        if snapshot != self._routes_for:
-            self._routes.clear()
-            self._routes_for = snapshot
-        if kind == ROW_REQUEST:
-            ck: tuple[Any, ...] = (kind, api if api in ("Produce", "Fetch") else "", broker,
-                                   user, client_id)
-        elif kind == ROW_MUTATION:
-            ck = (kind, broker, user, client_id)
-        else:
-            ck = (kind, broker)
-        found = self._routes.get(ck)
+    def route_request(self, batch: RequestColumns, i: int, arrival: int) -> Route:
+        """The route of request row `i` (merged split groups: see `route_map`)."""
+        names = batch.names
+        broker, user, client_id = batch.broker[i], names[batch.user[i]], names[batch.client_id[i]]
+        api, ts = names[batch.api[i]], batch.ts[i]
+        self._routes.at(ts, arrival)
+        ck = (ROW_REQUEST, api if api in ("Produce", "Fetch") else "", broker, user, client_id)
+        found: Route | None = self._routes.get(ck)
         if found is None:
             engine = self.engine
-            where = -1 if engine.cluster else broker
-            keys = ([RouteKey(where, CONNECTIONS, "")] if kind == ROW_CONNECTION else
-                    [k for k, _ in principal_keys(engine, where, kind == ROW_MUTATION, user,
-                                                  client_id, api, ts, arrival)])
-            texts = tuple(k.text for k in keys)
-            found = self._routes[ck] = (texts if len(texts) > 1 else texts[0],
-                                        frozenset(k.entity.text for k in keys))
+            found = self._routes.put(ck, _route(principal_keys(
+                engine, -1 if engine.cluster else broker, False, user, client_id, api, ts,
+                arrival)))
+        return found
+
+    def route_event(self, event: ConnectionEvent | MutationEvent, arrival: int) -> Route:
+        """The route of a connection or a mutation."""
+        self._routes.at(event.ts, arrival)
+        ck: tuple[Any, ...] = ((ROW_CONNECTION, event.broker) if isinstance(event, ConnectionEvent)
+                               else (ROW_MUTATION, event.broker, event.user, event.client_id))
+        found: Route | None = self._routes.get(ck)
+        if found is None:
+            found = self._routes.put(ck, _route(route_keys(self.engine, event, arrival)))
         return found
 
     # input ------------------------------------------------------------------------------------
@@ -406,7 +415,6 @@ class StreamExploder:
         for index, reason, raw in decoded.dead:
             slots[index] = (reason, raw)
         requests = decoded.requests
-        names = requests.names
         for index, slot in enumerate(slots):
             if slot is None:  # an archive's config
                 continue
@@ -417,15 +425,11 @@ class StreamExploder:
                 continue
             if type(slot) is int:
                 kind, ts = ROW_REQUEST, requests.ts[slot]
-                found, entities = self.route(
-                    kind, requests.broker[slot], names[requests.user[slot]],
-                    names[requests.client_id[slot]], names[requests.api[slot]], ts, arrival)
+                found, entities = self.route_request(requests, slot, arrival)
             else:
                 kind, args = event_args(slot)
                 ts = slot.ts
-                found, entities = self.route(
-                    kind, slot.broker, getattr(slot, "user", ""), getattr(slot, "client_id", ""),
-                    "", ts, arrival)
+                found, entities = self.route_event(slot, arrival)
             if ts > time:
                 time = ts
             if ctx.stop_after is not None and time > ctx.stop_after:

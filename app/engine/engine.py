@@ -317,12 +317,14 @@ class QuotaEngine:
             self._limits_version = limits.version
             self._principals.clear()
 
-    def process(self, event: Event | ConfigUpdate, arrival: int = FOREVER
-                ) -> tuple[list[Decision], list[dict[str, Any]]]:
+    def process(self, event: Event | ConfigUpdate, arrival: int = FOREVER,
+                only: int = ALL_QUOTAS) -> tuple[list[Decision], list[dict[str, Any]]]:
         """Apply one event; return its decisions (in Kafka's order) and directives to publish.
 
         `arrival`: the Kafka timestamp of the event's source record (default: after every
         config). A config update (from a file: no arrival) takes effect at its own `ts`.
+        `only`: a request's quota types to process (`PRODUCE_BIT`...: a split request's share
+        on one route, `app.intake.routes`).
         """
         decisions: list[Decision] = []
         if isinstance(event, ConfigUpdate):
@@ -331,7 +333,7 @@ class QuotaEngine:
         self._configs_at(event.ts, arrival)
         self._throttled = False
         if type(event) is RequestEvent:
-            self._request_event(event, ALL_QUOTAS, decisions)
+            self._request_event(event, only, decisions)
         elif isinstance(event, ConnectionEvent):
             self._connection(event, decisions)
         elif isinstance(event, MutationEvent):
@@ -584,16 +586,6 @@ class QuotaEngine:
         if network_ns:
             rate.record(network_ns * NANOS_TO_PERCENT, t, self._n, window.w)
         return throttle
-
-    def process_only(self, event: RequestEvent, only: int, arrival: int = FOREVER
-                     ) -> tuple[list[Decision], list[dict[str, Any]]]:
-        """Process only some quota types of a request (`PRODUCE_BIT`...: a split request's
-        share on one route, `app.intake.routes`)."""
-        decisions: list[Decision] = []
-        self._configs_at(event.ts, arrival)
-        self._throttled = False
-        self._request_event(event, only, decisions)
-        return decisions, self._directives(decisions)
 
     def process_requests(self, batch: RequestColumns, decisions: list[list[Decision]] | None = None
                          ) -> list[tuple[dict[str, Any], int]]:

@@ -13,11 +13,12 @@ quota for request time), it has one route per key, each with the quota types to 
 from __future__ import annotations
 
 import zlib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from app.engine.batch import RequestColumns
 from app.engine.engine import ALL_QUOTAS, QuotaEngine, quota_mask
 from app.engine.events import ConnectionEvent, Event, MutationEvent
+from app.engine.timeline import ConfigTimeline
 
 USER = "u"
 CLIENT = "c"
@@ -85,6 +86,38 @@ def principal_keys(engine: QuotaEngine, broker: int, mutation: bool, user: str, 
     return [(key, quota_mask(tuple(quotas))) for key, quotas in groups.items()]
 
 
+class ConfigScoped:
+    """Values derived from the configs, by key, kept while the configs in force stay the same
+    (and at most MAX_CACHED of them): what routes are, for every driver that caches them."""
+
+    def __init__(self, timeline: ConfigTimeline) -> None:
+        self.timeline = timeline
+        self._values: dict[Any, Any] = {}
+        self._snapshot: tuple[int, int, int] = (-1, -1, -1)  # the configs the values are for
+        #: bumped whenever the values are forgotten (a cache built on them follows it)
+        self.generation = 0
+
+    def at(self, ts: int, arrival: int) -> None:
+        """For what comes next: a sample at `ts` whose record arrived at `arrival`."""
+        snapshot = self.timeline.at(ts, arrival).id
+        if snapshot != self._snapshot:
+            self._snapshot = snapshot
+            self._forget()
+
+    def get(self, key: Any) -> Any:
+        return self._values.get(key)
+
+    def put(self, key: Any, value: Any) -> Any:
+        if len(self._values) >= MAX_CACHED:
+            self._forget()
+        self._values[key] = value
+        return value
+
+    def _forget(self) -> None:
+        self._values.clear()
+        self.generation += 1
+
+
 class Router:
     """Route keys as partitions, cached per principal while the configs stay the same.
 
@@ -97,37 +130,23 @@ class Router:
     def __init__(self, engine: QuotaEngine, partitions: int) -> None:
         self.engine = engine
         self.partitions = partitions
-        self._cache: dict[tuple[int, int, str, str, str], Route] = {}
-        self._snapshot: tuple[int, int, int] = (-1, -1, -1)  # configs the cached routes are for
-        #: bumped whenever the cache starts afresh (a batch's own cache follows it)
-        self._generation = 0
-
-    def _current(self, ts: int, arrival: int) -> None:
-        snapshot = self.engine.timeline.at(ts, arrival).id
-        if snapshot != self._snapshot:
-            self._snapshot = snapshot
-            self._forget()
-
-    def _forget(self) -> None:
-        self._cache.clear()
-        self._generation += 1
+        self._cache = ConfigScoped(engine.timeline)
 
     def _remember(self, key: tuple[int, int, str, str, str], keys: Routes) -> Route:
-        if len(self._cache) >= MAX_CACHED:
-            self._forget()
-        route = self._cache[key] = [(partition_for(k, self.partitions), only) for k, only in keys]
+        route: Route = self._cache.put(key, [(partition_for(k, self.partitions), only)
+                                             for k, only in keys])
         return route
 
     def routes(self, event: Event, arrival: int) -> Route:
         """Where an event goes (connections and mutations: the hot path is `split`)."""
-        self._current(event.ts, arrival)
+        self._cache.at(event.ts, arrival)
         if isinstance(event, ConnectionEvent):
             key = (0, event.broker, "", "", "")
         elif isinstance(event, MutationEvent):
             key = (1, event.broker, event.user, event.client_id, "")
         else:
             key = (2, event.broker, event.user, event.client_id, event.api)
-        route = self._cache.get(key)
+        route: Route | None = self._cache.get(key)
         if route is None:
             route = self._remember(key, route_keys(self.engine, event, arrival))
         return route
@@ -137,7 +156,7 @@ class Router:
         broker, user, client_id = batch.broker[i], names[batch.user[i]], names[batch.client_id[i]]
         api = names[batch.api[i]]
         key = (2, broker, user, client_id, api)
-        route = self._cache.get(key)
+        route: Route | None = self._cache.get(key)
         if route is None:
             engine = self.engine
             route = self._remember(key, principal_keys(
@@ -160,19 +179,20 @@ class Router:
         # (an int key, where a (user, client id, api) tuple would be built and hashed per row)
         local: dict[int, dict[int, Route]] = {}
         size = len(batch.names)
-        generation = self._generation
+        cache = self._cache
+        generation = cache.generation
         rows: dict[int, list[int]] = {}
         #: per partition, each row's quota types (only where some row of it was split)
         onlys: dict[int, list[int]] = {}
         for i in range(n):
             t, a = ts[i], arrival[i]
             if t < t0 or t >= t1 or a < a0 or a >= a1:  # the configs may differ: look again
-                self._current(t, a)
+                cache.at(t, a)
                 stretch = timeline.at(t, a)
                 t0, t1, a0, a1 = stretch.t0, stretch.t1, stretch.a0, stretch.a1
-                if self._generation != generation:
+                if cache.generation != generation:
                     local.clear()
-                    generation = self._generation
+                    generation = cache.generation
             on = local.get(broker[i])
             if on is None:
                 on = local[broker[i]] = {}

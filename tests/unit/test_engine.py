@@ -483,7 +483,7 @@ def _touched_by_route(engine: QuotaEngine, event: Any) -> dict[str, set[str]]:
             engine.process(event)
         else:
             assert isinstance(event, RequestEvent)
-            engine.process_only(event, only)
+            engine.process(event, FOREVER, only)
         out.setdefault(key.text, set()).update(engine.drain_touched())
     return out
 

@@ -194,7 +194,7 @@ def test_the_batch_entry_decides_what_process_decides(scope: str) -> None:
 @pytest.mark.parametrize("scope", ["broker", "cluster"])
 def test_the_batch_entry_honours_gateways_and_quota_types_per_row(scope: str) -> None:
     """Rows naming a gateway (their enforcer) and rows of a split request (`only`) among plain
-    ones: each decides as `process_only` decides for it alone."""
+    ones: each decides as `process` decides for it alone."""
     records = scenario(seed=8, seconds=6)
     requests = [e for r in records for e in (r["events"] if r.get("type") == "batch" else [r])
                 if e.get("type") == "request"]
@@ -207,7 +207,7 @@ def test_the_batch_entry_honours_gateways_and_quota_types_per_row(scope: str) ->
                              **({"gateway": gateway} if gateway >= 0 else {})})
         assert isinstance(event, RequestEvent)
         only = (0, PRODUCE_BIT | FETCH_BIT, REQUEST_BIT, 0)[n % 4]
-        decisions, _ = one.process_only(event, only or ALL_QUOTAS, T0)
+        decisions, _ = one.process(event, T0, only or ALL_QUOTAS)
         want.append([d.as_dict() for d in decisions])
         batch.append(event.ts, event.broker, event.gateway, event.listener, event.user,
                      event.client_id, event.ip, event.api, event.bytes, nanos(event.thread_ms),
