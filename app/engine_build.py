@@ -1,7 +1,7 @@
 """Which build of the compiled modules is loaded: mypyc extensions or interpreted source.
 
-setup.py compiles the modules listed here: the engine, and the pipeline's per-sample code
-(the intake, the codec, ingest and aggregate loops), which runs once per sample like the engine.
+setup.py compiles the modules listed here: the engine, and the code that runs once per sample
+like it (the intake, the pipeline's codec, ingest and aggregate loops, the audit's summaries).
 Kept outside `app.engine` so the engine stays free of import machinery. An editable install
 compiles them in place; editing a module afterwards leaves the old extension shadowing the new
 source, which `stale_modules` detects (tests refuse to run on a stale build).
@@ -15,9 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_DIR = ROOT / "app" / "engine"
-#: pure pipeline modules compiled with the engine (no Faust or Kafka import in them)
-PIPELINE_MODULES = ("app.intake.clock", "app.intake.columnar", "app.intake.records",
-                    "app.intake.routes", "app.pipeline.aggregate", "app.pipeline.codec",
+#: pure modules compiled with the engine (no Faust, Kafka or Spark import in them)
+PIPELINE_MODULES = ("app.audit.summaries", "app.intake.clock", "app.intake.columnar",
+                    "app.intake.records", "app.intake.routes", "app.pipeline.aggregate", "app.pipeline.codec",
                     "app.pipeline.ingest")
 MODULES = tuple(sorted(
     [f"app.engine.{p.stem}" for p in ENGINE_DIR.glob("*.py") if p.name != "__init__.py"]

@@ -2,9 +2,11 @@
 
 What is timed: `run_audit` on N events already in Kafka, i.e. reading the event topics with the
 `quota_kafka` source, step 1 (validate, skew clock, route), the shuffle and sort by route key,
-step 2 (the QuotaEngine), writing the decisions, then the directives and the diff against the
-control topic. Session start is excluded; usage/recommendations are timed separately; the HTML
-report is off. The first run also starts Spark's Python workers, so it is reported apart.
+step 2 (the QuotaEngine) and its output, then the directives and the diff against the control
+topic. Each run audits both ways (`--modes`): with step 2's summaries only (the default), and
+with a row per decision too (`--decisions`). Session start is excluded; usage/recommendations
+are timed separately; the HTML report is off. The first run also starts Spark's Python
+workers, so it is reported apart.
 Next to the wall times it prints the CPU seconds of the Spark JVM and of its Python workers over
 the same steps, which the neighbours on a shared box disturb much less.
 
@@ -45,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=4, help="partitions of the request topic")
     p.add_argument("--brokers", type=int, default=4, help="brokers in the generated events")
     p.add_argument("--runs", type=int, default=2, help="audit runs (the first warms up)")
+    p.add_argument("--modes", default="summaries,decisions",
+                   help="comma-separated: summaries (the default output), decisions "
+                   "(--decisions: also a row per decision); each run audits each mode")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--route-partitions", type=int, default=None,
                    help="step-2 partitions (default: the audit's default)")
@@ -164,7 +169,6 @@ def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ign
         Runner,
         StreamExploder,
     )
-    from app.audit.results import ResultRows
     from app.engine.engine import EngineSettings
     from app.intake import columnar
 
@@ -192,14 +196,15 @@ def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ign
         return pa.Table.from_batches(batches).sort_by(
             [("t", "ascending"), ("s", "ascending"), ("pos", "ascending"), ("i", "ascending")])
 
-    def step2(table: pa.Table) -> int:
-        runner = Runner(RunContext(EngineSettings(), tuple(configs)))
-        res = ResultRows()
+    def step2(table: pa.Table, every_decision: bool = False) -> int:
+        run_ctx = RunContext(EngineSettings(), tuple(configs), every_decision=every_decision)
+        runner = Runner(run_ctx)
+        res = run_ctx.outputs()
         for b in table.to_batches(max_chunksize=10_000):
             runner.run_batch(b, res)
             res.to_batches()
         runner.finish(res)
-        res.to_batches()
+        res.to_batches(final=True)
         return runner.events
 
     t = time.perf_counter()
@@ -208,10 +213,14 @@ def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ign
     t = time.perf_counter()
     events = step2(table)
     t2 = time.perf_counter() - t
+    t = time.perf_counter()
+    step2(table, every_decision=True)
+    t3 = time.perf_counter() - t
     print(f"\nin-process, one core, {events:,} events: step 1 {t1 / events * 1e6:.1f} µs/event, "
-          f"step 2 {t2 / events * 1e6:.1f} µs/event")
-    for name, fn in (("step 1 (parse, validate, route)", step1), ("step 2 (engine, output)",
-                                                                  lambda: step2(table))):
+          f"step 2 {t2 / events * 1e6:.1f} µs/event with summaries, "
+          f"{t3 / events * 1e6:.1f} with a row per decision too")
+    for name, fn in (("step 1 (parse, validate, route)", step1),
+                     ("step 2 (engine, summaries)", lambda: step2(table))):
         prof = cProfile.Profile()
         prof.enable()
         fn()
@@ -228,8 +237,9 @@ def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ign
 def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
     """Time cumulative prefixes of the recompute; differences are each part's cost.
 
-    The last prefix writes step 2's output with Spark's writer, as the audit does on a cluster
-    (on local Spark the audit's tasks write the decisions themselves)."""
+    Step 2 runs in the last run's mode. The last prefix writes step 2's output with Spark's
+    writer, as the audit does on a cluster (on local Spark the audit's tasks write the
+    decisions themselves)."""
     from pyspark.sql import functions as F
 
     from app.audit.job import Progress, pinned_keys, plan_kafka
@@ -248,8 +258,8 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
                          pinned=pinned_keys(spark, n))
     exploded = plan.records.mapInArrow(explode_function(ctx), EXPLODED_DDL)
     shuffled = exploded.repartition(n, "rk").sortWithinPartitions("t", "s", "pos", "i")
-    results = shuffled.mapInArrow(run_function(RunContext(opts.settings, tuple(plan.configs))),
-                                  RESULT_DDL)
+    run_ctx = RunContext(opts.settings, tuple(plan.configs), every_decision=opts.decisions)
+    results = shuffled.mapInArrow(run_function(run_ctx), RESULT_DDL)
     stages = [
         ("read (quota_kafka source)", plan.records.agg(F.sum(F.length("value")))),
         ("+ step 1 (explode)", exploded.agg(F.sum(F.length("items")))),
@@ -357,10 +367,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Spark session ({args.master}) in {time.perf_counter() - started:.1f}s "
               "(not counted)\n", flush=True)
         rows = []
-        for run in range(args.runs):
-            opts = AuditOptions(out=f"{args.out}/run{run}", inputs=["kafka"],
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        for run, mode in ((r, m) for r in range(args.runs) for m in modes):
+            opts = AuditOptions(out=f"{args.out}/run{run}-{mode}", inputs=["kafka"],
                                 settings=EngineSettings(), topics=topics, bootstrap=bootstrap,
-                                partitions=args.route_partitions, report=False)
+                                partitions=args.route_partitions, report=False,
+                                decisions=mode == "decisions")
             progress = cpu_progress()
             summary = run_audit(spark, opts, progress)
             jvm, python = (sum(c[k] for name, c in progress.cpu.items()
@@ -374,20 +386,23 @@ def main(argv: list[str] | None = None) -> int:
             d = summary["diff"]
             ok = (d["missing"], d["different"], d["unexpected"], d["invalid"]) == (5, 5, 0, 0) \
                 and summary["counts"]["directives_recomputed"] == n_expected
-            rows.append((run, recompute, directives, diff, core, args.events / core, analytics,
-                         summary["seconds"]["total"], ok, summary["partitions"], jvm, python))
-        print(f"{'run':>3}  {'read+recompute':>14}  {'directives':>10}  {'diff':>6}  "
-              f"{'subtotal':>8}  {'events/s':>9}  {'CPU: JVM':>8}  {'Python':>6}  "
+            rows.append((run, mode, recompute, directives, diff, core, args.events / core,
+                         analytics, summary["seconds"]["total"], ok, summary["partitions"], jvm,
+                         python))
+        print(f"{'run':>3}  {'output':>9}  {'read+recompute':>14}  {'directives':>10}  "
+              f"{'diff':>6}  {'subtotal':>8}  {'events/s':>9}  {'CPU: JVM':>8}  {'Python':>6}  "
               f"{'usage+recs':>10}  {'total':>6}  diff ok")
-        for run, rec, dirs, diff, core, rate, ana, total, ok, n, jvm, python in rows:
+        for run, mode, rec, dirs, diff, core, rate, ana, total, ok, n, jvm, python in rows:
             label = f"{run}{'*' if run == 0 and args.runs > 1 else ''}"
-            print(f"{label:>3}  {rec:13.1f}s  {dirs:9.1f}s  {diff:5.1f}s  {core:7.1f}s  "
-                  f"{rate:9,.0f}  {jvm:7.1f}s  {python:5.1f}s  {ana:9.1f}s  {total:5.1f}s  "
-                  f"{'yes' if ok else 'NO'}")
-        best = max(r[5] for r in rows[1:] or rows)
+            print(f"{label:>3}  {mode:>9}  {rec:13.1f}s  {dirs:9.1f}s  {diff:5.1f}s  "
+                  f"{core:7.1f}s  {rate:9,.0f}  {jvm:7.1f}s  {python:5.1f}s  {ana:9.1f}s  "
+                  f"{total:5.1f}s  {'yes' if ok else 'NO'}")
         print(f"\n{args.events:,} events ({records:,} records, {args.partitions} request "
-              f"partitions, {rows[0][9]} route partitions) on {args.master}: "
-              f"{best:,.0f} events/s for read + recompute + diff (target 200,000)")
+              f"partitions, {rows[0][10]} route partitions) on {args.master}, "
+              "read + recompute + diff (target 200,000 events/s):")
+        for mode in modes:
+            warm = [r for r in rows if r[1] == mode and (r[0] > 0 or args.runs == 1)]
+            print(f"  {mode:>9}: {max(r[6] for r in warm):,.0f} events/s")
         print("CPU: seconds of the Spark JVM and of its Python workers during read + recompute "
               "+ diff (the driver's own Python is not counted)")
         if args.runs > 1:
@@ -395,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.diagnose:
             diagnose(spark, opts)
         spark.stop()
-        return 0 if all(r[8] for r in rows) else 1
+        return 0 if all(r[9] for r in rows) else 1
     finally:
         if broker is not None:
             broker.stop()

@@ -4,9 +4,9 @@
       -> step 1 `mapInArrow(explode)`      one task per input stream, in order
       -> `repartition(N, rk)` + `sortWithinPartitions(t, s, pos, i)`
       -> step 2 `mapInArrow(run)`          one QuotaEngine per partition
-      -> <out>/decisions, <out>/deadletter (Parquet, one write)
+      -> <out>/deadletter, step 2's summaries (+ <out>/decisions with --decisions)
     step-2 copies of the decisions that published one -> <out>/directives
-    decisions -> <out>/usage, <out>/recommendations
+    summaries -> <out>/usage, <out>/recommendations
     directives + control topic -> `repartition(group)` + sort -> `mapInArrow(diff)` -> <out>/diff
     -> <out>/summary.json, <out>/report/report.html (+ PNGs)
 
@@ -47,7 +47,15 @@ from app.audit.recompute import (
     topic_configs,
     KEY_SEP,
 )
-from app.audit.results import RESULT_DDL
+from app.audit.results import (
+    DEADLETTER_COLUMNS,
+    DECISION_COLUMNS,
+    RESULT_DDL,
+    SKETCH_FIELDS,
+    USAGE_FIELDS,
+    ddl,
+)
+from app.audit.summaries import BASE_BUCKET_MS
 from app.engine.engine import EngineSettings
 from app.errors import reason
 from app.kafka_security import client_options, from_env
@@ -100,6 +108,9 @@ class AuditOptions:
     headroom: float = recommend.DEFAULT_HEADROOM
     top: int = 15
     report: bool = True
+    #: also write one row per decision to <out>/decisions (~2 per event: costs step 2 more
+    #: than the engine); usage and recommendations come from step 2's summaries either way
+    decisions: bool = False
 
     @property
     def kafka(self) -> bool:
@@ -456,19 +467,6 @@ def _conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(k, v)
 
 
-def _hadoop_move(spark: SparkSession, src: str, dst: str) -> bool:
-    jvm = spark.sparkContext._jvm  # noqa: SLF001
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
-    path = jvm.org.apache.hadoop.fs.Path(src)
-    fs = path.getFileSystem(conf)
-    if not fs.exists(path):
-        return False
-    target = jvm.org.apache.hadoop.fs.Path(dst)
-    if fs.exists(target):
-        fs.delete(target, True)
-    return bool(fs.rename(path, target))
-
-
 def _hadoop_exists(spark: SparkSession, src: str) -> bool:
     jvm = spark.sparkContext._jvm  # noqa: SLF001
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
@@ -483,14 +481,12 @@ def _hadoop_delete(spark: SparkSession, src: str) -> None:
     path.getFileSystem(conf).delete(path, True)
 
 
-def _empty_parquet(spark: SparkSession, ddl: str, path: str) -> None:
-    spark.createDataFrame([], ddl).write.mode("overwrite").parquet(path)
-
-
-def _move_or_empty(spark: SparkSession, src: str, dst: str) -> None:
-    """A kind's part of step 2's output to its dataset (an empty one when it had no rows)."""
-    if not _hadoop_move(spark, src, dst):
-        _empty_parquet(spark, _without_kind(RESULT_DDL), dst)
+def _kind(spark: SparkSession, work: str, kind: str, columns: tuple[str, ...]) -> DataFrame:
+    """Step 2's rows of one kind (`app.audit.results`) with these columns (empty if none)."""
+    path = f"{work}/kind={kind}"
+    if _hadoop_exists(spark, path):
+        return spark.read.parquet(path).select(*columns)
+    return spark.createDataFrame([], ddl(columns))
 
 
 def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
@@ -521,7 +517,8 @@ def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
     ctx = ExplodeContext(**{**_fields(base), "route_map": route_map,
                             "pinned": pinned_keys(spark, n)})
     run_ctx = RunContext(opts.settings, tuple(plan.configs), opts.time_from, opts.time_to,
-                         decisions_dir)
+                         decisions_dir, every_decision=opts.decisions,
+                         bucket_ms=opts.bucket_ms or BASE_BUCKET_MS)
     exploded = plan.records.mapInArrow(explode_function(ctx), EXPLODED_DDL)
     return (exploded.repartition(n, "rk").sortWithinPartitions("t", "s", "pos", "i")
             .mapInArrow(run_function(run_ctx), RESULT_DDL))
@@ -588,31 +585,34 @@ def auto_bucket_ms(first: int | None, last: int | None, window_ms: int, buckets:
     return 86_400_000
 
 
-def usage_frame(decisions: DataFrame, bucket_ms: int) -> DataFrame:
-    """Per (entity, quota, broker, time bucket): usage and throttle totals."""
+def usage_frame(cells: DataFrame, bucket_ms: int) -> DataFrame:
+    """Step 2's usage cells (`summaries.Cell`; several rows of one window and bucket add up)
+    -> per (entity, quota, broker, time bucket of `bucket_ms`): usage and throttle totals."""
     from pyspark.sql import functions as F
 
-    bucket = (F.floor(F.col("ts") / bucket_ms) * bucket_ms).cast("long")
-    return (decisions.withColumn("bucket", bucket)
+    bucket = (F.floor(F.col("bucket") / bucket_ms) * bucket_ms).cast("long")
+    return (cells.withColumn("bucket", bucket)
             .groupBy("entity", "quota", "broker", "bucket")
-            .agg(F.count("*").alias("decisions"), F.sum("amount").alias("amount"),
-                 F.max("observed").alias("max_observed"), F.avg("observed").alias("avg_observed"),
-                 F.max("limit").alias("limit"),
-                 F.sum(F.when(F.col("throttle_time_ms") > 0, 1).otherwise(0)).alias("throttled"),
-                 F.sum("throttle_time_ms").alias("throttle_ms"),
-                 F.count("directive").alias("directives"),
-                 F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts")))
+            .agg(F.sum("decisions").alias("decisions"), F.sum("amount").alias("amount"),
+                 F.max("max_observed").alias("max_observed"),
+                 (F.sum("sum_observed") / F.sum("decisions")).alias("avg_observed"),
+                 F.max("limit").alias("limit"), F.sum("throttled").alias("throttled"),
+                 F.sum("throttle_ms").alias("throttle_ms"),
+                 F.sum("directives").alias("directives"),
+                 F.min("first_ts").alias("first_ts"), F.max("last_ts").alias("last_ts")))
 
 
 @dataclass
 class Recomputed:
-    """Phase 1: the input's decisions, directives and dead letters recomputed, on disk."""
+    """Phase 1: the input's directives and dead letters (and decisions) recomputed, on disk,
+    and step 2's summaries in `work` (removed when the audit ends)."""
 
     plan: InputPlan
     partitions: int
     #: facts about routing (split requests and merged route keys)
     routing: dict[str, Any]
     seconds: float
+    work: str
 
 
 @dataclass
@@ -664,8 +664,11 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
     progress.watch(spark)
     try:
         recomputed = recompute_phase(spark, opts, progress)
-        compared = compare_phase(spark, opts, recomputed, progress)
-        sized = size_phase(spark, opts, entities, progress)
+        try:
+            compared = compare_phase(spark, opts, recomputed, progress)
+            sized = size_phase(spark, opts, recomputed, entities, progress)
+        finally:
+            _hadoop_delete(spark, recomputed.work)
         summary = summarize(opts, recomputed, compared, sized, tolerance)
         if opts.report:
             from app.audit.report import write_report
@@ -687,7 +690,8 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
 
 
 def recompute_phase(spark: SparkSession, opts: AuditOptions, progress: Progress) -> Recomputed:
-    """Plan the input, run steps 1 and 2, and write <out>/decisions, /deadletter, /directives."""
+    """Plan the input, run steps 1 and 2, and write <out>/deadletter, /directives (and
+    /decisions); step 2's summaries stay in the work directory for the other phases."""
     started = time.monotonic()
     out = _out(opts)
     n = opts.partitions or 2 * max(1, spark.sparkContext.defaultParallelism)
@@ -697,32 +701,34 @@ def recompute_phase(spark: SparkSession, opts: AuditOptions, progress: Progress)
                   f"{len(plan.configs)} configs) into {n} partitions")
     routing: dict[str, Any] = {}
     local = task_writable_dir(spark, out)
-    decisions_dir = None if local is None else local / "decisions"
+    decisions_dir = None if local is None or not opts.decisions else local / "decisions"
     if decisions_dir is not None:
         shutil.rmtree(decisions_dir, ignore_errors=True)
         decisions_dir.mkdir(parents=True)
+    elif not opts.decisions and _hadoop_exists(spark, f"{out}/decisions"):
+        _hadoop_delete(spark, f"{out}/decisions")  # an earlier run's: not this input's
     results = recompute(spark, plan, opts, n, progress, routing,
                         None if decisions_dir is None else str(decisions_dir))
     work = f"{out}/_recompute"
     with _conf(spark, UNSORTED_PARTITIONED_WRITE):
         (results.write.mode("overwrite").partitionBy("kind")
          .options(**PARQUET_WRITE_OPTIONS).parquet(work))
-    _move_or_empty(spark, f"{work}/kind=deadletter", f"{out}/deadletter")
-    if decisions_dir is None:
-        _move_or_empty(spark, f"{work}/kind=decision", f"{out}/decisions")
-    else:
+    _kind(spark, work, "deadletter", DEADLETTER_COLUMNS).write.mode("overwrite").parquet(
+        f"{out}/deadletter")
+    if decisions_dir is not None:
         for temp in decisions_dir.glob(".part-*"):  # left by failed task attempts
             temp.unlink()
         if not any(decisions_dir.glob("part-*.parquet")):
-            _empty_parquet(spark, _without_kind(RESULT_DDL), f"{out}/decisions")
+            _kind(spark, work, "decision", DECISION_COLUMNS).write.mode("overwrite").parquet(
+                f"{out}/decisions")
+    elif opts.decisions:
+        _kind(spark, work, "decision", DECISION_COLUMNS).write.mode("overwrite").parquet(
+            f"{out}/decisions")
     seconds = time.monotonic() - started
     progress.step("directives")
-    published = (spark.read.parquet(f"{work}/kind=directive")
-                 if _hadoop_exists(spark, f"{work}/kind=directive")
-                 else spark.createDataFrame([], _without_kind(RESULT_DDL)))
-    directives_frame(published).write.mode("overwrite").parquet(f"{out}/directives")
-    _hadoop_delete(spark, work)
-    return Recomputed(plan, n, routing, seconds)
+    directives_frame(_kind(spark, work, "directive", DECISION_COLUMNS)).write.mode(
+        "overwrite").parquet(f"{out}/directives")
+    return Recomputed(plan, n, routing, seconds, work)
 
 
 def compare_phase(spark: SparkSession, opts: AuditOptions, rec: Recomputed,
@@ -737,7 +743,8 @@ def compare_phase(spark: SparkSession, opts: AuditOptions, rec: Recomputed,
     progress.step("diff against the control directives")
     bounds = (opts.time_from, opts.time_to)
     if (opts.starting_offsets or opts.ending_offsets) and opts.time_from is None:
-        span = spark.read.parquet(f"{out}/decisions").agg(F.min("ts"), F.max("ts")).collect()[0]
+        span = (_kind(spark, rec.work, "usage", USAGE_FIELDS)
+                .agg(F.min("first_ts"), F.max("last_ts")).collect()[0])
         bounds = (span[0], None if span[1] is None else span[1] + 1)
     diff_frame(spark.read.parquet(f"{out}/directives"), rec.plan.control, rec.partitions, bounds,
                opts.topics.directives).write.mode("overwrite").parquet(f"{out}/diff")
@@ -754,17 +761,18 @@ def compare_phase(spark: SparkSession, opts: AuditOptions, rec: Recomputed,
     return Compared(counts, by_quota, samples, time.monotonic() - started)
 
 
-def size_phase(spark: SparkSession, opts: AuditOptions, entities: list[dict[str, str]],
-               progress: Progress) -> Sized:
-    """Usage per time bucket into <out>/usage, recommended quotas into <out>/recommendations."""
+def size_phase(spark: SparkSession, opts: AuditOptions, rec: Recomputed,
+               entities: list[dict[str, str]], progress: Progress) -> Sized:
+    """Usage per time bucket into <out>/usage, recommended quotas into <out>/recommendations,
+    both from step 2's summaries."""
     from pyspark.sql import functions as F
 
     out = _out(opts)
     progress.step("usage and recommendations")
-    decisions = spark.read.parquet(f"{out}/decisions")
-    span = decisions.agg(F.min("ts"), F.max("ts")).collect()[0]
+    cells = _kind(spark, rec.work, "usage", USAGE_FIELDS)
+    span = cells.agg(F.min("first_ts"), F.max("last_ts")).collect()[0]
     bucket_ms = opts.bucket_ms or auto_bucket_ms(span[0], span[1], opts.settings.window_ms)
-    usage_frame(decisions, bucket_ms).write.mode("overwrite").parquet(f"{out}/usage")
+    usage_frame(cells, bucket_ms).write.mode("overwrite").parquet(f"{out}/usage")
     usage = spark.read.parquet(f"{out}/usage")
     stats = usage.agg(
         F.sum("decisions").alias("decisions"), F.sum("throttled").alias("throttled"),
@@ -772,9 +780,8 @@ def size_phase(spark: SparkSession, opts: AuditOptions, entities: list[dict[str,
         F.max("last_ts").alias("last_ts"),
     ).collect()[0]
     deadletters = spark.read.parquet(f"{out}/deadletter").count()
-    s = opts.settings
     recs = recommend.finish(
-        recommend.aggregate(decisions, s.controller_window_num * s.controller_window_ms),
+        recommend.aggregate(_kind(spark, rec.work, "sketch", SKETCH_FIELDS), rec.partitions),
         opts.headroom)
     _write_small(recs, f"{out}/recommendations", spark)
     top = [r.asDict() for r in usage.groupBy("entity", "quota").agg(
@@ -830,7 +837,8 @@ def summarize(opts: AuditOptions, rec: Recomputed, cmp: Compared, sized: Sized,
         "tolerance": opts.tolerance,
         "seconds": {"recompute": round(rec.seconds, 3), "diff": round(cmp.seconds, 3)},
         "outputs": {name: f"{out}/{name}" for name in
-                    ("decisions", "deadletter", "directives", "usage", "recommendations")},
+                    ("deadletter", "directives", "usage", "recommendations")
+                    + (("decisions",) if opts.decisions else ())},
         "recommendations_top": sized.recommendations[:10],
     }
     if cmp.counts is not None:
@@ -851,10 +859,6 @@ def _series_row(r: Any, label_entity: bool) -> dict[str, Any]:
 
 def _out(opts: AuditOptions) -> str:
     return opts.out.rstrip("/")
-
-
-def _without_kind(ddl: str) -> str:
-    return ", ".join(p for p in ddl.split(", ") if not p.startswith("kind "))
 
 
 def _local_dir(out: str) -> Path:

@@ -1,11 +1,12 @@
 """Quota recommendations from recomputed usage: percentiles and a suggested value.
 
-Per entity and quota type, the usage distribution is the **observed rate at each decision**,
-i.e. over the window the quota itself measures (N samples of W ms, as Kafka's `Rate`):
-bytes/s for producer/consumer byte rates, percent of one I/O thread for `request_percentage`,
-connections/s for connection rates. For `controller_mutation_rate` the decision's `observed`
-is the token balance, not a rate, so its usage is the partitions mutated over the last
-controller window span (N x W) divided by that span, at each decision.
+Per entity and quota type, the usage distribution is the **usage rate at each decision**
+(`app.audit.summaries`: over the window the quota itself measures, N samples of W ms, as
+Kafka's `Rate`): bytes/s for producer/consumer byte rates, percent of one I/O thread for
+`request_percentage`, connections/s for connection rates, and for `controller_mutation_rate`
+the partitions mutated over the last controller window span (N x W) divided by that span.
+Step 2 keeps it as mergeable sketches per window; this module merges an entity's windows (its
+brokers) and reads the percentiles, within 0.5% of the exact ones (`SKETCH_ALPHA`).
 
 Suggested quota (the rule, also in docs/audit.md):
 
@@ -14,21 +15,24 @@ Suggested quota (the rule, also in docs/audit.md):
 made integral (at least 1) for the integer-valued quota types (byte rates, connection rates),
 and at least 0.01 for `request_percentage` and `controller_mutation_rate`. No usage (p99 = 0)
 gives no suggestion. p99 rather than max: one burst should not set the quota, and Kafka
-throttles a burst only briefly. Percentiles are exact, with linear interpolation between
-ranks (numpy's default, Spark's `percentile`).
+throttles a burst only briefly. Percentiles interpolate linearly between ranks (numpy's
+default, Spark's `percentile`).
 """
 
 from __future__ import annotations
 
+import marshal
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.audit.common import nice_ceil
+from app.audit.summaries import Sketch
 from app.engine import configs as cfg
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 DEFAULT_HEADROOM = 1.2
@@ -84,75 +88,51 @@ def finish(rows: list[dict[str, Any]], headroom: float) -> list[dict[str, Any]]:
     return out
 
 
-def usage_rates(decisions: DataFrame, controller_span_ms: int) -> DataFrame:
-    """(entity, quota, broker, ts, rate, limit, config_level, throttled) per decision.
-
-    `rate` is `observed` except for controller mutations (see the module docstring).
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    base = decisions.select("entity", "quota", "broker", "ts", "observed", "amount", "limit",
-                            "config_level", "throttle_time_ms")
-    others = base.where(F.col("quota") != cfg.MUTATION).withColumn("rate", F.col("observed"))
-    window = (Window.partitionBy("entity", "broker").orderBy("ts")
-              .rangeBetween(-(controller_span_ms - 1), 0))
-    mutations = (base.where(F.col("quota") == cfg.MUTATION)
-                 .withColumn("rate", F.sum("amount").over(window) / (controller_span_ms / 1000.0)))
-    return others.unionByName(mutations)
+#: the recommendations' aggregate per (entity, quota), before `finish`: (name, Spark type)
+AGGREGATE_COLUMNS = (("entity", "string"), ("quota", "string"), ("decisions", "long"),
+                     ("p50", "double"), ("p95", "double"), ("p99", "double"), ("max", "double"),
+                     ("limit", "double"), ("config_level", "string"), ("throttled", "long"))
+AGGREGATE_DDL = ", ".join(f"`{name}` {kind}" for name, kind in AGGREGATE_COLUMNS)
 
 
-def aggregate(decisions: DataFrame, controller_span_ms: int) -> list[dict[str, Any]]:
-    """Per (entity, quota): decisions, p50/p95/p99/max of the usage rate, current limit."""
-    from pyspark.sql import functions as F
+def merge_sketches(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Sketch rows (`app.audit.results.SKETCH_FIELDS`) -> per (entity, quota): decisions,
+    p50/p95/p99/max of the usage rate, the limit and level at the latest decision, and the
+    throttled decisions. Rows of one window from several flushes merge like its brokers'."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["entity"], r["quota"])
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"sketch": Sketch(), "decisions": 0, "throttled": 0,
+                               "max": -math.inf, "ts": None, "limit": None,
+                               "config_level": None}
+        g["sketch"].merge(Sketch.from_state(marshal.loads(r["sketch"])))
+        g["decisions"] += r["decisions"]
+        g["throttled"] += r["throttled"]
+        g["max"] = max(g["max"], r["max_observed"])
+        if g["ts"] is None or r["ts"] > g["ts"]:
+            g["ts"], g["limit"], g["config_level"] = r["ts"], r["limit"], r["config_level"]
+    out = []
+    for (entity, quota), g in sorted(groups.items()):
+        p50, p95, p99 = g["sketch"].percentiles(list(PERCENTILES))
+        out.append({"entity": entity, "quota": quota, "decisions": g["decisions"], "p50": p50,
+                    "p95": p95, "p99": p99, "max": g["max"], "limit": g["limit"],
+                    "config_level": g["config_level"], "throttled": g["throttled"]})
+    return out
 
-    rates = usage_rates(decisions, controller_span_ms)
-    agg = rates.groupBy("entity", "quota").agg(
-        F.count("*").alias("decisions"),
-        F.percentile("rate", F.array(*[F.lit(q) for q in PERCENTILES])).alias("pcts"),
-        F.max("rate").alias("max"),
-        F.max_by("limit", "ts").alias("limit"),
-        F.max_by("config_level", "ts").alias("config_level"),
-        F.sum(F.when(F.col("throttle_time_ms") > 0, 1).otherwise(0)).alias("throttled"),
-    )
-    rows = []
-    for r in agg.collect():
-        p50, p95, p99 = r["pcts"]
-        rows.append({"entity": r["entity"], "quota": r["quota"], "decisions": r["decisions"],
-                     "p50": p50, "p95": p95, "p99": p99, "max": r["max"], "limit": r["limit"],
-                     "config_level": r["config_level"], "throttled": r["throttled"]})
-    return rows
 
+def aggregate(sketches: DataFrame, partitions: int) -> list[dict[str, Any]]:
+    """`merge_sketches` over Spark: each (entity, quota) merged in one task."""
 
-def aggregate_local(decisions: Sequence[dict[str, Any]], controller_span_ms: int
-                    ) -> list[dict[str, Any]]:
-    """The same aggregation in plain Python (tests, small inputs)."""
-    import bisect
+    def merge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
 
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for d in decisions:
-        groups.setdefault((d["entity"], d["quota"]), []).append(d)
-    rows = []
-    for (entity, quota), items in sorted(groups.items()):
-        if quota == cfg.MUTATION:
-            rates = []
-            per_broker: dict[Any, list[dict[str, Any]]] = {}
-            for d in items:
-                per_broker.setdefault(d["broker"], []).append(d)
-            for ds in per_broker.values():
-                ds = sorted(ds, key=lambda d: d["ts"])
-                times = [d["ts"] for d in ds]
-                for d in ds:
-                    lo = bisect.bisect_left(times, d["ts"] - (controller_span_ms - 1))
-                    hi = bisect.bisect_right(times, d["ts"])
-                    total = sum(x["amount"] for x in ds[lo:hi])
-                    rates.append(total / (controller_span_ms / 1000.0))
-        else:
-            rates = [d["observed"] for d in items]
-        p50, p95, p99 = percentiles(rates)
-        last = max(items, key=lambda d: d["ts"])
-        rows.append({"entity": entity, "quota": quota, "decisions": len(items), "p50": p50,
-                     "p95": p95, "p99": p99, "max": max(rates), "limit": last["limit"],
-                     "config_level": last["config_level"],
-                     "throttled": sum(1 for d in items if d["throttle_time_ms"] > 0)})
-    return rows
+        types = {"string": pa.string(), "long": pa.int64(), "double": pa.float64()}
+        merged = merge_sketches(r for batch in batches for r in batch.to_pylist())
+        if merged:
+            yield pa.RecordBatch.from_pylist(merged, schema=pa.schema(
+                [(name, types[kind]) for name, kind in AGGREGATE_COLUMNS]))
+
+    frame = sketches.repartition(partitions, "entity", "quota").mapInArrow(merge, AGGREGATE_DDL)
+    return [r.asDict() for r in frame.collect()]

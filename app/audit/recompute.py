@@ -82,7 +82,9 @@ from app.audit.event_codec import (
     event_args,
     request_payload,
 )
-from app.audit.results import ResultRows, event_amounts, request_amounts, result_schema
+from app.audit.common import entity_string
+from app.audit.results import DECISION_COLUMNS, ResultRows, result_schema
+from app.audit.summaries import BASE_BUCKET_MS, Summaries, event_amounts
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -537,6 +539,18 @@ class RunContext:
     #: A directory every task can write to (local Spark, local output): step 2 writes its
     #: decisions there itself (`DecisionFiles`) and returns only the other rows.
     decisions_dir: str | None = None
+    #: a row per decision (else only those that published a directive)
+    every_decision: bool = True
+    #: the summaries' time bucket; None: no summaries
+    bucket_ms: int | None = BASE_BUCKET_MS
+
+    def outputs(self) -> ResultRows:
+        """Empty output buffers for one route partition."""
+        s = self.settings
+        summaries = None if self.bucket_ms is None else Summaries(
+            self.bucket_ms, s.controller_window_num * s.controller_window_ms, entity_string,
+            self.report_from, self.report_to)
+        return ResultRows(self.report_from, self.report_to, self.every_decision, summaries)
 
 
 class Runner:
@@ -563,23 +577,18 @@ class Runner:
         decisions, directives = self.engine.process(event, arrival)
         self.events += 1
         if decisions:
-            out.add(key[1], key[2], key[3], event_amounts(event), decisions, directives,
-                    self.ctx.report_from, self.ctx.report_to)
+            out.add(key[1], key[2], key[3], event_amounts(event), decisions, directives)
 
     def process_requests(self, keys: list[Key], batch: RequestColumns, out: ResultRows) -> None:
         """Run the engine on request rows in key order (the batch entry), buffer decisions."""
         self._order(keys[0])
         self._last = keys[-1]
         decisions: list[list[Decision]] = []
-        published: list[list[dict[str, Any]]] = [[] for _ in keys]
+        published: dict[int, list[dict[str, Any]]] = {}
         for directive, i in self.engine.process_requests(batch, decisions):
-            published[i].append(directive)
+            published.setdefault(i, []).append(directive)
         self.events += len(keys)
-        lo, hi = self.ctx.report_from, self.ctx.report_to
-        for i, key in enumerate(keys):
-            if decisions[i]:
-                out.add(key[1], key[2], key[3], request_amounts(batch, i), decisions[i],
-                        published[i], lo, hi)
+        out.requests(keys, batch, decisions, published)
 
     def _order(self, key: Key) -> None:
         if key < self._last:
@@ -671,7 +680,7 @@ class DecisionFiles:
     def write(self, batch: pa.RecordBatch) -> None:
         import pyarrow.parquet as pq
 
-        batch = batch.drop_columns(["kind"])
+        batch = batch.select(list(DECISION_COLUMNS))
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.temp, batch.schema, compression="snappy",
                                            use_dictionary=list(self.DICTIONARY))
@@ -700,14 +709,13 @@ def run_function(ctx: RunContext, batch_rows: int = 20_000
             files = DecisionFiles(ctx.decisions_dir, task.partitionId(), task.attemptNumber())
         with gc_paused():
             runner = Runner(ctx)
-            out = ResultRows()
+            out = ctx.outputs()
             for batch in batches:
                 runner.run_batch(batch, out)
                 if len(out) >= batch_rows:
                     yield from _returned(out.to_batches(), files)
             runner.finish(out)
-            if len(out):
-                yield from _returned(out.to_batches(), files)
+            yield from _returned(out.to_batches(final=True), files)
         if files is not None:
             files.commit()
 
@@ -735,8 +743,12 @@ class LocalResult:
     events: int
     bad: int
 
+    def rows(self, kind: str) -> list[dict[str, Any]]:
+        """The rows of one `kind` (`app.audit.results.RESULT_COLUMNS`)."""
+        return [r for r in self.table.to_pylist() if r["kind"] == kind]
+
     def decisions(self) -> list[dict[str, Any]]:
-        return [r for r in self.table.to_pylist() if r["kind"] == "decision"]
+        return self.rows("decision")
 
     def directives(self) -> list[bytes]:
         """Directive JSON in input order ((s, pos, i, di)), as replay writes them."""
@@ -777,15 +789,16 @@ def recompute_local(
     table = pa.Table.from_batches(batches, schema=exploded_schema())
     table = table.sort_by([("t", "ascending"), ("s", "ascending"), ("pos", "ascending"),
                            ("i", "ascending")])
-    runner = Runner(RunContext(ctx.settings, ctx.configs, report_from, report_to))
-    res = ResultRows()
+    run_ctx = RunContext(ctx.settings, ctx.configs, report_from, report_to)
+    runner = Runner(run_ctx)
+    res = run_ctx.outputs()
     results = []
     with gc_paused():
         for batch in table.to_batches(max_chunksize=20_000):
             runner.run_batch(batch, res)
             results.extend(res.to_batches())
         runner.finish(res)
-        results.extend(res.to_batches())
+        results.extend(res.to_batches(final=True))
     result = pa.Table.from_batches(results, schema=result_schema())
     return LocalResult(result, sum(e.events for e in exploders.values()),
                        sum(e.bad for e in exploders.values()))

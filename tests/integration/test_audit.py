@@ -28,9 +28,12 @@ except ImportError:  # pragma: no cover
 from app.audit import job, synth
 from app.audit.common import entity_string
 from app.audit.job import AuditOptions, Topics, run_audit
+from app.audit.recompute import MODE_FILE, ExplodeContext, archive_configs, recompute_local
+from app.audit.results import DECISION_COLUMNS
 from app.broker import create_topics
 from app.engine.engine import EngineSettings
 from app.replay import replay
+from tests.unit.test_audit_summaries import reference_usage
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -116,7 +119,7 @@ def kafka_case(kafka_bootstrap: str) -> dict[str, Any]:
 def test_kafka_audit_equals_replay_and_finds_the_injected_faults(spark, kafka_case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     opts = AuditOptions(out=str(tmp_path / "out"), inputs=["kafka"], settings=SETTINGS,
                         topics=kafka_case["topics"], bootstrap=kafka_case["bootstrap"],
-                        partitions=3, entities=["user=alice,client_id=app-1"])
+                        partitions=3, entities=["user=alice,client_id=app-1"], decisions=True)
     summary = run_audit(spark, opts)
 
     got = [r["directive"].encode() for r in
@@ -146,13 +149,14 @@ def test_kafka_audit_equals_replay_and_finds_the_injected_faults(spark, kafka_ca
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["diff"]["missing"] == 1
 
 
-@pytest.mark.parametrize("writer", ["tasks", "spark"])
+@pytest.mark.parametrize("writer", ["tasks", "spark", "summaries"])
 def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path, writer: str,  # type: ignore[no-untyped-def]
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """JSON lines with a mid-stream config change and split-inducing configs: exact order.
 
-    Both ways of writing the decisions: by step 2's tasks (local Spark) and by Spark's writer
-    (what a cluster or a remote output uses)."""
+    With --decisions, both ways of writing them: by step 2's tasks (local Spark) and by
+    Spark's writer (what a cluster or a remote output uses). By default ("summaries") no
+    decision rows, and the same usage and recommendations from step 2's summaries."""
     if writer == "spark":
         monkeypatch.setattr(job, "task_writable_dir", lambda spark, out: None)
     records = synth.scenario(seed=9, seconds=6, brokers=2)
@@ -167,16 +171,37 @@ def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path, writer
     directives, decisions, bad = replayed(values)
 
     opts = AuditOptions(out=str(tmp_path / "out"), inputs=[str(path)], settings=SETTINGS,
-                        partitions=3, report=False)
+                        partitions=3, report=False, decisions=writer != "summaries",
+                        bucket_ms=2000)
     summary = run_audit(spark, opts)
     got = [r["directive"].encode() for r in spark.read.parquet(f"{opts.out}/directives")
            .orderBy("s", "pos", "i", "di").select("directive").collect()]
     assert got == directives  # the exact bytes replay writes, in replay's order
-    rows = (spark.read.parquet(f"{opts.out}/decisions").orderBy("s", "pos", "i", "di").collect())
-    assert [decision_tuple(r.asDict(), r["entity"]) for r in rows] == decisions
     assert summary["counts"]["deadletters"] == bad == 1
+    assert summary["counts"]["decisions"] == len(decisions)
+    assert summary["counts"]["directives_recomputed"] == len(directives)
     assert "diff" not in summary and summary["passed"] is True
     assert summary["routing"]["split_key_sets"] > 0  # the merged-route path really ran
+    local = recompute_local([(path.name, i, v, None) for i, v in enumerate(values)],
+                            ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(values)),
+                                           {path.name: 0}))
+    want = reference_usage(local.decisions(), 2000)
+    usage = {(r["entity"], r["quota"], r["broker"], r["bucket"]): r.asDict()
+             for r in spark.read.parquet(f"{opts.out}/usage").collect()}
+    assert usage.keys() == want.keys()
+    for key, cell in want.items():
+        cell["avg_observed"] = cell.pop("sum_observed") / cell["decisions"]
+        assert {k: usage[key][k] for k in cell} == pytest.approx(cell), key
+    recs = {(r["entity"], r["quota"]) for r in spark.read.parquet(f"{opts.out}/recommendations")
+            .collect()}
+    assert recs == {(d["entity"], d["quota"]) for d in local.decisions()}
+    if writer == "summaries":
+        assert not (tmp_path / "out" / "decisions").exists()
+        assert "decisions" not in summary["outputs"]
+        return
+    rows = (spark.read.parquet(f"{opts.out}/decisions").orderBy("s", "pos", "i", "di").collect())
+    assert [decision_tuple(r.asDict(), r["entity"]) for r in rows] == decisions
+    assert list(rows[0].asDict()) == list(DECISION_COLUMNS)
     written = sorted(p.name for p in (tmp_path / "out" / "decisions").iterdir())
     by_tasks = [n for n in written if re.fullmatch(r"part-0000[0-2]\.parquet", n)]
     if writer == "tasks":  # one file per route partition with decisions, no temporaries left

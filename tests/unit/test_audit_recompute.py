@@ -37,7 +37,7 @@ from app.audit.recompute import (
     splits_possible,
     topic_configs,
 )
-from app.audit.results import ResultRows
+from app.audit.results import DECISION_COLUMNS, ResultRows
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.engine.kafka_math import UNLIMITED
@@ -409,4 +409,4 @@ def test_decision_files_leave_one_file_per_partition_whichever_attempt_commits(t
     assert len(names) == 2 and names[0].startswith(".part-00007.2.")
     written = pq.read_table(tmp_path / "part-00007.parquet")
     assert "kind" not in written.column_names
-    assert written.to_pylist() == decisions.drop_columns(["kind"]).to_pylist()
+    assert written.to_pylist() == decisions.select(list(DECISION_COLUMNS)).to_pylist()
