@@ -184,13 +184,15 @@ class Cell:
 class WindowSummary:
     """One window's cells since the last flush, its rate sketch and its latest limit."""
 
-    __slots__ = ("entity", "quota", "broker", "mutation", "cells", "bucket", "cell", "sketch",
-                 "last_ts", "limit", "level", "throttled", "times", "amounts")
+    __slots__ = ("entity", "quota", "broker", "amount_of", "mutation", "cells", "bucket", "cell",
+                 "sketch", "last_ts", "limit", "level", "throttled", "times", "amounts")
 
     def __init__(self, entity: str, quota: str, broker: int | None) -> None:
         self.entity = entity
         self.quota = quota
         self.broker = broker
+        #: which of a sample's amounts its decisions record
+        self.amount_of: int = AMOUNT_OF.get(quota, ONE)
         self.mutation = quota == cfg.MUTATION
         self.cells: dict[int, Cell] = {}
         self.bucket = -(2**62)
@@ -257,13 +259,20 @@ class Summaries:
         """The decisions of a batch's request rows (`published`: for the rows that published
         directives, the indexes of those decisions)."""
         none: list[int] = []
+        sizes, thread = batch.bytes, batch.thread_ns
         for i in range(len(decisions)):
             made = decisions[i]
             if made:
-                self.add(request_amounts(batch, i), made, published.get(i, none))
+                self._add(float(sizes[i]), thread[i] * NANOS_TO_PERCENT, 0.0, made,
+                          published.get(i, none) if published else none)
 
     def add(self, amounts: Amounts, decisions: list[Decision], published: list[int]) -> None:
-        """One sample's decisions (those with `ts` in the reported range)."""
+        """One sample's decisions (those with `ts` in the reported range), with its amounts
+        and the indexes of the decisions that published a directive."""
+        self._add(amounts[0], amounts[1], amounts[2], decisions, published)
+
+    def _add(self, nbytes: float, percent: float, partitions: float, decisions: list[Decision],
+             published: list[int]) -> None:
         bucket_ms = self.bucket_ms
         windows = self.windows
         for di in range(len(decisions)):
@@ -283,7 +292,8 @@ class Summaries:
                     self.cells += 1
                 w.bucket = bucket
                 w.cell = cell
-            amount = amounts[AMOUNT_OF.get(d.quota, ONE)]
+            at = w.amount_of
+            amount = nbytes if at == 0 else percent if at == 1 else partitions if at == 2 else 1.0
             observed = d.observed
             cell.decisions += 1
             cell.amount += amount
