@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # The engine and the pipeline's per-sample modules are compiled in place by the install
 # (setup.py, app/engine_build.py), so editing one reinstalls: a stale extension would shadow
 # the new source (the tests refuse to run on one).
-$(VENV)/.installed: pyproject.toml setup.py app/engine_build.py $(wildcard app/engine/*.py app/intake/*.py app/pipeline/*.py) app/audit/summaries.py
+$(VENV)/.installed: pyproject.toml setup.py app/engine_build.py $(wildcard app/engine/*.py app/intake/*.py app/pipeline/*.py) app/audit/summaries.py app/audit/request_items.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,audit,clients]'

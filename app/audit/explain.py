@@ -24,7 +24,8 @@ from typing import Any
 import orjson
 
 from app.audit.common import entity_candidates, entity_string, format_ms
-from app.audit.event_codec import EVENT_KINDS, ROW_REQUEST, append_request, make_event
+from app.audit.event_codec import EVENT_KINDS, make_event
+from app.audit.request_items import ROW_REQUEST, append_request
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,

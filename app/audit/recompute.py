@@ -77,9 +77,12 @@ from app.audit.event_codec import (
     MARSHAL_VERSION,
     ROW_CONNECTION,
     ROW_MUTATION,
-    ROW_REQUEST,
-    append_request,
     event_args,
+)
+from app.audit.request_items import (
+    ROW_REQUEST,
+    RequestPlacer,
+    gather_requests,
     request_payload,
 )
 from app.audit.common import entity_string
@@ -333,6 +336,7 @@ class StreamExploder:
         self.engine = engine_with_configs(ctx.settings, ctx.configs)
         self.clock = StreamClock(ctx.max_skew_ms)
         self._routes = ConfigScoped(self.engine.timeline)
+        self._placer = RequestPlacer(self.engine.timeline)
         self.last: tuple[int, int] = (-1, -1)
         self.stopped = False
         self.events = 0
@@ -358,6 +362,14 @@ class StreamExploder:
                 engine, -1 if engine.cluster else broker, False, user, client_id, api, ts,
                 arrival)))
         return found
+
+    def _partition_of(self, out: ExplodedRows) -> Callable[[RequestColumns, int, int], int]:
+        """The step-2 partition of request row `i` (for `RequestPlacer`)."""
+        def resolve(batch: RequestColumns, i: int, arrival: int) -> int:
+            found = self.route_request(batch, i, arrival)[0]
+            rk = found[0] if isinstance(found, tuple) else found
+            return out.partition(self.route_map.get(rk, rk))
+        return resolve
 
     def route_event(self, event: ConnectionEvent | MutationEvent, arrival: int) -> Route:
         """The route of a connection or a mutation."""
@@ -409,6 +421,16 @@ class StreamExploder:
         kafka = self.kafka
         ctx = self.ctx
         arrival = decoded.arrival
+        if not (decoded.others or decoded.dead or ctx.discover or ctx.keep is not None
+                or ctx.stop_after is not None or ctx.event_from is not None
+                or ctx.event_to is not None):  # requests only, all kept: the compiled path
+            n = len(decoded.requests)
+            if n:
+                self._placer.place(decoded.requests, decoded.request_at, time, kafka, s, pos,
+                                   arrival, out.chunks, self._partition_of(out))
+                self.events += n
+                out.size += n
+            return
         slots: list[Any] = [None] * decoded.size
         for k, index in enumerate(decoded.request_at):
             slots[index] = k
@@ -567,6 +589,7 @@ class Runner:
         self.ctx = ctx
         self.engine = engine_with_configs(ctx.settings, ctx.configs)
         self._last: Key = (-(2**63), -(2**31), -1, -1)
+        self._last_request: Key = self._last
         self._pending: list[tuple[list[Item], int]] = []
         self.events = 0
 
@@ -580,9 +603,11 @@ class Runner:
             out.add(key[1], key[2], key[3], event_amounts(event), decisions, directives)
 
     def process_requests(self, keys: list[Key], batch: RequestColumns, out: ResultRows) -> None:
-        """Run the engine on request rows in key order (the batch entry), buffer decisions."""
-        self._order(keys[0])
-        self._last = keys[-1]
+        """Run the engine on request rows in key order (the batch entry), buffer decisions.
+        Their order is checked apart from the other samples': they never share a window."""
+        if keys[0] < self._last_request:
+            raise RuntimeError(f"step 2 input not sorted: {keys[0]} after {self._last_request}")
+        self._last_request = keys[-1]
         decisions: list[list[Decision]] = []
         published: dict[int, list[dict[str, Any]]] = {}
         for directive, i in self.engine.process_requests(batch, decisions):
@@ -622,25 +647,16 @@ class Runner:
         self._pending = keep
         if runs > 1:
             ready.sort()  # merges the sorted runs; keys are unique, so only keys compare
+        # requests, then the other samples: each in key order (they never share a window)
+        batches, others = gather_requests(ready, REQUEST_BATCH)
+        for keys, batch in batches:
+            self.process_requests(keys, batch, out)
         classes = EVENT_CLASSES
-        keys: list[Key] = []
-        batch = RequestColumns()
-        for t, s, pos, i, kind, payload, arrival in ready:
-            if kind == ROW_REQUEST:
-                keys.append((t, s, pos, i))
-                append_request(batch, payload, arrival)
-                if len(keys) == REQUEST_BATCH:
-                    self.process_requests(keys, batch, out)
-                    keys, batch = [], RequestColumns()
-            elif kind in classes:
-                if keys:  # the requests before it first, in key order
-                    self.process_requests(keys, batch, out)
-                    keys, batch = [], RequestColumns()
+        for t, s, pos, i, kind, payload, arrival in others:
+            if kind in classes:
                 self.process((t, s, pos, i), classes[kind](*payload), arrival, out)
             else:
                 out.deadletter(s, pos, i, payload[0], payload[1])
-        if keys:
-            self.process_requests(keys, batch, out)
 
 
 @contextlib.contextmanager

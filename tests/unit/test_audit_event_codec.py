@@ -8,15 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.audit.event_codec import (
-    EVENT_KINDS,
-    MARSHAL_VERSION,
-    ROW_REQUEST,
-    append_request,
-    event_args,
-    make_event,
-    request_payload,
-)
+from app.audit.event_codec import EVENT_KINDS, MARSHAL_VERSION, event_args, make_event
+from app.audit.request_items import ROW_REQUEST, append_request, request_payload
 from app.engine.batch import COLUMNS, RequestColumns
 from app.intake.clock import StreamClock
 from app.intake.records import decode_json
