@@ -30,8 +30,9 @@ from tables.recovery import confirmed_end_offsets
 
 log = logging.getLogger(__name__)
 
-#: How long a fetch of the config topic may wait for new records: how often, when nothing is
-#: written, the watermark advances (and so about the least an event is held).
+#: How long a fetch of the config topic may wait for new records by default: how often, when
+#: nothing is written, the watermark advances (the workers' is QS_CONFIG_POLL_MS, as it adds
+#: to how long an event is held).
 POLL_MS = 10
 
 
@@ -40,8 +41,9 @@ class ConfigFollower:
 
     def __init__(self, bootstrap: str, topic: str, timeline: ConfigTimeline,
                  on_bad: Callable[[str, bytes], None] | None = None,
-                 signing: Signing | None = None) -> None:
+                 signing: Signing | None = None, poll_ms: int = POLL_MS) -> None:
         self.bootstrap = bootstrap
+        self.poll_ms = poll_ms
         self.topic = topic
         self.timeline = timeline
         #: records no key of QS_SIGNING_KEYS sealed are bad (`app.signing`)
@@ -63,7 +65,7 @@ class ConfigFollower:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
                                     group_id=None, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=POLL_MS, **client_options())
+                                    fetch_max_wait_ms=self.poll_ms, **client_options())
         await consumer.start()
         self._consumer = consumer
         await consumer.topics()  # loads metadata, so partitions_for_topic answers
@@ -80,7 +82,7 @@ class ConfigFollower:
         if not pending:
             self.ready.set()
         while True:
-            batches = await consumer.getmany(timeout_ms=POLL_MS)
+            batches = await consumer.getmany(timeout_ms=self.poll_ms)
             for records in batches.values():
                 for record in records:
                     self.apply(record.value or b"", record.timestamp)
@@ -110,7 +112,7 @@ class ConfigFollower:
                 return
             oldest = polled if oldest is None else min(oldest, polled)
         if oldest is not None:
-            self._advance(oldest - POLL_MS)
+            self._advance(oldest - self.poll_ms)
 
     def _advance(self, confirmed: int) -> None:
         if confirmed > self.confirmed_ms:

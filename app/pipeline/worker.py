@@ -123,7 +123,8 @@ class Worker:
                                          value_type=bytes))
         self.signing = Signing.parse(str(settings.signing_keys))
         self.follower = ConfigFollower(bootstrap, str(settings.topic_configs),
-                                       self.engine.timeline, signing=self.signing)
+                                       self.engine.timeline, signing=self.signing,
+                                       poll_ms=int(settings.config_poll_ms))  # type: ignore[call-overload]
         self.hold_max_s = int(settings.config_hold_max_ms) / 1000.0  # type: ignore[call-overload]
         self.top_entities = metrics.TopEntities(int(settings.metrics_top_n))  # type: ignore[call-overload]
         self.caches: dict[int, PartitionCache] = {}

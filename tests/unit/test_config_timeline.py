@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 import orjson
 from hypothesis import given, settings
@@ -180,3 +181,33 @@ def test_wait_confirmed_returns_once_the_watermark_passes_or_the_wait_ends() -> 
         return already, passed, expired
 
     assert asyncio.run(scenario()) == (True, True, False)
+
+
+class _Polled:
+    """What `ConfigFollower._confirm` reads of a consumer: per partition, the high watermark,
+    when its last fetch was processed, and the position."""
+
+    def __init__(self, parts: dict[int, tuple[int, int | None, int]]) -> None:
+        self.parts = parts
+
+    def highwater(self, tp: Any) -> int:
+        return self.parts[tp][0]
+
+    def last_poll_timestamp(self, tp: Any) -> int | None:
+        return self.parts[tp][1]
+
+    async def position(self, tp: Any) -> int:
+        return self.parts[tp][2]
+
+
+def test_the_watermark_is_the_oldest_fetch_less_its_wait_once_every_partition_is_read() -> None:
+    async def confirmed(parts: dict[int, tuple[int, int | None, int]], poll_ms: int) -> int:
+        follower = ConfigFollower("", "cfg", ConfigTimeline(), poll_ms=poll_ms)
+        await follower._confirm(_Polled(parts), list(parts))  # type: ignore[arg-type]
+        return follower.confirmed_ms
+
+    read = {0: (5, 10_000, 5), 1: (3, 10_040, 3)}
+    assert asyncio.run(confirmed(read, 5)) == 10_000 - 5
+    assert asyncio.run(confirmed(read, 2)) == 10_000 - 2
+    behind = {0: (5, 10_000, 4), 1: (3, 10_040, 3)}  # records left to read: no advance
+    assert asyncio.run(confirmed(behind, 5)) == 0
