@@ -69,7 +69,6 @@ class RequestPlacer:
     """
 
     def __init__(self, timeline: ConfigTimeline) -> None:
-        self.timeline = timeline
         self.cache = ConfigScoped(timeline)
 
     def place(self, batch: RequestColumns, at: list[int], time: int, kafka: bool, s: int,
@@ -80,7 +79,6 @@ class RequestPlacer:
         `resolve(batch, row, arrival)` -> the partition of a row whose principal is not
         cached. Kafka input keys items by stream time, an archive by 0 (`app.audit.recompute`).
         """
-        timeline = self.timeline
         cache = self.cache
         generation = cache.generation
         ts_col, broker_col, user_col, client_col, api_col = (
@@ -93,8 +91,7 @@ class RequestPlacer:
         for j in range(len(ts_col)):
             ts = ts_col[j]
             if ts < t0 or ts >= t1 or arrival < a0 or arrival >= a1:
-                cache.at(ts, arrival)
-                stretch = timeline.at(ts, arrival)
+                stretch = cache.at(ts, arrival)
                 t0, t1, a0, a1 = stretch.t0, stretch.t1, stretch.a0, stretch.a1
                 if cache.generation != generation:
                     local.clear()

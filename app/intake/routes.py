@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from app.engine.batch import RequestColumns
 from app.engine.engine import ALL_QUOTAS, QuotaEngine, quota_mask
 from app.engine.events import ConnectionEvent, Event, MutationEvent
-from app.engine.timeline import ConfigTimeline
+from app.engine.timeline import ConfigTimeline, Snapshot
 
 USER = "u"
 CLIENT = "c"
@@ -97,12 +97,14 @@ class ConfigScoped:
         #: bumped whenever the values are forgotten (a cache built on them follows it)
         self.generation = 0
 
-    def at(self, ts: int, arrival: int) -> None:
-        """For what comes next: a sample at `ts` whose record arrived at `arrival`."""
-        snapshot = self.timeline.at(ts, arrival).id
-        if snapshot != self._snapshot:
-            self._snapshot = snapshot
+    def at(self, ts: int, arrival: int) -> Snapshot:
+        """For what comes next: a sample at `ts` whose record arrived at `arrival`; returns
+        the configs in force for it (a caller may reuse its stretch of the timeline)."""
+        found = self.timeline.at(ts, arrival)
+        if found.id != self._snapshot:
+            self._snapshot = found.id
             self._forget()
+        return found
 
     def get(self, key: Any) -> Any:
         return self._values.get(key)
@@ -172,7 +174,6 @@ class Router:
         if not n:
             return
         ts, arrival = batch.ts, batch.arrival
-        timeline = self.engine.timeline
         t0 = t1 = a0 = a1 = 0  # the stretch of the timeline the cached routes are good for
         broker, user, client_id, api = batch.broker, batch.user, batch.client_id, batch.api
         # routes of the batch's principals by broker, then by one integer of its name indices
@@ -187,8 +188,7 @@ class Router:
         for i in range(n):
             t, a = ts[i], arrival[i]
             if t < t0 or t >= t1 or a < a0 or a >= a1:  # the configs may differ: look again
-                cache.at(t, a)
-                stretch = timeline.at(t, a)
+                stretch = cache.at(t, a)
                 t0, t1, a0, a1 = stretch.t0, stretch.t1, stretch.a0, stretch.a1
                 if cache.generation != generation:
                     local.clear()
