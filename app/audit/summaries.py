@@ -26,6 +26,7 @@ Pure and typed: compiled with the engine (`app.engine_build`), as it runs once p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 from app.engine import configs as cfg
@@ -241,7 +242,8 @@ SketchRow = tuple[str, str, "int | None", int, int, int, float, "str | None", fl
 class Summaries:
     """Step 2's summaries of one route partition (module docstring)."""
 
-    def __init__(self, bucket_ms: int, mutation_span_ms: int, names: Any,
+    def __init__(self, bucket_ms: int, mutation_span_ms: int,
+                 names: Callable[[dict[str, Any]], str],
                  report_from: int | None = None, report_to: int | None = None,
                  max_cells: int = MAX_CELLS) -> None:
         """`names`: the entity's name for a decision (`entity_string` of its entity dict)."""
