@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "buckets over the audited span and at least one quota window)")
     o.add_argument("--decisions", action="store_true",
                    help="also write every decision (one row per event and quota, ~2 per event) "
-                   "to OUT/decisions: ~20%% more wall time and ~40%% more Python CPU at 1M "
+                   "to OUT/decisions: ~25%% more wall time and ~45%% more Python CPU at 1M "
                    "events. Usage and recommendations come from per-window summaries either way")
     o.add_argument("--tolerance", default="0",
                    help="mismatches allowed before exiting 1: a count or a percentage ('0.5%%')")
