@@ -148,6 +148,17 @@ def test_kafka_audit_equals_replay_and_finds_the_injected_faults(spark, kafka_ca
     assert {r["quota"] for r in recs} >= {"producer_byte_rate", "controller_mutation_rate"}
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["diff"]["missing"] == 1
 
+    # offset bounds without --from: the diff spans the recomputed decisions, read from step 2's
+    # summaries; the default output (no decision rows) gives the same usage and recommendations
+    bounded = AuditOptions(out=str(tmp_path / "bounded"), inputs=["kafka"], settings=SETTINGS,
+                           topics=kafka_case["topics"], bootstrap=kafka_case["bootstrap"],
+                           partitions=2, starting_offsets="earliest", report=False)
+    again = run_audit(spark, bounded)
+    assert again["diff"] == summary["diff"] and again["counts"] == summary["counts"]
+    assert not (tmp_path / "bounded" / "decisions").exists()
+    assert sorted(map(tuple, spark.read.parquet(f"{bounded.out}/recommendations").collect())) \
+        == sorted(map(tuple, recs))
+
 
 @pytest.mark.parametrize("writer", ["tasks", "spark", "summaries"])
 def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path, writer: str,  # type: ignore[no-untyped-def]
