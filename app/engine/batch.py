@@ -110,13 +110,15 @@ class RequestColumns:
             return
         pick = itemgetter(*rows) if len(rows) > 1 else _one(rows[0])
         names = source.names
-        remap: list[Any] = [-1] * len(names)
+        # a source name's index here, as the object to append (None: not looked up yet; an
+        # identity test, where `< 0` on an object would be a generic comparison)
+        remap: list[Any] = [None] * len(names)
         for mine, theirs in ((self.listener, source.listener), (self.user, source.user),
                              (self.client_id, source.client_id), (self.ip, source.ip),
                              (self.api, source.api)):
             for k in pick(theirs):
                 m = remap[k]
-                if m < 0:
+                if m is None:
                     m = remap[k] = self.name(names[k])
                 mine.append(m)
         for mine, theirs in ((self.ts, source.ts), (self.broker, source.broker),
