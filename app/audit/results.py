@@ -115,6 +115,8 @@ class ResultRows:
         self._names: dict[str, str] = {}
 
     def __len__(self) -> int:
+        """Rows waiting, the summaries' cells included: a caller that empties the buffer when
+        it is long enough also lets the summaries flush when they are full (`to_batches`)."""
         pending = 0 if self.summaries is None else self.summaries.cells
         return len(self.flat) // len(self.FIELDS) + len(self.bad) + pending
 
