@@ -363,10 +363,10 @@ class StreamExploder:
                 arrival)))
         return found
 
-    def _partition_of(self, out: ExplodedRows) -> Callable[[RequestColumns, int, int], int]:
+    def _partition_of(self, out: ExplodedRows) -> Callable[[RequestColumns, int], int]:
         """The step-2 partition of request row `i` (for `RequestPlacer`)."""
-        def resolve(batch: RequestColumns, i: int, arrival: int) -> int:
-            found = self.route_request(batch, i, arrival)[0]
+        def resolve(batch: RequestColumns, i: int) -> int:
+            found = self.route_request(batch, i, batch.arrival[i])[0]
             rk = found[0] if isinstance(found, tuple) else found
             return out.partition(self.route_map.get(rk, rk))
         return resolve
@@ -427,7 +427,7 @@ class StreamExploder:
             n = len(decoded.requests)
             if n:
                 self._placer.place(decoded.requests, decoded.request_at, time, kafka, s, pos,
-                                   arrival, out.chunks, self._partition_of(out))
+                                   out.chunks, self._partition_of(out))
                 self.events += n
                 out.size += n
             return

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from app.engine.batch import RequestColumns
 from app.engine.timeline import ConfigTimeline
-from app.intake.routes import ConfigScoped
+from app.intake.routes import ConfigScoped, principal_values
 
 #: The item kind of a request row (`app.audit.event_codec` has the others).
 ROW_REQUEST: Final = 0
@@ -61,57 +61,28 @@ def gather_requests(ready: list[tuple[Any, ...]], limit: int
 
 
 class RequestPlacer:
-    """Step 1: a record's request rows as items in their step-2 partition's chunk.
-
-    A row's partition depends only on its principal (API kind, broker, user, client id) and
-    on the configs in force, so it is resolved once per principal (`resolve`, the
-    interpreted routing) and kept while the configs stay the same, like `Router.split`.
-    """
+    """Step 1: a record's request rows as items in their step-2 partition's chunk, each
+    row's partition resolved once per principal (`principal_values`, as the worker's router
+    does)."""
 
     def __init__(self, timeline: ConfigTimeline) -> None:
         self.cache = ConfigScoped(timeline)
 
     def place(self, batch: RequestColumns, at: list[int], time: int, kafka: bool, s: int,
-              pos: int, arrival: int, chunks: list[list[Any]], resolve: Any) -> int:
+              pos: int, chunks: list[list[Any]], resolve: Any) -> int:
         """Append rows `0..n` of `batch` (at indexes `at` in their record, at position
         (`s`, `pos`)) to `chunks`; return the stream time after them (`time` before).
 
-        `resolve(batch, row, arrival)` -> the partition of a row whose principal is not
-        cached. Kafka input keys items by stream time, an archive by 0 (`app.audit.recompute`).
+        `resolve(batch, row)` -> the partition of a row whose principal is not cached.
+        Kafka input keys items by stream time, an archive by 0 (`app.audit.recompute`).
         """
-        cache = self.cache
-        generation = cache.generation
-        ts_col, broker_col, user_col, client_col, api_col = (
-            batch.ts, batch.broker, batch.user, batch.client_id, batch.api)
-        names = batch.names
-        size = len(names)
-        # partitions of the record's principals by broker, then by one integer of its names
-        local: dict[int, dict[int, int]] = {}
-        t0 = t1 = a0 = a1 = 0  # the stretch of the timeline the cached partitions are good for
+        partitions = principal_values(self.cache, batch, resolve)
+        ts_col, arrival = batch.ts, batch.arrival
         for j in range(len(ts_col)):
             ts = ts_col[j]
-            if ts < t0 or ts >= t1 or arrival < a0 or arrival >= a1:
-                stretch = cache.at(ts, arrival)
-                t0, t1, a0, a1 = stretch.t0, stretch.t1, stretch.a0, stretch.a1
-                if cache.generation != generation:
-                    local.clear()
-                    generation = cache.generation
-            broker = broker_col[j]
-            on = local.get(broker)
-            if on is None:
-                on = local[broker] = {}
-            pk = (user_col[j] * size + client_col[j]) * size + api_col[j]
-            partition = on.get(pk)
-            if partition is None:
-                api = names[api_col[j]]
-                key = (api if api == "Produce" or api == "Fetch" else "", broker,
-                       names[user_col[j]], names[client_col[j]])
-                found = cache.get(key)
-                if found is None:
-                    found = cache.put(key, resolve(batch, j, arrival))
-                partition = on[pk] = int(found)
             if ts > time:
                 time = ts
-            chunks[partition].append((time if kafka else 0, s, pos, at[j], ROW_REQUEST,
-                                      request_payload(batch, j), arrival))
+            chunks[int(partitions[j])].append((time if kafka else 0, s, pos, at[j],
+                                               ROW_REQUEST, request_payload(batch, j),
+                                               arrival[j]))
         return time
