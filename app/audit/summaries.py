@@ -17,8 +17,9 @@ window's decisions with `ts` in `(ts - span, ts]`, divided by the span (the cont
 N x W). Rates go to logarithmic bins of relative width `2 * SKETCH_ALPHA`; a percentile read
 from them is within `SKETCH_ALPHA` (0.5%) of the exact one, clamped to the exact min and max.
 Mutation rates need every decision of the window in `ts` order, so a mutation window keeps
-`(ts, partitions)` for its decisions until the partition ends (16 bytes each); everything
-else is flushed when `MAX_CELLS` cells are pending.
+`(ts, partitions)` for its decisions until the partition ends (~70 bytes each, two Python
+numbers in lists; controller mutations are rare next to requests); everything else is flushed
+when `MAX_CELLS` cells are pending.
 
 Pure and typed: compiled with the engine (`app.engine_build`), as it runs once per decision.
 """
