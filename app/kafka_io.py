@@ -79,10 +79,16 @@ async def topic_exists(c: AIOKafkaConsumer, topic: str) -> bool:
 
 
 async def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    """The topic's partitions; raises `TopicMissing` instead of auto-creating it."""
-    if not await topic_exists(c, topic):
+    """The topic's partitions; raises `TopicMissing` instead of auto-creating it.
+
+    Read from one all-topics Metadata answer: `AIOKafkaConsumer.topics()` fetches that answer
+    but leaves the consumer's own metadata cache as it was, so `partitions_for_topic` may not
+    know a topic `topics()` just listed (a fresh consumer on Apache Kafka does not)."""
+    cluster = await c._client.fetch_all_metadata()
+    partitions = cluster.partitions_for_topic(topic)
+    if not partitions:
         raise TopicMissing(topic)
-    return [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+    return [TopicPartition(topic, p) for p in sorted(partitions)]
 
 
 async def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[ConsumerRecord]:

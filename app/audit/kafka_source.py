@@ -526,7 +526,9 @@ async def _confirm_ends(
 
 
 async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]]:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
+
+    from app.kafka_io import partitions_of
 
     consumer = AIOKafkaConsumer(**{**_consumer_kwargs(opts), "max_partition_fetch_bytes": 65536})
     await consumer.start()
@@ -539,11 +541,7 @@ async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]
                 f"topics not found on {opts.bootstrap}: {', '.join(missing)} "
                 f"(existing: {', '.join(sorted(existing)) or 'none'})"
             )
-        tps = [
-            TopicPartition(topic, p)
-            for topic in opts.topics
-            for p in sorted(consumer.partitions_for_topic(topic) or ())
-        ]
+        tps = [tp for topic in opts.topics for tp in await partitions_of(consumer, topic)]
         if not tps:
             return {}, {}
         consumer.assign(tps)

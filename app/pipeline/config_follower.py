@@ -23,6 +23,7 @@ from typing import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.engine.timeline import ConfigTimeline
+from app.kafka_io import partitions_of
 from app.kafka_security import client_options
 from app.intake.records import decode_config
 from app.signing import Signing, signing_from_env
@@ -70,9 +71,7 @@ class ConfigFollower:
                                     fetch_max_wait_ms=self.poll_ms, **client_options())
         await consumer.start()
         self._consumer = consumer
-        await consumer.topics()  # loads metadata, so partitions_for_topic answers
-        partitions = consumer.partitions_for_topic(self.topic) or set()
-        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        tps = await partitions_of(consumer, self.topic)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await confirmed_end_offsets(self.bootstrap, tps) if tps else {}

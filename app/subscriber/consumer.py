@@ -24,6 +24,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from app.kafka_io import TopicMissing, partitions_of
 from app.kafka_security import client_options
 from app.signing import Signing, signing_from_env
 from app.subscriber.allocations import Allocations
@@ -163,10 +164,8 @@ class DirectiveSubscriber:
         """List the topic's partitions without asking for the topic by name (Tansu would
         auto-create it with 4 partitions); wait for it to exist within the start timeout."""
         while True:
-            if self.topic in await consumer.topics():
-                partitions = consumer.partitions_for_topic(self.topic) or set()
-                if partitions:
-                    return [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            with contextlib.suppress(TopicMissing):
+                return await partitions_of(consumer, self.topic)
             logger.info("Waiting for control topic %r to exist", self.topic)
             await asyncio.sleep(0.5)
 
