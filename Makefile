@@ -14,15 +14,23 @@ $(VENV)/.installed: pyproject.toml setup.py app/engine_build.py $(wildcard app/e
 	$(BIN)/python -m pip install -q -e '.[test,audit,clients]'
 	touch $@
 
-setup: $(VENV)/.installed
+# Apache Kafka (the dev stack's broker, jvm/kafka/pom.xml) from Maven Central; Maven checks the
+# jars' checksums (-C). Nothing fetched is committed.
+KAFKA_LIBS := jvm/kafka/target/libs
+$(KAFKA_LIBS)/.fetched: jvm/pom.xml jvm/kafka/pom.xml
+	@command -v mvn >/dev/null || { echo "make setup needs Maven to fetch Apache Kafka: apt-get install maven" >&2; exit 2; }
+	mvn -q -B -C -f jvm/pom.xml package
+	touch $@
 
-demo: setup   ## embedded broker, workers, simulated cluster, live view (Ctrl-C stops all)
+setup: $(VENV)/.installed $(KAFKA_LIBS)/.fetched
+
+demo: setup   ## local Kafka, a worker, two gateways, real clients, live view (Ctrl-C stops all)
 	$(BIN)/quota-streams demo
 
 test: setup   ## the whole suite, as CI runs it
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-test-fast: setup   ## unit tests only (no broker, no JVM)
+test-fast: setup   ## unit tests only (no Kafka, no Spark)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 bench: setup
@@ -31,4 +39,5 @@ bench: setup
 	$(BIN)/python bench/bench_pipeline.py
 
 clean:
-	rm -rf $(VENV) state out sim-results audit-out build *.so app/engine/*.so app/pipeline/*.so
+	rm -rf $(VENV) state out sim-results audit-out build jvm/*/target
+	find . -path ./.git -prune -o -name "*.so" -print -delete

@@ -1,12 +1,11 @@
-"""Small Kafka helpers the command-line tools share.
+"""Small Kafka helpers the workers, the gateway and the tools share.
 
-- `topic_exists` asks for the cluster's topic list without naming a topic: on Tansu, asking for
-  one unknown topic's metadata auto-creates it with 4 partitions (and no compaction).
-- `read_topic` reads every partition of a topic from the beginning to its *confirmed* end
-  (`tables.recovery.confirmed_end_offsets`: Tansu under-reports ListOffsets(LATEST)), without a
+- `topic_exists` / `partitions_of` ask for the cluster's topic list without naming a topic: a
+  cluster with `auto.create.topics.enable` creates a topic a client merely asks about.
+- `end_offsets` is each partition's end (ListOffsets LATEST) from a short-lived consumer.
+- `read_topic` reads every partition of a topic from the beginning to its end, without a
   consumer group, so a tool can rebuild state from a compacted topic and stop.
-- `producer` is an aiokafka producer as an async context manager (acks=all, not idempotent:
-  idempotence does not work on Tansu with aiokafka 0.14).
+- `producer` is an aiokafka producer as an async context manager (acks=all).
 - `ensure_topics` creates the named product topics that are missing, with the partition count
   and configs `topic_specs` gives them, and leaves existing ones alone.
 """
@@ -17,19 +16,24 @@ import asyncio
 import contextlib
 import heapq
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Hashable, Iterable, Mapping
+from typing import Any, TypeVar, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from app.kafka_security import client_options
-from tables.recovery import confirmed_end_offsets
 
-__all__ = ["TopicMissing", "consumer", "ensure_topics", "producer", "quiet_client_logs",
-           "read_topic", "topic_exists"]
+__all__ = ["EndOffsetError", "TopicMissing", "consumer", "end_offsets", "ensure_topics",
+           "partitions_of", "producer", "quiet_client_logs", "read_topic", "topic_exists"]
 
 REQUEST_TIMEOUT_MS = 15_000
+
+
+class EndOffsetError(RuntimeError):
+    """A partition's end offset could not be read in time (no such topic, no leader, no
+    broker)."""
 
 
 class TopicMissing(LookupError):
@@ -91,16 +95,40 @@ async def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]
     return [TopicPartition(topic, p) for p in sorted(partitions)]
 
 
+K = TypeVar("K", bound=Hashable)
+
+
+async def end_offsets(bootstrap: str, partitions: Iterable[K], *, timeout: float = 15.0
+                      ) -> dict[K, int]:
+    """Each partition's end offset (the next offset to be written), keyed by the objects
+    given: `(topic, partition)` pairs as aiokafka `TopicPartition`, Faust `TP` or tuples.
+    Raises `EndOffsetError` if they cannot be read within `timeout` seconds."""
+    keys = list(dict.fromkeys(partitions))
+    if not keys:
+        return {}
+    by_tp = {TopicPartition(cast(Any, k)[0], int(cast(Any, k)[1])): k for k in keys}
+    try:
+        async with asyncio.timeout(timeout), consumer(
+                bootstrap, request_timeout_ms=max(1000, int(timeout * 1000))) as c:
+            ends = await c.end_offsets(list(by_tp))
+    except (TimeoutError, KafkaError) as exc:
+        raise EndOffsetError(f"could not read the end offsets of "
+                             f"{', '.join(f'{tp.topic}/{tp.partition}' for tp in by_tp)} from "
+                             f"{bootstrap} within {timeout:g} s ({type(exc).__name__}): does "
+                             "every topic exist? is the cluster up?") from None
+    return {key: int(ends[tp]) for tp, key in by_tp.items()}
+
+
 async def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[ConsumerRecord]:
     """Every record of `topic`, from the beginning to the confirmed end, then stop.
 
     Records of one partition keep their order; partitions are merged by record timestamp
     (a merge never reorders within a partition). Raises `TopicMissing` if there is no such
-    topic, `tables.recovery.EndOffsetError` if the end cannot be confirmed within `timeout`.
+    topic, `EndOffsetError` if the ends cannot be read within `timeout`.
     """
     async with consumer(bootstrap) as c:
         tps = await partitions_of(c, topic)
-        ends = await confirmed_end_offsets(bootstrap, tps, timeout=timeout)
+        ends = await end_offsets(bootstrap, tps, timeout=timeout)
         c.assign(tps)
         await c.seek_to_beginning(*tps)
         per_partition: dict[TopicPartition, list[ConsumerRecord]] = {tp: [] for tp in tps}

@@ -1,5 +1,5 @@
-"""Start a broker (embedded unless KAFKA_BOOTSTRAP_SERVERS is set), the topics, N workers and
-gateways.
+"""Start a Kafka cluster (a local one unless KAFKA_BOOTSTRAP_SERVERS is set), the topics, N
+workers and gateways.
 
 Used by `quota-streams demo`, `quota-streams simulate` and the integration tests, so they all
 run the product the way an operator would: `quota-streams worker` and `quota-streams gateway`
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from app.broker import EmbeddedBroker, create_topics_sync
+from app.broker import create_topics_sync
+from app.devstack.kafka import KafkaCluster
 from app.pipeline.topology import topic_specs
 from app.settings import load
 
@@ -94,13 +95,14 @@ class LocalCluster:
         self.bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="quota-streams-"))
         self.extra_env = dict(env or {})
-        self.broker: EmbeddedBroker | None = None
+        self.broker: KafkaCluster | None = None
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.ports: dict[int, int] = {}
         self.gateways: list[GatewayProcess] = []
 
     @property
-    def embedded(self) -> bool:
+    def local(self) -> bool:
+        """Whether this stack started its own Kafka cluster."""
         return self.broker is not None
 
     def worker_env(self, index: int) -> dict[str, str]:
@@ -111,16 +113,14 @@ class LocalCluster:
         if f"state-{index}" not in env["QS_STATE_DIR"]:
             env["QS_STATE_DIR"] = str(Path(env["QS_STATE_DIR"]) / f"worker-{index}")
         env["QS_WEB_PORT"] = str(self.ports.setdefault(index, free_port()))
-        if self.embedded:
-            env["QS_VERIFY_END_OFFSETS"] = "1"
         return env
 
     def start_broker(self) -> str:
-        """Start the embedded broker if no cluster was given, and create the topics."""
+        """Start a local Kafka cluster if none was given, and create the topics."""
         if self.bootstrap is None:
             self.work_dir.mkdir(parents=True, exist_ok=True)
-            self.broker = EmbeddedBroker(log_path=self.work_dir / "broker.log").start()
-            self.bootstrap = self.broker.bootstrap
+            self.broker = KafkaCluster(work_dir=self.work_dir / "kafka").start()
+            self.bootstrap = self.broker.bootstrap()
         create_topics_sync(str(self.bootstrap), topic_specs(load(self.worker_env(0))))
         return str(self.bootstrap)
 

@@ -79,7 +79,7 @@ def _signing_keys(raw: str) -> str:
 
 
 def _bootstrap(raw: str) -> str:
-    """Empty (the embedded broker) or host:port[,host:port...], as Kafka clients take it."""
+    """Empty (a local cluster) or host:port[,host:port...], as Kafka clients take it."""
     for part in filter(None, (p.strip() for p in raw.split(","))):
         host, sep, port = part.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -119,7 +119,7 @@ def _log_level(raw: str) -> str:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("KAFKA_BOOTSTRAP_SERVERS", "", "Kafka cluster to use; empty starts the embedded broker (demo, tests)", _bootstrap),
+    Setting("KAFKA_BOOTSTRAP_SERVERS", "", "Kafka cluster to use; empty: the demo and `simulate` start a local one", _bootstrap),
     Setting("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "security.protocol of every Kafka connection: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     Setting("KAFKA_SSL_CAFILE", "", "PEM file of the CA(s) that signed the brokers' certificates (empty: the system's)"),
     Setting("KAFKA_SSL_CERTFILE", "", "PEM client certificate, for mutual TLS (with KAFKA_SSL_KEYFILE)"),
@@ -129,7 +129,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KAFKA_SASL_USERNAME", "", "SASL user of this component (see docs/security.md for its ACLs)"),
     Setting("KAFKA_SASL_PASSWORD", "", "SASL password (a secret: from a Kubernetes Secret, never a ConfigMap)", secret=True),
     Setting("QS_SIGNING_KEYS", "", "id:secret[,id:secret] HMAC keys: writers seal directives and quota configs with the first, readers refuse records no listed key sealed (a secret; docs/security.md)", _signing_keys, secret=True),
-    Setting("QS_VERIFY_END_OFFSETS", "0", "confirm end offsets by fetching (on for the embedded Tansu broker, which under-reports them)", _flag),
     Setting("QS_APP_ID", "quota-streams", "Faust app id: consumer group and prefix of internal topics", _kafka_name),
     Setting("QS_SCOPE", "broker", "`broker` (Kafka-exact, per broker) or `cluster` (limit enforced on the cluster-wide sum)", _scope),
     Setting("QS_CLUSTER_ENFORCEMENT", "directives", "cluster scope: `directives` (every broker throttles an entity over its cluster-wide quota until one time) or `allocations` (each broker gets a share of the quota by its recent usage and enforces it per request: docs/allocations.md)", _enforcement),
@@ -176,8 +175,8 @@ class Settings:
             raise AttributeError(name) from exc
 
     @property
-    def embedded(self) -> bool:
-        """True when no external cluster is configured and the embedded broker is used."""
+    def local_cluster(self) -> bool:
+        """True when no cluster is configured: the demo and the simulator start their own."""
         return not self.values["kafka_bootstrap_servers"]
 
 

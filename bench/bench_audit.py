@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--jvm-options", default="-XX:+UseParallelGC",
                    help="driver JVM flags; measured: SerialGC added ~12 s to the decisions "
                    "write at 300k and 1M events, ParallelGC nothing")
-    p.add_argument("--bootstrap", default="", help="existing broker (default: embedded Tansu)")
+    p.add_argument("--bootstrap", default="", help="existing cluster (default: a local Kafka)")
     p.add_argument("--profile", action="store_true",
                    help="also profile steps 1 and 2 in-process on up to 200k events (hotspots)")
     p.add_argument("--diagnose", action="store_true",
@@ -286,7 +286,8 @@ def spark_cpu() -> tuple[float, float]:
     """CPU seconds used so far by this process's descendants: (the JVM, Spark's Python workers).
 
     On a shared box wall time depends on the neighbours; CPU seconds much less. Linux /proc
-    only (zeros elsewhere). Exited workers count once their parent has reaped them.
+    only (zeros elsewhere). Exited workers count once their parent has reaped them. A child in
+    a session of its own (the local Kafka's nodes) is not Spark's and is left out.
     """
     proc = Path("/proc")
     children: dict[int, list[int]] = {}
@@ -298,6 +299,8 @@ def spark_cpu() -> tuple[float, float]:
         except OSError:
             continue
         fields = rest.split()
+        if fields[3] == entry.name:  # a session leader: started apart, not by Spark
+            continue
         children.setdefault(int(fields[1]), []).append(int(entry.name))
         stats[int(entry.name)] = (name.split("(", 1)[1], sum(map(int, fields[11:15])) / tick)
     jvm = python = 0.0
@@ -307,7 +310,7 @@ def spark_cpu() -> tuple[float, float]:
         comm, cpu = stats[pid]
         if comm == "java":
             jvm += cpu
-        elif comm.startswith("python"):  # not the embedded broker
+        elif comm.startswith("python"):  # not the broker
             python += cpu
         todo.extend(children.get(pid, []))
     return jvm, python
@@ -342,14 +345,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     from app.audit.job import AuditOptions, build_session, run_audit
-    from app.broker import EmbeddedBroker
+    from app.devstack.kafka import KafkaCluster
     from app.engine.engine import EngineSettings
 
     broker = None
     bootstrap = args.bootstrap
     if not bootstrap:
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap
+        broker = KafkaCluster().start()
+        bootstrap = broker.bootstrap()
     try:
         prefix = f"bench{uuid.uuid4().hex[:6]}"
         topics, by_topic, partitions, n_expected, local, configs, streams = build_input(args, prefix)

@@ -1,7 +1,7 @@
 """Benchmark of the gateway: produce and fetch throughput and added latency, through the gateway
 against straight to the broker, in one run.
 
-Starts the embedded broker (or uses KAFKA_BOOTSTRAP_SERVERS), the product's topics and one
+Starts a local Kafka (or uses KAFKA_BOOTSTRAP_SERVERS), the product's topics and one
 `quota-streams gateway` in front of it, with directives and its own quota engine on (no quota is
 configured, so every request takes the whole path: decode, measure, engine, event). Then, for
 each round, direct and through the gateway, each in a fresh client process (confluent-kafka,

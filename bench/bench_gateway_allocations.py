@@ -2,7 +2,7 @@
 
 The simulator's `cluster-allocations` scenario (bench/bench_allocations.py), played by real
 confluent-kafka producers through three `quota-streams gateway` processes (`--gateway-id 1..3
---gateways 3`, each in front of the whole cluster) on the embedded broker, with one worker in
+--gateways 3`, each in front of the whole cluster) on a local Kafka, with one worker in
 cluster scope. The entity is the user `ANONYMOUS` (clients without SASL), quota Q bytes/s:
 
 - spread (10 s to P): the loader offers 3 x Q, Q through each gateway;

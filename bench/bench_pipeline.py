@@ -1,4 +1,4 @@
-"""Throughput, latency and scaling of real workers on the embedded broker.
+"""Throughput, latency and scaling of real workers on a local Apache Kafka.
 
     python bench/bench_pipeline.py [--format columnar|json] [--records 2000] [--batch 300]
                                    [--rates 20000,50000,100000] [--json F]
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.engine.events import RequestEvent, parse_event  # noqa: E402
 from app.intake import columnar  # noqa: E402
 from app.launcher import LocalCluster, isolated_env  # noqa: E402
-from tables.recovery import confirmed_end_offsets  # noqa: E402
+from app.kafka_io import end_offsets  # noqa: E402
 
 PARTITIONS = 8
 P99_TARGET_MS = 50
@@ -132,14 +132,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def wait_committed(bootstrap: str, group: str, topic: str, timeout: float) -> float:
-    """Time at which the group's committed offsets reach the confirmed end of every partition."""
+    """Time at which the group's committed offsets reach the end of every partition."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            ends = await confirmed_end_offsets(bootstrap, tps)
+            ends = await end_offsets(bootstrap, tps)
             committed = {tp: (await consumer.committed(tp)) or 0 for tp in tps}
             if all(committed[tp] >= ends[tp] for tp in tps) and sum(ends.values()) > 0:
                 return time.perf_counter()

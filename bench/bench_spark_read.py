@@ -2,7 +2,7 @@
 
 Why: the audit replays whole event topics; this says how long a replay of N records takes and
 whether a change to the reader (batch size, chunking) helps. It produces N ~100-byte JSON
-request events to a fresh topic (on an embedded Tansu broker unless --bootstrap is given), then
+request events to a fresh topic (on a local Kafka unless --bootstrap is given), then
 times full scans with a Spark action that touches every row, and prints rows/s per run and the
 median. The first scan also warms up Spark's Python workers, so it is reported but not counted.
 
@@ -41,13 +41,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "default JIT measured no faster on 1M-record scans)",
     )
     parser.add_argument(
-        "--bootstrap", default="", help="existing broker host:port (default: an embedded Tansu)"
+        "--bootstrap", default="", help="existing cluster host:port (default: a local Kafka)"
     )
     return parser.parse_args(argv)
 
 
 async def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
-    """Create the topic explicitly (Tansu would auto-create 4 partitions) and fill it fast."""
+    """Create the topic explicitly (with its partition count) and fill it fast."""
     from aiokafka import AIOKafkaProducer
 
     from app.broker import create_topics
@@ -95,13 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from app.audit.kafka_source import KafkaDataSource
-    from app.broker import EmbeddedBroker
+    from app.devstack.kafka import KafkaCluster
 
     broker = None
     bootstrap = args.bootstrap
     if not bootstrap:
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap
+        broker = KafkaCluster().start()
+        bootstrap = broker.bootstrap()
     try:
         topic = f"bench.read.{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()

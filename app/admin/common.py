@@ -31,8 +31,7 @@ def run_kafka(bootstrap: str, coro: Coroutine[Any, Any, T]) -> T:
     from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError
 
     from app.broker import BrokerError
-    from app.kafka_io import TopicMissing, quiet_client_logs
-    from tables.recovery import EndOffsetError
+    from app.kafka_io import EndOffsetError, TopicMissing, quiet_client_logs
 
     quiet_client_logs()
     unreachable = (f"cannot reach Kafka at {bootstrap}", "check KAFKA_BOOTSTRAP_SERVERS "

@@ -1,7 +1,6 @@
 """Read archived quota events into the shape the Kafka source produces, so the audit runs on both.
 
-Why: Kafka retention is finite and Tansu keeps everything in memory, so long-range audits run
-on archives: Parquet dumps or JSON-lines files. The audit job only knows one input shape, the
+Why: Kafka retention is finite, so long-range audits run on archives: Parquet dumps or JSON-lines files. The audit job only knows one input shape, the
 `quota_kafka` source's `topic, partition, offset, timestamp, key, value` with `value` = the
 event's JSON bytes; this module turns archives into exactly that, and the audit code stays the
 same whichever the input.

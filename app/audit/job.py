@@ -237,7 +237,7 @@ class Progress:
 
 
 def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
-    """Topic names on the cluster, without naming one (Tansu would auto-create it)."""
+    """Topic names on the cluster, without naming one (a cluster may auto-create it)."""
     import asyncio
 
     from aiokafka import AIOKafkaConsumer

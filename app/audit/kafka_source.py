@@ -1,9 +1,9 @@
 """Read Kafka topics into Spark without a connector jar: a PySpark Python Data Source.
 
-Why this exists: no Kafka connector jar can be installed on the machines this project runs on
-(no Maven), so `spark.read.format("kafka")` fails with KAFKA_DATA_SOURCE_NOT_ENABLED. Spark 4's
-Python Data Source API lets a Python client (aiokafka) do the reading inside the executors, and
-returning Arrow record batches keeps that fast (~0.3-0.45M rows/s on two cores).
+Why this exists: Spark's own Kafka source is a connector jar that PySpark's wheel does not ship
+(`spark.read.format("kafka")` fails with KAFKA_DATA_SOURCE_NOT_ENABLED). Spark 4's Python Data
+Source API lets a Python client (aiokafka) do the reading inside the executors, with the
+project's own Kafka security settings, and returning Arrow record batches keeps it fast.
 
 Usage::
 
@@ -23,14 +23,14 @@ Options (names are case-insensitive; Spark-style camelCase aliases are accepted)
 
 - `bootstrap` (required): `host:port[,host:port]`.
 - `topics` (required): comma-separated topic names. A topic that does not exist is an error
-  (asking a broker for its metadata would make Tansu auto-create it with 4 partitions).
+  (asking a broker for its metadata would make a cluster that auto-creates topics create it).
 - `starting_offsets` / `ending_offsets`: `earliest`, `latest`, or JSON as in Spark's Kafka
   source, `{"topic": {"0": 1200, "1": -2}}`, where -2 means earliest and -1 latest. Partitions
   missing from the JSON use earliest (start) / latest (end). Defaults: earliest / latest for batch
   reads, latest for streams. Starts are inclusive, ends exclusive.
 - `start_ts_ms` / `end_ts_ms`: keep only records whose timestamp (epoch ms) is in
-  `[start_ts_ms, end_ts_ms)`. Filtered in the reader, after fetching: Tansu answers ListOffsets
-  by timestamp with 0, so the offsets cannot be narrowed from the timestamps.
+  `[start_ts_ms, end_ts_ms)`. Filtered in the reader, after fetching (the planned offset ranges
+  are not narrowed from the timestamps).
 - `max_records_per_partition` (default 500000): offset ranges larger than this are split into
   equal chunks, one Spark task each, so a big partition does not serialise the job.
 - `fail_on_data_loss` (default true): a requested start below the partition's log start (the
@@ -41,12 +41,10 @@ Options (names are case-insensitive; Spark-style camelCase aliases are accepted)
   hanging or returning fewer records than planned.
 - `max_records_per_trigger` (streaming only): cap on rows per micro-batch.
 
-Planning happens on the driver: the partitions of each topic, their log start and their *true*
-end. Tansu 0.6.0 under-reports ListOffsets(LATEST) (it answers the base offset of the last batch
-+ 1), so the end is confirmed by fetching from `reported_end - 1`: a Fetch response carries the
-real high watermark. Planning also never trusts the end the reader sees: a task reads exactly
-`[start, end)` of its (topic, partition) and fails if it cannot, so every record in the planned
-ranges is returned exactly once.
+Planning happens on the driver: the partitions of each topic, their log start and their end.
+Planning never trusts the end the reader sees: a task reads exactly `[start, end)` of its
+(topic, partition) and fails if it cannot, so every record in the planned ranges is returned
+exactly once.
 
 The planning arithmetic (`parse_offsets`, `resolve_ranges`, `plan_partitions`,
 `cap_offsets`) is pure and importable without pyspark, so it is unit-tested without a JVM.
@@ -495,36 +493,6 @@ def _run(coro: Any) -> Any:
         loop.close()
 
 
-async def _confirm_ends(
-    consumer: Any, tps: Sequence[Any], earliest: Mapping[Any, int], reported: Mapping[Any, int],
-    timeout_s: float, read_committed: bool = False,
-) -> dict[Any, int]:
-    """True high watermarks, read from Fetch responses.
-
-    Tansu 0.6.0 answers ListOffsets(LATEST) with the last batch's base offset + 1, short of the
-    real end; a Fetch from `reported - 1` returns the last batch and, in the response header,
-    the correct high watermark (aiokafka exposes it as `consumer.highwater(tp)`). On a broker
-    that reports correctly this costs one small fetch per partition and changes nothing.
-    With `isolation_level=read_committed` the end is the last stable offset instead: records
-    past it are not delivered yet, and a range planned beyond it would stall.
-    """
-    for tp in tps:
-        consumer.seek(tp, max(reported[tp] - 1, earliest[tp]))
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pending = [tp for tp in tps if consumer.highwater(tp) is None]
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            names = ", ".join(f"{tp.topic}/{tp.partition}" for tp in pending)
-            raise TimeoutError(f"no Fetch response (high watermark) within {timeout_s}s for {names}")
-        await consumer.getmany(*pending, timeout_ms=100, max_records=1)
-    if read_committed:
-        stable = {tp: consumer.last_stable_offset(tp) for tp in tps}
-        return {tp: int(consumer.highwater(tp) if lso is None else lso) for tp, lso in stable.items()}
-    return {tp: max(int(consumer.highwater(tp)), reported[tp]) for tp in tps}
-
-
 async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]]:
     from aiokafka import AIOKafkaConsumer
 
@@ -533,7 +501,7 @@ async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]
     consumer = AIOKafkaConsumer(**{**_consumer_kwargs(opts), "max_partition_fetch_bytes": 65536})
     await consumer.start()
     try:
-        # All-topics metadata: asking for a named topic would make Tansu auto-create it.
+        # All-topics metadata: asking for a named topic may make the cluster create it.
         existing = await consumer.topics()
         missing = [t for t in opts.topics if t not in existing]
         if missing:
@@ -546,11 +514,9 @@ async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]
             return {}, {}
         consumer.assign(tps)
         earliest = await consumer.beginning_offsets(tps)
-        reported = await consumer.end_offsets(tps)
-        ends = await _confirm_ends(
-            consumer, tps, earliest, reported, timeout_s=opts.request_timeout_ms / 1000,
-            read_committed=opts.consumer_config.get("isolation_level") == "read_committed",
-        )
+        # with isolation_level=read_committed the broker answers the last stable offset:
+        # records past it are not delivered yet, and a range planned beyond it would stall
+        ends = await consumer.end_offsets(tps)
         return (
             {(tp.topic, tp.partition): int(earliest[tp]) for tp in tps},
             {(tp.topic, tp.partition): int(ends[tp]) for tp in tps},
@@ -560,7 +526,7 @@ async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]
 
 
 def probe_partitions(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]]:
-    """`(log start, true end)` of every partition of `opts.topics`, on the driver."""
+    """`(log start, end)` of every partition of `opts.topics`, on the driver."""
     return _run(_probe(opts))  # type: ignore[no-any-return]
 
 

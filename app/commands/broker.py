@@ -1,43 +1,69 @@
-"""`quota-streams broker`: the embedded Kafka-protocol broker, in the foreground."""
+"""`quota-streams broker`: a local Apache Kafka cluster, in the foreground."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import time
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("broker", help="run the embedded broker (Tansu) on loopback",
-                       description="Start the embedded Kafka-protocol broker (Tansu, memory "
-                       "storage) on 127.0.0.1, print its bootstrap address, run until Ctrl-C.")
-    p.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    from app.devstack.kafka import PROTOCOLS
+
+    p = sub.add_parser(
+        "broker", help="run a local Apache Kafka cluster (KRaft, 1 or 3 nodes) on loopback",
+        description="Start Apache Kafka (the version `make setup` fetched) on 127.0.0.1: 1 or 3 "
+        "KRaft nodes, the listeners asked for, SASL users with PLAIN and SCRAM credentials. "
+        "Prints where each listener is and runs until Ctrl-C; the data goes with it.")
+    p.add_argument("--brokers", type=int, choices=(1, 3), default=1, help="nodes (default 1)")
+    p.add_argument("--listener", action="append", choices=PROTOCOLS, metavar="PROTOCOL",
+                   help=f"a client listener, repeatable: {', '.join(PROTOCOLS)} "
+                   "(default PLAINTEXT)")
+    p.add_argument("--user", action="append", default=[], metavar="NAME[:PASSWORD]",
+                   help="a SASL user (repeatable; a random password unless given)")
+    p.add_argument("--dir", metavar="DIR", help="keep the data and logs here (default: a "
+                   "temporary directory, removed on exit)")
     p.add_argument("--create-topics", action="store_true",
                    help="also create the product's topics with the configured partition counts")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.broker import BrokerError, EmbeddedBroker
     from app.cli import UserError
+    from app.devstack.kafka import KafkaCluster, describe
 
+    users: dict[str, str | None] = {}
+    for spec in args.user:
+        name, _, password = spec.partition(":")
+        if not name:
+            raise UserError(f"--user {spec!r}: give NAME or NAME:PASSWORD")
+        users[name] = password or None
+    listeners = tuple(dict.fromkeys(args.listener or ["PLAINTEXT"]))
+    if users and not any(name.startswith("SASL_") for name in listeners):
+        raise UserError("--user needs a SASL listener: add --listener SASL_PLAINTEXT or SASL_SSL")
+    cluster = KafkaCluster(brokers=args.brokers, listeners=listeners, users=users,
+                           work_dir=Path(args.dir) if args.dir else None)
+    cluster.start()
     try:
-        broker = EmbeddedBroker(port=args.port or None).start()
-    except BrokerError as exc:
-        raise UserError(str(exc)) from None
-    try:
+        first = listeners[0]
         if args.create_topics:
             from app.broker import create_topics_sync
             from app.pipeline.topology import topic_specs
             from app.settings import load
 
-            create_topics_sync(broker.bootstrap, topic_specs(load()))
-        print(f"embedded broker listening: KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}", flush=True)
+            if first != "PLAINTEXT":
+                raise UserError("--create-topics needs the PLAINTEXT listener")
+            create_topics_sync(cluster.bootstrap(first), topic_specs(load()),
+                               replication_factor=args.brokers)
+        for line in describe(cluster):
+            print(line, flush=True)
+        print(f"Kafka running: KAFKA_BOOTSTRAP_SERVERS={cluster.bootstrap(first)}", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        while broker.running:
+        while cluster.running:
             time.sleep(0.5)
-        raise UserError("the embedded broker exited; see its log: " + str(broker.log_path))
+        raise UserError(f"a Kafka node exited; see the logs in {cluster.work_dir}")
     except KeyboardInterrupt:
         return 0
     finally:
-        broker.stop()
+        cluster.stop()

@@ -9,13 +9,16 @@ import sys
 from pathlib import Path
 
 DEMO_FILE = Path("scenarios") / "demo.yaml"
+#: the clients' own topics take megabytes a second: a bounded size each, so a demo left
+#: running for hours keeps the disk it started with
+CLIENT_TOPIC_CONFIG = {"retention.bytes": str(256 << 20), "segment.bytes": str(32 << 20)}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
         help="start a broker, workers, gateways and real clients, and watch quotas being enforced",
-        description="Start the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS is set), the "
+        description="Start a local Apache Kafka (unless KAFKA_BOOTSTRAP_SERVERS is set), the "
         "topics, the example quotas, worker(s) and gateways in front of the broker, then run "
         "the real client processes of scenarios/demo.yaml through the gateways: confluent-kafka, "
         "kafka-python and aiokafka producers and consumers, a connection storm and topic storms, "
@@ -26,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--duration", type=float, metavar="S", help="stop by itself after S seconds")
     p.add_argument("--workers", type=int, metavar="N", help="workers to start (default: 1 on the "
-                   "embedded broker, 0 with KAFKA_BOOTSTRAP_SERVERS)")
+                   "local Kafka, 0 with KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--scenario", metavar="FILE", help=f"another demo file (default: {DEMO_FILE})")
     p.add_argument("--no-color", action="store_true", help="no colour even on a terminal")
     p.set_defaults(run=run)
@@ -72,14 +75,15 @@ def run(args: argparse.Namespace) -> int:
     cluster = pipeline.cluster
     ok = False
     try:
-        create_topics_sync(pipeline.bootstrap, [(t, n, {}) for t, n in spec.topics.items()],
+        create_topics_sync(pipeline.bootstrap, [(t, n, CLIENT_TOPIC_CONFIG)
+                                                for t, n in spec.topics.items()],
                            check_partitions=False)
         stderr_log(f"starting {spec.gateways} gateway(s) in front of {pipeline.bootstrap}")
         try:
             gateways = [cluster.start_gateway().bootstrap for _ in range(spec.gateways)]
         except RuntimeError as exc:
             raise UserError(f"{exc} (logs in {cluster.work_dir})") from None
-        view = DemoView(spec, pipeline.bootstrap, pipeline.workers, gateways, cluster.embedded,
+        view = DemoView(spec, pipeline.bootstrap, pipeline.workers, gateways, cluster.local,
                         tty=tty, colour=colour)
         stderr_log(f"demo running: {len(spec.clients)} clients through {', '.join(gateways)}"
                    + ("; Ctrl-C stops it" if args.duration is None else f" for {args.duration:g} s"))
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         ok = True
     finally:
         stderr_log("stopping the clients, gateways and workers"
-                   + (" and the embedded broker" if cluster.embedded else ""))
+                   + (" and the local Kafka cluster" if cluster.local else ""))
         pipeline.stop(keep_logs=not ok)
         if not ok:
             stderr_log(f"logs: {cluster.work_dir}")

@@ -62,7 +62,6 @@ def format_record(record: Any, show_meta: bool) -> str | None:
 
 async def _consume(bootstrap: str, topic: str, args: argparse.Namespace, out: IO[str]) -> int:
     from app.kafka_io import consumer, partitions_of
-    from tables.recovery import confirmed_end_offsets
 
     async with consumer(bootstrap) as c:
         tps = await partitions_of(c, topic)
@@ -70,10 +69,7 @@ async def _consume(bootstrap: str, topic: str, args: argparse.Namespace, out: IO
         if args.from_beginning:
             await c.seek_to_beginning(*tps)
         else:
-            # not seek_to_end: Tansu under-reports ListOffsets(LATEST), so "the end" is confirmed
-            ends = await confirmed_end_offsets(bootstrap, tps)
-            for tp in tps:
-                c.seek(tp, ends[tp])
+            await c.seek_to_end(*tps)
         if sys.stderr.isatty():
             where = "the beginning" if args.from_beginning else "the end"
             print(f"reading {topic} ({len(tps)} partitions) from {where}; Ctrl-C to stop",

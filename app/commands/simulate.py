@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run a scenario of simulated brokers and clients against the pipeline",
         description="Simulate brokers and clients (scenarios/*.yaml) in one process: the brokers "
         "send contract events to the event topics and obey the directives on the control topic, "
-        "the clients react to throttles. Starts the embedded broker and one worker unless "
+        "the clients react to throttles. Starts a local Kafka and one worker unless "
         "KAFKA_BOOTSTRAP_SERVERS is set (then no worker is started unless --workers N). Reports, "
         "per quota entity, the rate achieved against the quota: a table, a CSV (and Parquet) "
         "time series, a PNG plot and summary.json in --out.",
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds left out of the steady-state figures (default: the scenario's)")
     p.add_argument("--out", metavar="DIR", help="where results go (default: sim-results/<scenario name>)")
     p.add_argument("--workers", type=int, metavar="N", help="workers to start (default: 1 on the "
-                   "embedded broker, 0 with KAFKA_BOOTSTRAP_SERVERS)")
+                   "local Kafka, 0 with KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--offline", action="store_true", help="no Kafka: run against the quota engine "
                    "in-process, in simulated time, with a fixed loop latency (--latency-ms)")
     p.add_argument("--latency-ms", type=int, default=100, metavar="MS",

@@ -28,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
 
     settings = load()
-    if settings.embedded:
+    if settings.local_cluster:
         raise UserError("KAFKA_BOOTSTRAP_SERVERS is not set: point it at your Kafka cluster, "
-                        "or run `quota-streams demo` to use the embedded broker")
+                        "or run `quota-streams broker` and export the address it prints")
     check_web_address(str(settings.web_host), int(settings.web_port))  # type: ignore[call-overload]
     if not args.no_create_topics:
         ensure_product_topics(settings)

@@ -66,13 +66,13 @@ class DemoView:
     otherwise (logs, CI, tests)."""
 
     def __init__(self, spec: DemoSpec, broker: str, workers: int, gateways: list[str],
-                 embedded: bool, *, tty: bool, colour: bool, out: TextIO | None = None,
+                 local: bool, *, tty: bool, colour: bool, out: TextIO | None = None,
                  line_every_s: int = 5) -> None:
         self.spec = spec
         self.broker = broker
         self.workers = workers
         self.gateways = gateways
-        self.embedded = embedded
+        self.local = local
         self.tty = tty
         self.colour = colour
         self.out = out
@@ -111,7 +111,7 @@ class DemoView:
             f"{bold}quota-streams demo{reset}  {spec.name}: {spec.scope} scope, "
             f"{len(self.gateways)} gateways, {len(spec.clients)} real clients  up {run.elapsed:.0f} s  "
             "(Ctrl-C stops)",
-            f"{dim}broker {self.broker}{' (embedded)' if self.embedded else ''}  workers "
+            f"{dim}broker {self.broker}{' (local)' if self.local else ''}  workers "
             f"{self.workers}  gateways {' '.join(self.gateways)}  directives/s "
             f"{w.per_second(int(now_ms)):.1f} (total {w.total})  event->directive "
             f"{'-' if latency is None else f'{latency:.0f} ms'}{reset}", "",

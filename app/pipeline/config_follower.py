@@ -23,19 +23,16 @@ from typing import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.engine.timeline import ConfigTimeline
-from app.kafka_io import partitions_of
+from app.kafka_io import end_offsets, partitions_of
 from app.kafka_security import client_options
 from app.intake.records import decode_config
 from app.signing import Signing, signing_from_env
-from tables.recovery import confirmed_end_offsets
 
 log = logging.getLogger(__name__)
 
 #: How long a fetch of the config topic may wait for new records by default: how often, when
 #: nothing is written, the watermark advances (the workers' is QS_CONFIG_POLL_MS, as it adds
-#: to how long an event is held). Measured on a 2-core box: 5 ms cut the p50 latency by ~15
-#: ms, but its idle fetches loaded the embedded broker enough to make the gateways'
-#: closed-loop allocation test drift (README, QS_CONFIG_POLL_MS).
+#: to how long an event is held): README, QS_CONFIG_POLL_MS.
 POLL_MS = 10
 
 
@@ -74,7 +71,7 @@ class ConfigFollower:
         tps = await partitions_of(consumer, self.topic)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        ends = await confirmed_end_offsets(self.bootstrap, tps) if tps else {}
+        ends = await end_offsets(self.bootstrap, tps)
         self._task = asyncio.create_task(self._run(consumer, tps, ends))
 
     async def _run(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],

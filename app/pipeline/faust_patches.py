@@ -2,14 +2,12 @@
 
 Installed once per app by `install` (the worker calls it before declaring its tables):
 
-1. A 10 ms fetch wait. Faust hard-codes `fetch_max_wait_ms=1500` for its consumer; a broker
-   may hold a multi-partition fetch for a good part of that even with records waiting (Tansu:
-   ~0.5 s per hop, two hops per sample). Directives are sent when decided, so the wait is the
-   event -> directive latency, paid once per hop; an idle worker then polls 100 times a
-   second, a small cost.
-2. Changelog end offsets confirmed by Fetch (`tables.recovery`), on the embedded Tansu broker
-   only (`QS_VERIFY_END_OFFSETS`): Tansu under-reports ListOffsets(LATEST), which makes Faust's
-   recovery crash or silently drop the last changelog batch. A no-op on a real Kafka cluster.
+1. A 10 ms fetch wait. Faust hard-codes `fetch_max_wait_ms=1500` for its consumer. aiokafka
+   keeps one fetch in flight per broker, for the partitions with nothing buffered; a partition
+   the agents just drained joins only the next fetch, which waits for the one in flight: with
+   nothing else arriving, that is the broker holding it for the whole wait. Directives are sent
+   when decided, so the wait adds to the event -> directive latency, once per hop (source, then
+   the samples topic); an idle worker then polls 100 times a second, a small cost.
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ from typing import Any
 
 import faust
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-
-from tables.recovery import install_highwater_fix
 
 FETCH_MAX_WAIT_MS = 10
 _create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
@@ -31,7 +27,6 @@ def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     return consumer
 
 
-def install(app: faust.App, verify_end_offsets: bool) -> None:
-    """Both patches; safe to call again (the consumer patch is process-wide)."""
+def install(app: faust.App) -> None:
+    """The patches; safe to call again (the consumer patch is process-wide)."""
     AIOKafkaConsumerThread._create_worker_consumer = _short_fetch_wait  # type: ignore[method-assign]
-    install_highwater_fix(app, enabled=verify_end_offsets)

@@ -17,8 +17,8 @@ def samples_topic(settings: Settings) -> str:
 def topic_specs(settings: Settings) -> list[tuple[str, int, Mapping[str, str] | None]]:
     """Every topic the product uses, with the partition count it must have.
 
-    Created explicitly at start: Tansu auto-creates unknown topics with 4 partitions, and a
-    Faust worker crash-loops on a partition count it did not expect.
+    Created explicitly at start: a cluster that auto-creates a topic gives it its default
+    partition count, and a Faust worker crash-loops on a partition count it did not expect.
     """
     p = settings.partitions
     return [

@@ -108,7 +108,7 @@ class Worker:
             producer_partitioner=MemoPartitioner(),
             broker_credentials=KafkaSecurity.from_settings(settings).faust(),
         )
-        faust_patches.install(app, verify_end_offsets=bool(settings.verify_end_offsets))
+        faust_patches.install(app)
 
         self.engine_settings = engine_settings(settings)
         self.engine = QuotaEngine(self.engine_settings)

@@ -1,6 +1,6 @@
 """Bring the pipeline up for a scenario (shared by `simulate` and `demo`), and run it live.
 
-`start_pipeline` starts the embedded broker unless KAFKA_BOOTSTRAP_SERVERS is set, creates the
+`start_pipeline` starts a local Kafka cluster unless KAFKA_BOOTSTRAP_SERVERS is set, creates the
 topics, writes the scenario's quotas to the config topic, then starts the workers with the
 scenario's scope (and window settings) and waits until they are ready; any file with
 `worker_env()`, `config_updates(ts)` and `scope` will do (a simulator scenario, the demo's).
@@ -72,7 +72,7 @@ def cluster_env(scenario: PipelineSpec, environ: Mapping[str, str] = os.environ)
 
 def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stderr_log,
                    work_dir: Path | None = None) -> Pipeline:
-    """Broker (embedded unless configured), topics, quotas, workers; raises UserError on failure.
+    """Kafka (local unless configured), topics, quotas, workers; raises UserError on failure.
     Logs of the broker and workers go to `work_dir` (default: a new temporary directory)."""
     from app.broker import BrokerError
     from app.cli import UserError
@@ -85,7 +85,7 @@ def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stder
             shutil.rmtree(stale, ignore_errors=True)
     cluster = LocalCluster(workers=0, bootstrap=external, env=env, work_dir=work_dir)
     try:
-        log("starting the embedded broker and creating topics" if external is None
+        log("starting a local Kafka cluster and creating topics" if external is None
             else f"using Kafka at {external}; creating missing topics")
         cluster.start()
         settings = load(cluster.worker_env(0))

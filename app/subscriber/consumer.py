@@ -4,9 +4,9 @@ Why no consumer group: every broker needs *every* directive (a cluster-scope dir
 all brokers), so each subscriber reads all partitions itself with `assign()` and commits nothing;
 at start it rebuilds the set by reading the topic from the beginning (or from a time bound).
 
-Why "ready" is confirmed by fetching: Tansu 0.6.0 under-reports ListOffsets(LATEST), so the end is
-taken from Fetch responses instead. The subscriber is ready once a poll returns no records and, for
-every partition, a Fetch response has reported a high watermark that the position has reached.
+The subscriber is ready once a poll returns no records and, for every partition, a Fetch
+response has reported a high watermark that the position has reached: the end as of a fetch, not
+of a ListOffsets asked before it.
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ class DirectiveSubscriber:
         return self._ready_threadsafe.wait(timeout)
 
     async def _discover_partitions(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
-        """List the topic's partitions without asking for the topic by name (Tansu would
-        auto-create it with 4 partitions); wait for it to exist within the start timeout."""
+        """List the topic's partitions without asking for the topic by name (a cluster may
+        auto-create it); wait for it to exist within the start timeout."""
         while True:
             with contextlib.suppress(TopicMissing):
                 return await partitions_of(consumer, self.topic)

@@ -3,9 +3,7 @@
 Configured by environment variables so each test gets its own app id (consumer group and
 changelog topic), data dir and broker:
 
-RA_BOOTSTRAP, RA_APP_ID, RA_DATADIR, RA_PARTITIONS, RA_WRITES_TOPIC, RA_CONTROL_TOPIC,
-RA_HIGHWATER_FIX ("1" installs tables.recovery's fix, "0" runs stock Faust),
-RA_INSTALL_AT ("early" / "late": which install path to use).
+RA_BOOTSTRAP, RA_APP_ID, RA_DATADIR, RA_PARTITIONS, RA_WRITES_TOPIC, RA_CONTROL_TOPIC.
 
 `writes` records (json key -> json int) are stored as `kv[key] = value`. A record on the
 one-partition control topic whose value is a file path makes the worker dump the whole table
@@ -20,9 +18,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-import faust
 
-from tables.recovery import install_highwater_fix
+import faust
 
 PARTITIONS = int(os.environ.get("RA_PARTITIONS", "2"))
 
@@ -33,23 +30,16 @@ app = faust.App(
     datadir=os.environ.get("RA_DATADIR", "recovery-test-data"),
     topic_partitions=PARTITIONS,
     topic_replication_factor=1,
-    # Short timeouts (field notes): failover in ~5 s instead of ~97 s.
-    broker_session_timeout=3.0,
-    broker_heartbeat_interval=0.5,
-    broker_rebalance_timeout=5.0,
+    # the worker's timeouts (Kafka's group.min.session.timeout.ms is 6 s)
+    broker_session_timeout=6.0,
+    broker_heartbeat_interval=1.0,
+    broker_rebalance_timeout=10.0,
     broker_commit_interval=0.5,
     consumer_auto_offset_reset="earliest",
-    # Changelog records go out in ~50 ms batches, so the last changelog batch holds many
-    # records: that is when Tansu's ListOffsets under-reports (see tables.recovery).
+    # changelog records go out in ~50 ms batches: the last one holds many records
     producer_linger=0.05,
     web_enabled=False,
 )
-HIGHWATER_FIX = os.environ.get("RA_HIGHWATER_FIX", "1") == "1"
-# "early" (before any table: sets the TableManager setting) or "late" (after the tables are
-# declared: pre-sets the manager's recovery service); both paths of install_highwater_fix.
-INSTALL_AT = os.environ.get("RA_INSTALL_AT", "early")
-if INSTALL_AT == "early":
-    install_highwater_fix(app, enabled=HIGHWATER_FIX)
 
 writes = app.topic(
     os.environ.get("RA_WRITES_TOPIC", "ra-writes"),
@@ -68,8 +58,6 @@ control = app.topic(
     partitions=1,
 )
 kv = app.Table("kv", default=int, partitions=PARTITIONS, key_type=str, value_type=int)
-if INSTALL_AT == "late":
-    install_highwater_fix(app, enabled=HIGHWATER_FIX)
 
 
 @app.agent(writes)

@@ -1,9 +1,11 @@
-"""Fixtures for tests that need a Kafka-protocol broker.
+"""Fixtures for tests that need Kafka: a real Apache Kafka cluster the project starts itself.
 
-Tests always use their own embedded Tansu broker (memory storage, one per test session), so they
-never write into a cluster someone configured with KAFKA_BOOTSTRAP_SERVERS. Set
-QS_TEST_BOOTSTRAP=host:port to run them against another broker on purpose. Topic names in
-these tests are unique per test, so a shared broker is fine.
+One single-node KRaft cluster serves the whole session (`kafka_cluster`), with a PLAINTEXT,
+an SSL, a SASL_PLAINTEXT and a SASL_SSL listener and the users `admin`, `alice` and `bob`
+(random passwords: `kafka_cluster.passwords`); a three-node cluster (`kafka_cluster3`) starts
+for the test modules that ask for it. Tests never write into a cluster someone configured with
+KAFKA_BOOTSTRAP_SERVERS. Set QS_TEST_BOOTSTRAP=host:port to run the PLAINTEXT tests against
+another cluster on purpose; topic names are unique per test, so a shared cluster is fine.
 """
 
 from __future__ import annotations
@@ -13,29 +15,38 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.broker import EmbeddedBroker
+from app.devstack.kafka import PROTOCOLS, KafkaCluster
+
+USERS = ("admin", "alice", "bob")
+
+
+def _cluster(brokers: int, tmp: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(brokers=brokers, listeners=PROTOCOLS, users=dict.fromkeys(USERS),
+                           work_dir=tmp.mktemp(f"kafka{brokers}"))
+    with cluster:
+        yield cluster
+        if not cluster.running:
+            pytest.fail(f"a Kafka node died during the tests; logs in {cluster.work_dir}")
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`host:port` of a running broker: QS_TEST_BOOTSTRAP if set, else an embedded Tansu.
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """The session's single-node cluster, every listener on."""
+    yield from _cluster(1, tmp_path_factory)
 
-    The embedded broker's log is kept in pytest's temp dir (`tansu.log`) for post-mortems.
-    """
+
+@pytest.fixture(scope="module")
+def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A three-node cluster (brokers 1, 2, 3), for leaders on different brokers: one per test
+    module that asks for it (three JVMs are not kept for the whole session)."""
+    yield from _cluster(3, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
+    """`host:port` of a PLAINTEXT listener: QS_TEST_BOOTSTRAP if set, else the session's."""
     external = os.environ.get("QS_TEST_BOOTSTRAP", "").strip()
     if external:
-        yield external
-        return
-    log_path = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with EmbeddedBroker(log_path=log_path) as broker:
-        yield broker.bootstrap
-        if not broker.running:
-            pytest.fail(f"the embedded broker died during the tests; log: {log_path}")
-
-
-@pytest.fixture(scope="session")
-def embedded_broker_only(kafka_bootstrap: str) -> str:
-    """Skip tests that demonstrate Tansu-specific behaviour when an external broker is used."""
-    if os.environ.get("QS_TEST_BOOTSTRAP", "").strip():
-        pytest.skip("demonstrates a Tansu 0.6.0 quirk; QS_TEST_BOOTSTRAP points elsewhere")
-    return kafka_bootstrap
+        return external
+    cluster: KafkaCluster = request.getfixturevalue("kafka_cluster")
+    return cluster.bootstrap("PLAINTEXT")

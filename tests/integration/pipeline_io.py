@@ -11,7 +11,7 @@ import time
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tables.recovery import confirmed_end_offsets
+from app.kafka_io import end_offsets, partitions_of
 
 
 async def read_directives(bootstrap: str, topic: str, expected: int, timeout: float,
@@ -23,8 +23,7 @@ async def read_directives(bootstrap: str, topic: str, expected: int, timeout: fl
     got: list[bytes] = []
     try:
         if partitions is None:
-            await consumer.topics()
-            partitions = len(consumer.partitions_for_topic(topic) or ())
+            partitions = len(await partitions_of(consumer, topic))
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -55,7 +54,7 @@ async def wait_committed(bootstrap: str, env: dict[str, str], timeout: float) ->
     try:
         deadline = time.monotonic() + timeout
         while True:
-            ends = await confirmed_end_offsets(bootstrap, tps)
+            ends = await end_offsets(bootstrap, tps)
             committed = {tp: (await consumer.committed(tp)) or 0 for tp in tps}
             if all(committed[tp] >= ends[tp] for tp in tps):
                 return

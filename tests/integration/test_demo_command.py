@@ -1,4 +1,4 @@
-"""`quota-streams demo`, as the README's first command runs it: its own embedded broker, a worker,
+"""`quota-streams demo`, as the README's first command runs it: its own local Kafka, a worker,
 two gateways and the real clients of scenarios/demo.yaml, for 30 s, then everything stopped.
 
 It runs alone: eight client processes, two gateways, a worker and a broker keep both cores busy.
@@ -43,7 +43,7 @@ def test_demo_runs_real_clients_through_gateways_and_stops_everything(tmp_path: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     err, out = proc.stderr, proc.stdout
     assert "workers ready" in err and "starting 2 gateway(s)" in err
-    assert "stopping the clients, gateways and workers and the embedded broker" in err
+    assert "stopping the clients, gateways and workers and the local Kafka cluster" in err
     assert "directives/s=" in out  # the status lines of a run without a terminal
     summary = out[out.index("rates per second over the"):]
     rows = {line.split()[0]: line for line in summary.splitlines() if line.strip()}

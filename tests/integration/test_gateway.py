@@ -79,7 +79,6 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         **isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
         "QS_ACCOUNTING": "served", "QS_QUOTA_WINDOW_SIZE_MS": "500",
         "QS_CONTROLLER_WINDOW_SIZE_MS": "500",
-        "QS_VERIFY_END_OFFSETS": "1",
     }
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp, env=env)
     try:

@@ -46,7 +46,6 @@ def cluster_env(tmp_path: Path) -> dict[str, str]:
     return {
         **isolated_env(prefix), "QS_PARTITIONS": str(PARTITIONS), "QS_SCOPE": "broker",
         "QS_STATE_DIR": str(tmp_path / "state"), "QS_FLUSH_INTERVAL_MS": "500",
-        "QS_VERIFY_END_OFFSETS": "1",
     }
 
 

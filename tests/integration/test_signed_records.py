@@ -53,7 +53,6 @@ def test_forged_records_are_refused_and_real_ones_sealed(kafka_bootstrap: str,
                                                         tmp_path: Path) -> None:
     prefix = f"s{uuid.uuid4().hex[:8]}"
     env = {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SIGNING_KEYS": KEYS,
-           "QS_VERIFY_END_OFFSETS": "1",
            "QS_STATE_DIR": str(tmp_path / "state")}
     events = scenario(seed=9, start_ms=T0, seconds=6)
     lines = tmp_path / "input.jsonl"

@@ -1,4 +1,4 @@
-"""A Faust RocksDB table survives worker restarts on the embedded broker, with the highwater fix.
+"""A Faust RocksDB table survives worker restarts, stopped or killed, kept or wiped.
 
 Each scenario runs `_recovery_app.py` as a real worker subprocess: worker 1 applies a few
 thousand writes (each key written twice, so values matter), is stopped (SIGTERM) or killed
@@ -7,9 +7,6 @@ restarts on the same RocksDB dir, worker 3 on an empty one. The first table dump
 restarted worker makes (agents only run after recovery) must equal the table before the
 restart. Source offsets are committed before the stop, so nothing is re-processed and the dump
 shows what recovery alone restored.
-
-The last test runs stock Faust (fix off) and shows why the fix exists: on Tansu the restart
-with kept RocksDB dies with ConsistencyError.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from app.broker import create_topics
-from tables.recovery import confirmed_end_offsets
+from app.kafka_io import end_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +45,6 @@ class Scenario:
 
     bootstrap: str
     tmp: Path
-    highwater_fix: bool = True
-    install_at: str = "early"
     app_id: str = field(default_factory=lambda: f"rt-{uuid.uuid4().hex[:8]}")
     dumps: int = 0
 
@@ -78,8 +73,6 @@ class Scenario:
             "RA_PARTITIONS": str(PARTITIONS),
             "RA_WRITES_TOPIC": self.writes_topic,
             "RA_CONTROL_TOPIC": self.control_topic,
-            "RA_HIGHWATER_FIX": "1" if self.highwater_fix else "0",
-            "RA_INSTALL_AT": self.install_at,
             "PYTHONUNBUFFERED": "1",
         }
 
@@ -205,7 +198,7 @@ def _wait_until_settled(
     async def flushed_and_committed() -> bool:
         changelog = [TopicPartition(scenario.changelog_topic, p) for p in range(PARTITIONS)]
         writes = [TopicPartition(scenario.writes_topic, p) for p in range(PARTITIONS)]
-        ends = await confirmed_end_offsets(scenario.bootstrap, changelog + writes)
+        ends = await end_offsets(scenario.bootstrap, changelog + writes)
         if sum(ends[tp] for tp in changelog) < total_writes:
             return False
         group = AIOKafkaConsumer(bootstrap_servers=scenario.bootstrap, group_id=scenario.app_id)
@@ -237,15 +230,11 @@ def _worker_with_table(scenario: Scenario, expected: dict[str, int]) -> Worker:
     return worker
 
 
-@pytest.mark.parametrize(
-    ("stop_signal", "install_at"),
-    [(signal.SIGTERM, "early"), (signal.SIGKILL, "late")],
-    ids=["stop", "kill9"],
-)
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["stop", "kill9"])
 def test_table_restored_after_restart(
-    kafka_bootstrap: str, tmp_path: Path, stop_signal: signal.Signals, install_at: str
+    kafka_bootstrap: str, tmp_path: Path, stop_signal: signal.Signals
 ) -> None:
-    scenario = Scenario(kafka_bootstrap, tmp_path, install_at=install_at)
+    scenario = Scenario(kafka_bootstrap, tmp_path)
     expected = _setup(scenario)
     worker = _worker_with_table(scenario, expected)
     before = _first_dump(scenario, worker)
@@ -262,82 +251,8 @@ def test_table_restored_after_restart(
         log = restarted.log()
         restarted.stop(stop_signal)
         assert "ConsistencyError" not in log
-        if name == "kept" and not os.environ.get("QS_TEST_BOOTSTRAP"):
-            # The scenario did exercise the Tansu quirk (a multi-record last changelog batch).
-            assert "corrected by Fetch" in log
         missing = sorted(set(before) - set(after))[:5]
         assert len(after) == len(before), f"{name}: lost {len(before) - len(after)} keys {missing}"
         assert after == before, f"{name}: restored values differ"
     print(f"\nrestart-to-first-dump ({stop_signal.name}, {KEYS * ROUNDS} changelog records):",
           ", ".join(f"{k} RocksDB {v:.1f} s" for k, v in timings.items()))
-
-
-def test_install_highwater_fix_paths() -> None:
-    """Off = untouched; before tables = TableManager setting; after = recovery pre-set."""
-    import warnings
-
-    import faust
-    from faust.tables import TableManager
-
-    from tables.recovery import VerifiedRecovery, VerifiedTableManager, install_highwater_fix
-
-    def new_app(**kwargs: object) -> faust.App:
-        return faust.App(f"t-{uuid.uuid4().hex[:6]}", broker="kafka://127.0.0.1:1",
-                         store="memory://", **kwargs)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # e.g. AlreadyConfiguredWarning
-        off = new_app()
-        assert install_highwater_fix(off, enabled=False) is False
-        off.Table("t")
-        assert type(off.tables) is TableManager and type(off.tables.recovery).__name__ == "Recovery"
-
-        early = new_app()
-        assert install_highwater_fix(early) is True
-        early.Table("t")
-        assert isinstance(early.tables, VerifiedTableManager)
-        assert isinstance(early.tables.recovery, VerifiedRecovery)
-
-        late = new_app()
-        late.Table("t")
-        assert install_highwater_fix(late) is True
-        assert isinstance(late.tables.recovery, VerifiedRecovery)
-
-        too_late = new_app()
-        too_late.Table("t")
-        _ = too_late.tables.recovery
-        with pytest.raises(RuntimeError, match="before the worker starts"):
-            install_highwater_fix(too_late)
-
-        class CustomManager(TableManager):
-            pass
-
-        with pytest.raises(TypeError, match="custom TableManager"):
-            install_highwater_fix(new_app(TableManager=CustomManager))
-
-
-def test_stock_faust_fails_on_tansu_without_fix(embedded_broker_only: str, tmp_path: Path) -> None:
-    """Control experiment: without the fix, kept RocksDB crashes and a wiped one loses keys.
-
-    This proves the restart test above would catch the bug it guards against.
-    """
-    scenario = Scenario(embedded_broker_only, tmp_path, highwater_fix=False)
-    expected = _setup(scenario)
-    worker = _worker_with_table(scenario, expected)
-    worker.stop(signal.SIGTERM)
-
-    crashed = Worker(scenario, "worker-kept-nofix")
-    deadline = time.monotonic() + 45
-    while "ConsistencyError" not in crashed.log():
-        if crashed.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"expected ConsistencyError:\n{crashed.log()[-3000:]}")
-        time.sleep(0.1)
-    crashed.stop(signal.SIGKILL)
-
-    shutil.rmtree(scenario.datadir)
-    wiped = Worker(scenario, "worker-wiped-nofix")
-    after = _first_dump(scenario, wiped)
-    wiped.stop(signal.SIGTERM)
-    assert after != expected, "stock Faust restored everything on this broker: quirk fixed?"
-    print(f"\nwithout the fix a restore from scratch restored {len(after)} of {len(expected)} keys"
-          f" ({sum(after.get(k) == v for k, v in expected.items())} with the right value)")

@@ -17,13 +17,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
-from app.broker import EmbeddedBroker
+from app.devstack.kafka import KafkaCluster
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import parse_record
 from app.engine.state_codec import decode
 from app.launcher import LocalCluster, isolated_env
 from app.replay import replay
-from tables.recovery import confirmed_end_offsets
+from app.kafka_io import partitions_of
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import assert_same, read_directives, wait_committed
@@ -36,7 +36,7 @@ MARKER = "crash-here-7f3a"
 
 def worker_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     prefix = f"f{uuid.uuid4().hex[:8]}"
-    return {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_VERIFY_END_OFFSETS": "1",
+    return {**isolated_env(prefix), "QS_PARTITIONS": "2",
             "QS_STATE_DIR": str(tmp_path / "state"), **extra}
 
 
@@ -153,23 +153,25 @@ def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: 
     expected = [orjson.dumps(d) for result in replay(
         (orjson.dumps(r) for r in CONFIGS + first + second), EngineSettings())
         for d in result.directives]
-    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as broker:
-        assert broker.pid is not None
-        cluster = LocalCluster(1, bootstrap=broker.bootstrap, work_dir=tmp_path, env=env)
+    with KafkaCluster(work_dir=tmp_path / "kafka") as kafka:
+        node = kafka.nodes[0].proc
+        assert node is not None
+        bootstrap = kafka.bootstrap()
+        cluster = LocalCluster(1, bootstrap=bootstrap, work_dir=tmp_path, env=env)
         try:
-            start_with_configs(cluster, broker.bootstrap, env)
+            start_with_configs(cluster, bootstrap, env)
             for topic, values in by_topic(env, first).items():
-                asyncio.run(send(broker.bootstrap, topic, values))
-            asyncio.run(wait_committed(broker.bootstrap, env, timeout=120))
-            os.kill(broker.pid, signal.SIGSTOP)
+                asyncio.run(send(bootstrap, topic, values))
+            asyncio.run(wait_committed(bootstrap, env, timeout=120))
+            os.kill(node.pid, signal.SIGSTOP)
             try:
                 time.sleep(30)
             finally:
-                os.kill(broker.pid, signal.SIGCONT)
+                os.kill(node.pid, signal.SIGCONT)
             assert cluster.procs[0].poll() is None, "the worker died while the broker was frozen"
             for topic, values in by_topic(env, second).items():
-                asyncio.run(send(broker.bootstrap, topic, values))
-            live = asyncio.run(read_directives(broker.bootstrap, env["QS_TOPIC_DIRECTIVES"],
+                asyncio.run(send(bootstrap, topic, values))
+            live = asyncio.run(read_directives(bootstrap, env["QS_TOPIC_DIRECTIVES"],
                                                len(expected), timeout=180))
             assert_same(live, expected)
         finally:
@@ -178,17 +180,16 @@ def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: 
 
 async def table_clocks(bootstrap: str, topic: str) -> dict[str, int]:
     """The latest event time of every window on a table's changelog (its last record each)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     latest: dict[str, bytes | None] = {}
     try:
-        await consumer.topics()
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        tps = await partitions_of(consumer, topic)
         consumer.assign(tps)
-        ends = await confirmed_end_offsets(bootstrap, tps)  # Tansu under-reports ListOffsets
+        ends = await consumer.end_offsets(tps)
         while True:
             positions = [await consumer.position(tp) for tp in tps]
             if all(p >= ends[tp] for p, tp in zip(positions, tps)):
