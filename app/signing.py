@@ -86,16 +86,19 @@ class Signing:
         seal is removed unchecked, so readers that do not verify still read signed records."""
         at = value.rfind(SEAL)
         sealed = at > 0 and value.endswith(b'"}')
-        if sealed:
-            payload = value[:at] + b"}"
-            kid, _, mac = value[at + len(SEAL):-2].decode("ascii", "replace").partition(":")
+        payload = value[:at] + b"}" if sealed else value
         if not self.keys:
-            return (payload if sealed else value), None
+            return payload, None
         if not sealed:
             return None, "unsigned"
+        try:  # any byte a writer never puts in a seal makes it a bad one, never an exception
+            kid, _, mac = value[at + len(SEAL):-2].decode("ascii").partition(":")
+        except UnicodeDecodeError:
+            return None, "bad_signature"
         secret = next((s for k, s in self.keys if k == kid), None)
         if secret is None:
             return None, "unknown_signing_key"
-        if len(mac) != _MAC_HEX or not hmac.compare_digest(mac, self._mac(secret, topic, payload)):
+        expected = self._mac(secret, topic, payload).encode()
+        if len(mac) != _MAC_HEX or not hmac.compare_digest(mac.encode(), expected):
             return None, "bad_signature"
         return payload, None

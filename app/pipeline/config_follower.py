@@ -142,7 +142,15 @@ class ConfigFollower:
             self.released_ts = ts
 
     def apply(self, value: bytes, arrival: int | None = None) -> None:
-        """One config record; `arrival` is its Kafka timestamp (None: not from Kafka)."""
+        """One config record; `arrival` is its Kafka timestamp (None: not from Kafka). Whatever
+        is wrong with it is counted, never raised: one record must not stop the follower."""
+        try:
+            self._apply(value, arrival)
+        except Exception as exc:  # a validation gap must cost one record, not the follower
+            log.exception("unexpected error applying a config record")
+            self._bad(f"internal_error: {exc!r}", value)
+
+    def _apply(self, value: bytes, arrival: int | None) -> None:
         payload, reason = self.signing.open(self.topic, value)
         update, reason = (None, reason) if payload is None else decode_config(payload)
         if update is None:

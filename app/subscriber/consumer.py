@@ -251,7 +251,16 @@ class DirectiveSubscriber:
         self.ready.set()
 
     def _handle(self, record: ConsumerRecord, now: int) -> None:
-        """Decode and apply one record; anything wrong with it is counted, never raised."""
+        """Decode and apply one record; anything wrong with it is counted, never raised: one
+        record must never stop the reader (it would stop following every later directive)."""
+        try:
+            self._apply(record, now)
+        except Exception as exc:  # a validation gap must cost one record, not the reader
+            logger.exception("Unexpected error applying a directive")
+            with self._lock:
+                self._count_bad("internal_error", record, repr(exc))
+
+    def _apply(self, record: ConsumerRecord, now: int) -> None:
         directive: Any = None
         reason = ""
         if record.value is not None:
@@ -275,10 +284,6 @@ class DirectiveSubscriber:
                 outcome = self._active.apply(directive, now)
             except BadDirective as exc:
                 self._count_bad(exc.reason, record, str(exc))
-                return
-            except Exception as exc:  # a validation gap must cost one record, not the reader
-                logger.exception("Unexpected error applying a directive")
-                self._count_bad("internal_error", record, repr(exc))
                 return
             self._counts[outcome] += 1
 

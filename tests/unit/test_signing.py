@@ -122,3 +122,45 @@ def test_the_audit_diff_compares_directives_without_their_seal() -> None:
     rows = compare([orjson.dumps(DIRECTIVE)], [Signing().seal("x", orjson.dumps(DIRECTIVE))],
                    topic="quota.directives")
     assert [r.status for r in rows] == ["matched"]
+
+
+def non_ascii_seal(sealed: bytes) -> bytes:
+    """The seal's last hex digit replaced by a byte no writer puts there (Latin-1 'é'): the
+    seal keeps its length, so only the comparison can tell."""
+    return sealed[:-3] + b"\xe9" + b'"}'
+
+
+def test_a_seal_with_a_non_ascii_byte_is_a_bad_signature_in_every_reader() -> None:
+    signing = Signing.parse(OLD)
+    directive = non_ascii_seal(signing.seal("quota.directives", orjson.dumps(DIRECTIVE)))
+    config = non_ascii_seal(signing.seal("quota.configs", orjson.dumps(CONFIG)))
+    assert signing.open("quota.directives", directive) == (None, "bad_signature")
+    sub = DirectiveSubscriber("127.0.0.1:9092", 1, signing=signing)
+    sub._handle(record(directive), TS)
+    assert sub.stats["bad_reasons"] == {"bad_signature": 1}
+    bad: list[str] = []
+    follower = ConfigFollower("", "quota.configs", ConfigTimeline(),
+                              on_bad=lambda reason, _v: bad.append(reason), signing=signing)
+    follower.apply(config, TS)
+    assert bad == ["bad_signature"]
+    assert topic_configs([(0, 0, config, TS)], "quota.configs", signing)[1] == [
+        ("quota.configs/0@0", "bad_signature")]
+    assert parse_directive(directive, "quota.directives", signing) == (
+        None, "refused: bad_signature")
+
+
+def test_a_reader_survives_a_record_its_checks_did_not_foresee(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error costs the one record (counted), not the reader."""
+    signing = Signing.parse(OLD)
+    sub = DirectiveSubscriber("127.0.0.1:9092", 1, signing=signing)
+    monkeypatch.setattr(sub._active, "apply", lambda *_: 1 / 0)
+    sub._handle(record(signing.seal("quota.directives", orjson.dumps(DIRECTIVE))), TS)
+    assert sub.stats["bad_reasons"] == {"internal_error": 1}
+    bad: list[str] = []
+    timeline = ConfigTimeline()
+    follower = ConfigFollower("", "quota.configs", timeline,
+                              on_bad=lambda reason, _v: bad.append(reason), signing=signing)
+    monkeypatch.setattr(timeline, "add", lambda *_: 1 / 0)
+    follower.apply(signing.seal("quota.configs", orjson.dumps(CONFIG)), TS)
+    assert len(bad) == 1 and bad[0].startswith("internal_error")
