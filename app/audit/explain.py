@@ -151,7 +151,7 @@ def read_kafka(bootstrap: str, topics: Any) -> Input:
     for topic in topics.events:
         if topic not in present:
             continue
-        for partition, offset, value, timestamp in read_topic_local(bootstrap, topic):
+        for partition, offset, _key, value, timestamp in read_topic_local(bootstrap, topic):
             records.append(((topic, partition), offset, value, timestamp))
             tps.add((topic, partition))
     configs: list[ConfigEntry] = []

@@ -111,6 +111,8 @@ REQUEST_BATCH = 4096
 Item = tuple[int, int, int, int, int, Any, int]
 #: A config update and its record's Kafka timestamp (None: from an archive's lines).
 ConfigEntry = tuple[ConfigUpdate, "int | None"]
+#: A record read from a topic: (partition, offset, key, value, Kafka timestamp ms).
+TopicRecord = tuple[int, int, "bytes | None", "bytes | None", "int | None"]
 #: Step 1 in discovery mode: the route keys of requests that resolve to several keys.
 SPLITS_DDL = "keys string"
 KEY_SEP = "\x1e"
@@ -129,17 +131,16 @@ def exploded_schema() -> pa.Schema:
 
 
 def topic_configs(
-    records: Iterable[tuple[int, int, bytes | None, int | None]], topic: str = "",
-    signing: Signing | None = None,
+    records: Iterable[TopicRecord], topic: str = "", signing: Signing | None = None,
 ) -> tuple[list[ConfigEntry], list[tuple[str, str]]]:
-    """Config-topic records `(partition, offset, value, Kafka timestamp)` -> config entries in
-    (partition, offset) order, and the bad ones skipped as the workers skip them (unsealed ones
-    too, with QS_SIGNING_KEYS): `(where, reason)` each."""
+    """Config-topic records -> config entries in (partition, offset) order, and the bad ones
+    skipped as the workers skip them (unsealed ones too, with QS_SIGNING_KEYS): `(where,
+    reason)` each."""
     signing = signing_from_env() if signing is None else signing
     entries: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []
-    for partition, offset, value, timestamp in sorted(records, key=lambda r: (r[0], r[1])):
-        payload, reason = signing.open(topic, value or b"")
+    for partition, offset, key, value, timestamp in sorted(records, key=lambda r: (r[0], r[1])):
+        payload, reason = signing.open(topic, key, value or b"")
         update, reason = (None, reason) if payload is None else decode_config(payload)
         if update is None:
             bad.append((f"{topic}/{partition}@{offset}", reason or "bad config"))

@@ -87,7 +87,7 @@ class ConfigFollower:
             batches = await consumer.getmany(timeout_ms=self.poll_ms)
             for records in batches.values():
                 for record in records:
-                    self.apply(record.value or b"", record.timestamp)
+                    self.apply(record.value or b"", record.timestamp, record.key)
             if not self.ready.is_set():
                 for tp in list(pending):
                     if await consumer.position(tp) >= pending[tp]:
@@ -141,17 +141,18 @@ class ConfigFollower:
         if ts > self.released_ts:
             self.released_ts = ts
 
-    def apply(self, value: bytes, arrival: int | None = None) -> None:
-        """One config record; `arrival` is its Kafka timestamp (None: not from Kafka). Whatever
-        is wrong with it is counted, never raised: one record must not stop the follower."""
+    def apply(self, value: bytes, arrival: int | None = None, key: bytes | None = None) -> None:
+        """One config record; `arrival` is its Kafka timestamp (None: not from Kafka), `key` its
+        Kafka key (the seal covers it). Whatever is wrong with it is counted, never raised: one
+        record must not stop the follower."""
         try:
-            self._apply(value, arrival)
+            self._apply(value, arrival, key)
         except Exception as exc:  # a validation gap must cost one record, not the follower
             log.exception("unexpected error applying a config record")
             self._bad(f"internal_error: {exc!r}", value)
 
-    def _apply(self, value: bytes, arrival: int | None) -> None:
-        payload, reason = self.signing.open(self.topic, value)
+    def _apply(self, value: bytes, arrival: int | None, key: bytes | None) -> None:
+        payload, reason = self.signing.open(self.topic, key, value)
         update, reason = (None, reason) if payload is None else decode_config(payload)
         if update is None:
             self._bad(reason or "not a quota_config record", value)

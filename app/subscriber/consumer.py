@@ -264,7 +264,7 @@ class DirectiveSubscriber:
         directive: Any = None
         reason = ""
         if record.value is not None:
-            payload, refused = self._signing.open(record.topic, record.value)
+            payload, refused = self._signing.open(record.topic, record.key, record.value)
             if payload is None:
                 reason = refused or "unsigned"
             else:

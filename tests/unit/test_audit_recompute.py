@@ -174,7 +174,7 @@ def canonical(ds: list[bytes]) -> list[bytes]:
 def test_kafka_mode_one_partition_per_topic_equals_replay() -> None:
     events = synth.scenario(seed=6, seconds=6)
     directives, decisions = replayed(lines_of(synth.CONFIGS + events))
-    configs, bad = topic_configs([(0, i, orjson.dumps(c), None)
+    configs, bad = topic_configs([(0, i, None, orjson.dumps(c), None)
                                   for i, c in enumerate(synth.CONFIGS)])
     assert not bad and len(configs) == len(synth.CONFIGS)
     recs, streams = kafka_streams(events)
@@ -205,7 +205,7 @@ def test_config_topic_applies_at_its_ts_or_from_a_late_arrival() -> None:
         (config("bob", t0, 2000), t0 + 2000),  # late: in force for bob from its arrival
     ]
     events = [produce_request(t0 + i * 100, user) for i in range(40) for user in ("alice", "bob")]
-    configs, _ = topic_configs([(0, i, orjson.dumps(c), at) for i, (c, at) in enumerate(written)])
+    configs, _ = topic_configs([(0, i, None, orjson.dumps(c), at) for i, (c, at) in enumerate(written)])
     recs = [(("req", 0), i, orjson.dumps(e), e["ts"]) for i, e in enumerate(events)]
     result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(configs),
                                                   {("req", 0): 0}))
@@ -231,7 +231,7 @@ def test_streams_of_one_topic_merge_by_stream_time_not_by_partition() -> None:
                "client_id": f"c{i % 2}", "api": "Produce", "bytes": 700} for i in range(200)]
     recs = [(("req", i % 2), i // 2, orjson.dumps(e), None) for i, e in enumerate(events)]
     recs.sort(key=lambda r: (r[0], r[1]))
-    configs, _ = topic_configs([(0, 0, orjson.dumps(config), None)])
+    configs, _ = topic_configs([(0, 0, None, orjson.dumps(config), None)])
     result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(configs),
                                                   {("req", 0): 0, ("req", 1): 1}))
     assert canonical(result.directives()) == canonical(replayed(lines_of([config] + events))[0])
@@ -383,9 +383,10 @@ def test_route_map_from_splits_is_transitive_and_deterministic() -> None:
 
 
 def test_bad_config_topic_records_are_skipped_like_the_follower() -> None:
-    configs, bad = topic_configs([(0, 3, orjson.dumps(synth.CONFIGS[0]), 7), (0, 0, b"{", 1),
-                                  (0, 1, None, 2),
-                                  (0, 2, orjson.dumps({"type": "request", "v": 1}), 3)], "cfg")
+    configs, bad = topic_configs([(0, 3, None, orjson.dumps(synth.CONFIGS[0]), 7),
+                                  (0, 0, None, b"{", 1), (0, 1, None, None, 2),
+                                  (0, 2, None, orjson.dumps({"type": "request", "v": 1}), 3)],
+                                 "cfg")
     assert [arrival for _, arrival in configs] == [7]
     assert [w for w, _ in bad] == ["cfg/0@0", "cfg/0@1", "cfg/0@2"]
 

@@ -53,7 +53,7 @@ def test_live_replay_and_audit_agree_on_json_and_columnar_input(scope: str) -> N
         live = [d for entry in pipeline_path.run(configs + lines, scope) if len(entry) == 3
                 for d, _ in entry[2]]
         assert canonical(live) == canonical(replayed)
-        entries, bad = topic_configs([(0, i, c, None) for i, c in enumerate(configs)])
+        entries, bad = topic_configs([(0, i, None, c, None) for i, c in enumerate(configs)])
         assert not bad
         by_topic: dict[str, list[bytes]] = {}
         for line, event in zip(lines, events):
@@ -72,7 +72,7 @@ def test_step_2_gives_the_same_whatever_its_request_batches(monkeypatch: pytest.
     from app.audit import recompute
 
     events = synth.scenario(seed=4, seconds=8)
-    entries, _ = topic_configs([(0, i, orjson.dumps(c), None) for i, c in enumerate(synth.CONFIGS)])
+    entries, _ = topic_configs([(0, i, None, orjson.dumps(c), None) for i, c in enumerate(synth.CONFIGS)])
     records = [(("all", 0), n, orjson.dumps(e), None) for n, e in enumerate(events)]
 
     def audited() -> list[bytes]:
