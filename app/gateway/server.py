@@ -46,6 +46,7 @@ from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.policy import Directives
 from app.kafka_security import client_options
+from app.supervision import Supervision
 from app.usage.publisher import EventPublisher
 from app.usage.recorder import UsageRecorder
 
@@ -282,7 +283,8 @@ class Gateway:
         cfg = self.config
         sub = DirectiveSubscriber(cfg.kafka_bootstrap, None, topic=cfg.directives_topic,
                                   poll_timeout_ms=100, start_timeout=cfg.directives_timeout,
-                                  consumer_options={"fetch_max_wait_ms": 50})
+                                  consumer_options={"fetch_max_wait_ms": 50},
+                                  supervision=self.reader_supervision("directives"))
         try:
             await sub.start()
         except SubscriberError as exc:
@@ -295,6 +297,24 @@ class Gateway:
             logger.warning("directives not rebuilt within %.0f s: serving with what was read so "
                            "far, the rest follows", cfg.directives_timeout)
 
+    def reader_supervision(self, reader: str) -> Supervision:
+        """A crashed directive or config reader restarts with a backoff, counted in
+        `quota_streams_gateway_reader_restarts_total{reader}`, and the gateway is not `healthy`
+        meanwhile. Not an exit: the gateway would take its clients' connections down with it,
+        while restarted it goes on enforcing the directives it holds (until their `until`) and
+        its own quota managers; a reader that keeps crashing is in the metrics and the alerts."""
+        counter = self.metrics.reader_restarts.labels(reader)
+        return Supervision(on_crash=lambda _exc: counter.inc())
+
+    @property
+    def healthy(self) -> bool:
+        """Its control-topic readers are running (for a readiness probe): False while one of
+        them is crashed and waiting to restart."""
+        readers = [self._follower]
+        if self._own_directives:
+            readers.append(self.directives)
+        return all(r.healthy for r in readers if r is not None)
+
     async def _start_configs(self) -> None:
         """Follow the config topic into the local engine, as every worker does."""
         from app.pipeline.config_follower import ConfigFollower
@@ -302,7 +322,8 @@ class Gateway:
         cfg = self.config
         assert self.local is not None
         follower = ConfigFollower(cfg.kafka_bootstrap, cfg.configs_topic,
-                                  self.local.engine.timeline)
+                                  self.local.engine.timeline,
+                                  supervision=self.reader_supervision("configs"))
         try:
             async with asyncio.timeout(cfg.directives_timeout):
                 await follower.start()

@@ -10,6 +10,11 @@ is known, from the latest fetch that found every partition read to its end. The 
 event until the watermark passes its arrival plus the grace (`wait_confirmed`). A config read
 after an event it applies to was released is counted as missed (`released_ms` is how far the
 agents released): the grace did not cover its write delay, and the audit will differ.
+
+Its reading loop runs `Supervised` (`app.supervision`): a follower that stopped would leave its
+owner judging by stale configs, and holding events until `QS_CONFIG_HOLD_MAX_MS` each. The
+owner says what a crash does: a worker exits (its orchestrator restarts it and the new process
+reads the topic afresh), a gateway restarts the loop with a backoff and reports it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from app.engine.timeline import ConfigTimeline
 from app.kafka_security import client_options
 from app.intake.records import decode_config
 from app.signing import Signing, signing_from_env
+from app.supervision import Supervised, Supervision
 from tables.recovery import confirmed_end_offsets
 
 log = logging.getLogger(__name__)
@@ -43,7 +49,8 @@ class ConfigFollower:
 
     def __init__(self, bootstrap: str, topic: str, timeline: ConfigTimeline,
                  on_bad: Callable[[str, bytes], None] | None = None,
-                 signing: Signing | None = None, poll_ms: int = POLL_MS) -> None:
+                 signing: Signing | None = None, poll_ms: int = POLL_MS,
+                 supervision: Supervision | None = None) -> None:
         self.bootstrap = bootstrap
         self.poll_ms = poll_ms
         self.topic = topic
@@ -61,8 +68,11 @@ class ConfigFollower:
         self.released_ms = -1
         self.released_ts = -1
         self._advanced = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._reader = Supervised(f"config follower ({topic})", self._run, supervision)
         self._consumer: AIOKafkaConsumer | None = None
+        self._tps: list[TopicPartition] = []
+        #: the confirmed end of each partition not read that far yet (at start: `ready`)
+        self._pending: dict[TopicPartition, int] = {}
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
@@ -76,13 +86,30 @@ class ConfigFollower:
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await confirmed_end_offsets(self.bootstrap, tps) if tps else {}
-        self._task = asyncio.create_task(self._run(consumer, tps, ends))
+        self.follow(consumer, tps, ends)
 
-    async def _run(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],
-                   ends: dict[TopicPartition, int]) -> None:
-        pending = {tp: end for tp, end in ends.items() if end > 0}
-        if not pending:
+    def follow(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+               ends: dict[TopicPartition, int]) -> None:
+        """Read `consumer` (assigned `tps`, at their beginning) from now on; `ready` once every
+        partition was read to its confirmed end in `ends`."""
+        self._consumer, self._tps = consumer, tps
+        self._pending = {tp: end for tp, end in ends.items() if end > 0}
+        if not self._pending:
             self.ready.set()
+        self._reader.start()
+
+    @property
+    def healthy(self) -> bool:
+        """Following the topic: False from a crash of the reading loop until its restart."""
+        return self._reader.healthy
+
+    @property
+    def crashes(self) -> int:
+        return self._reader.crashes
+
+    async def _run(self) -> None:
+        consumer, tps, pending = self._consumer, self._tps, self._pending
+        assert consumer is not None
         while True:
             batches = await consumer.getmany(timeout_ms=self.poll_ms)
             for records in batches.values():
@@ -176,11 +203,6 @@ class ConfigFollower:
             self.on_bad(reason, value)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await self._reader.stop()
         if self._consumer is not None:
             await self._consumer.stop()

@@ -7,12 +7,16 @@ at start it rebuilds the set by reading the topic from the beginning (or from a 
 Why "ready" is confirmed by fetching: Tansu 0.6.0 under-reports ListOffsets(LATEST), so the end is
 taken from Fetch responses instead. The subscriber is ready once a poll returns no records and, for
 every partition, a Fetch response has reported a high watermark that the position has reached.
+
+Why the reader is `Supervised` (`app.supervision`): a reader that stopped would leave its owner
+obeying the directives it had, and none after, without a sign. Fetch errors are retried in the
+loop; anything else that ends it is a crash, which the owner's `Supervision` decides on (by
+default: restart after a backoff, counted in `stats["crashes"]`, `healthy` False meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -34,6 +38,7 @@ from app.subscriber.active_set import (
     Throttle,
 )
 from app.subscriber.directive import BadDirective
+from app.supervision import Supervised, Supervision
 
 __all__ = ["DirectiveSubscriber", "SubscriberError", "wall_clock_ms"]
 
@@ -82,6 +87,7 @@ class DirectiveSubscriber:
         start_timeout: float = 30.0,
         consumer_options: Mapping[str, Any] | None = None,
         signing: Signing | None = None,
+        supervision: Supervision | None = None,
     ) -> None:
         self.topic = topic
         self.broker_id = broker_id
@@ -101,7 +107,8 @@ class DirectiveSubscriber:
         self._bad: Counter[str] = Counter()
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: list[TopicPartition] = []
-        self._task: asyncio.Task[None] | None = None
+        self._reader = Supervised(f"directive subscriber ({topic})", self._run, supervision)
+        self._started = False
         self._last_expire = 0
         self.ready = asyncio.Event()
         self._ready_threadsafe = threading.Event()
@@ -111,7 +118,7 @@ class DirectiveSubscriber:
     async def start(self) -> None:
         """Connect, assign every partition, seek and start the background reader; returns before
         the rebuild is done (await `wait_ready()` or `ready.wait()`)."""
-        if self._task is not None:
+        if self._started:
             return
         options: dict[str, Any] = {"fetch_max_wait_ms": 100, **client_options(),
                                    **self._consumer_options}
@@ -131,16 +138,23 @@ class DirectiveSubscriber:
                     f"within {self._start_timeout} s"
                 ) from None
             raise
-        self._consumer = consumer
-        self._task = asyncio.create_task(self._run(), name=f"directive-subscriber-{self.topic}")
+        self.follow(consumer, self._partitions)
+
+    def follow(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> None:
+        """Read `consumer` (assigned `partitions`, positioned where to start) from now on."""
+        self._consumer, self._partitions = consumer, partitions
+        self._started = True
+        self._reader.start()
+
+    @property
+    def healthy(self) -> bool:
+        """Following the topic: False from a crash of the reader until its restart."""
+        return self._reader.healthy
 
     async def stop(self) -> None:
         """Stop the reader and the consumer; the active set keeps its last state. Idempotent."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._reader.stop()
+        self._started = False
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.stop()
@@ -339,11 +353,13 @@ class DirectiveSubscriber:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Counters for metrics: records, added/replaced/lifted/stale/ignored, bad by reason."""
+        """Counters for metrics: records, added/replaced/lifted/stale/ignored, bad by reason,
+        crashes of the reader."""
         with self._lock:
             counts: dict[str, Any] = dict(self._counts)
             counts["active"] = len(self._active)
             counts["bad"] = sum(self._bad.values())
             counts["bad_reasons"] = dict(self._bad)
         counts["ready"] = self.is_ready
+        counts["crashes"] = self._reader.crashes
         return counts
