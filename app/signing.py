@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import cache
 
 SEAL = b',"sig":"'
+#: Why `open` refuses a record: every reader counts refusals by these.
+REFUSALS = ("unsigned", "unknown_signing_key", "bad_signature")
 #: The seal format: the first field of every seal; a change of what the MAC covers changes it.
 VERSION = "v2"
 _MAC_HEX = 64

@@ -438,7 +438,8 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
                   for c in sorted(r["configs"], key=lambda c: c["offset"])]
     records = (df.select("file", "offset", "value").coalesce(1)
                .sortWithinPartitions("file", "offset"))
-    return InputPlan(MODE_FILE, records, streams, files, archive_configs(cfg_values), [],
+    configs, bad = archive_configs(cfg_values)
+    return InputPlan(MODE_FILE, records, streams, files, configs, bad,
                      control, f"archive {' '.join(paths)} ({fmt})")
 
 

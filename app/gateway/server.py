@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine.engine import EngineSettings
 from app.gateway import messages
@@ -49,6 +49,9 @@ from app.kafka_security import client_options
 from app.supervision import Supervision
 from app.usage.publisher import EventPublisher
 from app.usage.recorder import UsageRecorder
+
+if TYPE_CHECKING:
+    from app.pipeline.config_follower import ConfigFollower
 
 logger = logging.getLogger(__name__)
 
@@ -315,15 +318,23 @@ class Gateway:
             readers.append(self.directives)
         return all(r.healthy for r in readers if r is not None)
 
-    async def _start_configs(self) -> None:
-        """Follow the config topic into the local engine, as every worker does."""
-        from app.pipeline.config_follower import ConfigFollower
+    def config_follower(self) -> ConfigFollower:
+        """The local engine's follower of the config topic, as every worker has one; the
+        records it refuses are counted in `quota_streams_gateway_configs_refused_total`."""
+        from app.pipeline.config_follower import ConfigFollower, refused_label
 
-        cfg = self.config
         assert self.local is not None
-        follower = ConfigFollower(cfg.kafka_bootstrap, cfg.configs_topic,
-                                  self.local.engine.timeline,
-                                  supervision=self.reader_supervision("configs"))
+        refused = self.metrics.configs_refused
+        return ConfigFollower(self.config.kafka_bootstrap, self.config.configs_topic,
+                              self.local.engine.timeline,
+                              on_bad=lambda reason, _value: refused.labels(
+                                  refused_label(reason)).inc(),
+                              supervision=self.reader_supervision("configs"))
+
+    async def _start_configs(self) -> None:
+        """Follow the config topic into the local engine."""
+        cfg = self.config
+        follower = self.config_follower()
         try:
             async with asyncio.timeout(cfg.directives_timeout):
                 await follower.start()

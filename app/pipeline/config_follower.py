@@ -23,14 +23,16 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from typing import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.engine.timeline import ConfigTimeline
-from app.kafka_security import client_options
+from app.intake.newest_configs import STALE, NewestConfigs
 from app.intake.records import decode_config
-from app.signing import Signing, signing_from_env
+from app.kafka_security import client_options
+from app.signing import REFUSALS, Signing, signing_from_env
 from app.supervision import Supervised, Supervision
 from tables.recovery import confirmed_end_offsets
 
@@ -42,10 +44,20 @@ log = logging.getLogger(__name__)
 #: ms, but its idle fetches loaded the embedded broker enough to make the gateways'
 #: closed-loop allocation test drift (README, QS_CONFIG_POLL_MS).
 POLL_MS = 10
+#: The labels refused records are counted by (a bounded set, for metrics); any other reason
+#: is `invalid` (not JSON, not a valid quota_config).
+REFUSED_LABELS = (*REFUSALS, STALE, "internal_error", "invalid")
+
+
+def refused_label(reason: str) -> str:
+    """The label a refusal is counted by."""
+    head = reason.split(":", 1)[0]
+    return head if head in REFUSED_LABELS else "invalid"
 
 
 class ConfigFollower:
-    """Tails the config topic into a `ConfigTimeline`; bad records are counted and skipped."""
+    """Tails the config topic into a `ConfigTimeline`; bad records are counted and skipped, as
+    are configs older than the newest of their key (`app.intake.newest_configs`)."""
 
     def __init__(self, bootstrap: str, topic: str, timeline: ConfigTimeline,
                  on_bad: Callable[[str, bytes], None] | None = None,
@@ -58,9 +70,12 @@ class ConfigFollower:
         #: records no key of QS_SIGNING_KEYS sealed are bad (`app.signing`)
         self.signing = signing_from_env() if signing is None else signing
         self.on_bad = on_bad
+        self.newest = NewestConfigs()
         self.ready = asyncio.Event()
         self.applied = 0
         self.bad = 0
+        #: refused records by `refused_label`
+        self.refused: Counter[str] = Counter()
         self.late = 0
         self.missed = 0
         self.confirmed_ms = 0
@@ -184,6 +199,10 @@ class ConfigFollower:
         if update is None:
             self._bad(reason or "not a quota_config record", value)
             return
+        stale = self.newest.offer(update)
+        if stale is not None:
+            self._bad(stale, value)
+            return
         if self.timeline.add(update, arrival):
             self.late += 1
             log.warning("late config (ts %d, in Kafka at %s): in force from its arrival",
@@ -198,6 +217,7 @@ class ConfigFollower:
 
     def _bad(self, reason: str, value: bytes) -> None:
         self.bad += 1
+        self.refused[refused_label(reason)] += 1
         log.warning("bad config record: %s", reason)
         if self.on_bad is not None:
             self.on_bad(reason, value)

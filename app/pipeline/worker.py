@@ -370,6 +370,9 @@ class Worker:
         metrics.CONFIG_LATE.inc(follower.late - seen["late"])
         metrics.CONFIG_MISSED.inc(follower.missed - seen["missed"])
         seen["late"], seen["missed"] = follower.late, follower.missed
+        for label, count in follower.refused.items():
+            metrics.CONFIG_REFUSED.labels(label).inc(count - seen[f"refused {label}"])
+            seen[f"refused {label}"] = count
 
     async def flush_loop(self) -> None:
         """Flush on a fixed cadence, so records are acked (and committed) even when input stops."""

@@ -68,7 +68,7 @@ def _tuple(d: dict[str, Any], entity: str) -> tuple[Any, ...]:
 
 
 def file_run(lines: list[bytes], settings: EngineSettings = SETTINGS, **kw: Any):  # type: ignore[no-untyped-def]
-    ctx = ExplodeContext(settings, MODE_FILE, tuple(archive_configs(lines)), {"f": 0}, **kw)
+    ctx = ExplodeContext(settings, MODE_FILE, tuple(archive_configs(lines)[0]), {"f": 0}, **kw)
     return recompute_local((("f", i, v, None) for i, v in enumerate(lines)), ctx)
 
 
@@ -98,7 +98,7 @@ def test_file_mode_with_config_changes_splits_and_bad_lines_equals_replay() -> N
              + [orjson.dumps(change), b"{broken", b"", orjson.dumps(batch_with_config)]
              + lines_of(records[300:]))
     directives, decisions = replayed(lines)
-    configs = tuple(archive_configs(lines))
+    configs = tuple(archive_configs(lines)[0])
     assert len(configs) == len(synth.CONFIGS + synth.SPLIT_CONFIGS) + 2
     assert splits_possible(configs, 0)
     # split routing as the Spark job does it: discovery, union-find, then per-partition runs
@@ -126,7 +126,7 @@ def partitioned_run(lines: list[bytes], route_map: dict[str, str] | None, partit
             n += 1
         pin_of[p] = f"pin{p}-{n}"
     pinned = tuple(pin_of[p] for p in range(partitions))
-    configs = tuple(archive_configs(lines))
+    configs = tuple(archive_configs(lines)[0])
     ctx = ExplodeContext(SETTINGS, MODE_FILE, configs, {"f": 0}, route_map=route_map,
                          pinned=pinned)
     batch = pa.record_batch({"file": ["f"] * len(lines), "offset": list(range(len(lines))),
@@ -286,7 +286,7 @@ def test_time_bounds_select_events_and_report_decisions() -> None:
     full = file_run(lines)
     bounded = recompute_local(
         (("f", i, v, None) for i, v in enumerate(lines)),
-        ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(lines)), {"f": 0},
+        ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(lines)[0]), {"f": 0},
                        event_from=t_from - 4000,
                        event_to=t_to),
         report_from=t_from, report_to=t_to)
@@ -315,7 +315,7 @@ def test_stop_after_keeps_each_streams_prefix() -> None:
 
 def test_archive_config_lines_are_counted_once_collected_and_refused_otherwise() -> None:
     line = orjson.dumps(synth.CONFIGS[0])
-    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs([line])), {"f": 0})
+    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs([line])[0]), {"f": 0})
     out = ExplodedRows(("a", "b"))
     ex = StreamExploder(ctx)
     ex.feed(0, 0, line, out, lambda: "")
