@@ -65,6 +65,10 @@ CONFIG_MISSED = Counter("quota_streams_config_missed",
                         "Config records read after events they applied to were judged (a write "
                         "delay or clock skew beyond the grace; the audit will differ)",
                         registry=REGISTRY)
+CONFIG_REFUSED = Counter("quota_streams_config_refused",
+                         "Config records refused, by reason: unsigned, unknown_signing_key, "
+                         "bad_signature (QS_SIGNING_KEYS), stale_config (older than the newest "
+                         "of its key), invalid, internal_error", ["reason"], registry=REGISTRY)
 CLOCK_SEEDS = Counter("quota_streams_clock_seeds",
                       "Source partitions whose stream clock was rebuilt from the records before "
                       "the worker's first one, by outcome (failed: it started empty)",
@@ -83,6 +87,7 @@ METRIC_NAMES = (
     "quota_streams_entity_limit", "quota_streams_config_held_records_total",
     "quota_streams_config_hold_seconds", "quota_streams_config_hold_expired_total",
     "quota_streams_config_late_total", "quota_streams_config_missed_total",
+    "quota_streams_config_refused_total",
     "quota_streams_config_watermark_age_seconds", "quota_streams_clock_seeds_total",
     "quota_streams_windows_expired_total",
 )

@@ -125,7 +125,7 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
           f"({time.perf_counter() - started:.1f}s)", flush=True)
 
     started = time.perf_counter()
-    configs, _ = topic_configs([(0, i, v, None)
+    configs, _ = topic_configs([(0, i, None, v, None)
                                for i, (_p, v) in enumerate(by_topic[topics.configs])])
     offsets: dict[tuple[str, int], int] = {}
     local = []

@@ -71,10 +71,10 @@ class LoadedConfigs:
         return self.timeline.latest
 
 
-def apply_values(values: Iterable[bytes | None | tuple[bytes | None, int | None]],
+def apply_values(values: Iterable[bytes | None | tuple[bytes | None, bytes | None, int | None]],
                  topic: str = "") -> LoadedConfigs:
-    """Apply raw record values (or `(value, Kafka timestamp)` pairs) exactly as a worker's
-    config follower does."""
+    """Apply raw record values (or `(key, value, Kafka timestamp)` records) exactly as a
+    worker's config follower does."""
     from app.pipeline.config_follower import ConfigFollower
 
     loaded = LoadedConfigs()
@@ -85,9 +85,9 @@ def apply_values(values: Iterable[bytes | None | tuple[bytes | None, int | None]
     follower_log.setLevel(logging.ERROR)  # the tool reports bad records itself
     try:
         for item in values:
-            value, arrival = item if isinstance(item, tuple) else (item, None)
+            key, value, arrival = item if isinstance(item, tuple) else (None, item, None)
             loaded.records += 1
-            follower.apply(value or b"", arrival)
+            follower.apply(value or b"", arrival, key)
     finally:
         follower_log.setLevel(level)
     return loaded
@@ -104,7 +104,7 @@ async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
         records = await read_topic(bootstrap, topic)
     except TopicMissing:
         return LoadedConfigs(exists=False)
-    return apply_values(((r.value, r.timestamp) for r in records), topic)
+    return apply_values(((r.key, r.value, r.timestamp) for r in records), topic)
 
 
 async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str, Any], ConfigUpdate]],
@@ -129,9 +129,9 @@ async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str
         for record, update in updates:
             if stamp_now:
                 record["ts"] = int(time.time() * 1000)
-            futures.append(await p.send(topic, signing.seal(topic, orjson.dumps(record)),
-                                        key=config_key(update),
-                                        partition=entity_partition(update, partitions)))
+            key = config_key(update)
+            futures.append(await p.send(topic, signing.seal(topic, key, orjson.dumps(record)),
+                                        key=key, partition=entity_partition(update, partitions)))
         await p.flush()
         for f in futures:
             await f

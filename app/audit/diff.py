@@ -31,6 +31,7 @@ import orjson
 
 from app.audit.common import entity_string
 from app.signing import Signing, signing_from_env
+from app.subscriber.directive import record_key
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -71,13 +72,18 @@ class DiffRow:
 
 
 def parse_directive(value: bytes | str | None, topic: str | None = None,
-                    signing: Signing | None = None) -> tuple[dict[str, Any] | None, str | None]:
+                    signing: Signing | None = None, key: bytes | None = None, *,
+                    keyless: bool = False) -> tuple[dict[str, Any] | None, str | None]:
     """A directive's JSON -> (directive dict, None) or (None, why it is not a directive).
     `topic`: read from that control topic, so sealed (`app.signing`): with QS_SIGNING_KEYS one
-    no listed key sealed is refused, as the brokers refuse it."""
+    no listed key sealed is refused, as the brokers refuse it. `key`: the record's Kafka key,
+    which the seal covers; `keyless`: read from an archive that kept no keys (JSON lines), so
+    the seal is checked under the key the workers write that directive with."""
     raw = value.encode() if isinstance(value, str) else (value or b"")
     if topic is not None:
-        payload, refused = (signing or signing_from_env()).open(topic, raw)
+        if keyless:
+            key = written_key(raw)
+        payload, refused = (signing or signing_from_env()).open(topic, key, raw)
         if payload is None:
             return None, f"refused: {refused}"
         raw = payload
@@ -98,6 +104,16 @@ def parse_directive(value: bytes | str | None, topic: str | None = None,
     if broker is not None and (isinstance(broker, bool) or not isinstance(broker, int)):
         return None, "broker must be an integer or null"
     return d, None
+
+
+def written_key(raw: bytes) -> bytes | None:
+    """The key a worker writes this control record with (`record_key`), or None when it is
+    not shaped like a directive (its seal then cannot verify)."""
+    try:
+        d = orjson.loads(Signing().open("", None, raw)[0] or b"")
+        return record_key(d)
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return None
 
 
 def group_of(d: dict[str, Any]) -> Group:
@@ -160,7 +176,8 @@ def compare(expected: Iterable[bytes | str | dict[str, Any]],
             actual: Iterable[bytes | str | dict[str, Any]], topic: str | None = None
             ) -> list[DiffRow]:
     """Whole-list comparison (in-process): expected and actual directives in their orders;
-    `topic`: the control topic the actual ones were read from (`parse_directive`)."""
+    `topic`: the control topic the actual ones (values without their keys) were read from
+    (`parse_directive`)."""
 
     def load(items: Iterable[bytes | str | dict[str, Any]], side: str
              ) -> tuple[dict[Group, list[tuple[int, str, dict[str, Any]]]], list[DiffRow]]:
@@ -170,7 +187,8 @@ def compare(expected: Iterable[bytes | str | dict[str, Any]],
             if isinstance(item, dict):
                 d, err, text = item, None, orjson.dumps(item).decode()
             else:
-                d, err = parse_directive(item, topic if side == "actual" else None)
+                d, err = parse_directive(item, topic if side == "actual" else None,
+                                         keyless=True)
                 text = item.decode("utf-8", "replace") if isinstance(item, bytes) else item
             if d is None:
                 if side == "expected":
@@ -231,8 +249,9 @@ def within_tolerance(counts: dict[str, int], tolerance: tuple[float, bool]) -> b
 
 def side_rows_function(side: str, topic: str | None = None
                        ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """`mapInArrow` over control records (`value`, plus `partition`/`offset` when present):
-    parse each into a comparator row (`SIDE_DDL`)."""
+    """`mapInArrow` over control records (`value`, plus `partition`/`offset`/`key` when
+    present; without `key`, an archive's: `parse_directive`): parse each into a comparator
+    row (`SIDE_DDL`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -243,11 +262,12 @@ def side_rows_function(side: str, topic: str | None = None
             n = len(values)
             k1 = batch.column(names.index("partition")).to_pylist() if "partition" in names else [0] * n
             k2 = batch.column(names.index("offset")).to_pylist() if "offset" in names else list(range(n))
+            keys = batch.column(names.index("key")).to_pylist() if "key" in names else [None] * n
             cols: dict[str, list[Any]] = {c: [] for c in ("side", "scope", "broker", "entity",
                                                           "quota", "ts", "k1", "k2", "k3",
                                                           "json", "error")}
-            for value, a, b in zip(values, k1, k2):
-                d, err = parse_directive(value, topic)
+            for value, a, b, key in zip(values, k1, k2, keys):
+                d, err = parse_directive(value, topic, key=key, keyless="key" not in names)
                 text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                 if d is None:
                     row = (side, None, None, None, None, None, a or 0, b or 0, 0, text, err)

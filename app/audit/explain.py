@@ -119,7 +119,7 @@ def read_files(paths: list[str]) -> Input:
             for line_no, line in enumerate(fh):
                 records.append((name, line_no, line, None))
     return (MODE_FILE, {name: i for i, name in enumerate(files)}, records,
-            archive_configs(r[2] for r in records))
+            archive_configs(r[2] for r in records)[0])
 
 
 def _read_parquet(files: list[str]) -> Input:
@@ -139,7 +139,7 @@ def _read_parquet(files: list[str]) -> Input:
                 value = orjson.dumps(value)
             records.append((name, row_no, bytes(value), None))
     return (MODE_FILE, {name: i for i, name in enumerate(files)}, records,
-            archive_configs(r[2] for r in records))
+            archive_configs(r[2] for r in records)[0])
 
 
 def read_kafka(bootstrap: str, topics: Any) -> Input:
@@ -151,7 +151,7 @@ def read_kafka(bootstrap: str, topics: Any) -> Input:
     for topic in topics.events:
         if topic not in present:
             continue
-        for partition, offset, value, timestamp in read_topic_local(bootstrap, topic):
+        for partition, offset, _key, value, timestamp in read_topic_local(bootstrap, topic):
             records.append(((topic, partition), offset, value, timestamp))
             tps.add((topic, partition))
     configs: list[ConfigEntry] = []

@@ -38,6 +38,7 @@ from app.audit.recompute import (
     ConfigEntry,
     ExplodeContext,
     RunContext,
+    TopicRecord,
     archive_configs,
     explode_function,
     route_map_from_splits,
@@ -261,10 +262,10 @@ def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
         loop.close()
 
 
-def read_topic_local(bootstrap: str, topic: str
-                     ) -> list[tuple[int, int, bytes | None, int | None]]:
-    """`(partition, offset, value, timestamp ms)` of a whole topic, read on the driver (small
-    topics: configs, a control topic for `explain`), with the data source's exact planning."""
+def read_topic_local(bootstrap: str, topic: str) -> list[TopicRecord]:
+    """`(partition, offset, key, value, timestamp ms)` of a whole topic, read on the driver
+    (small topics: configs, a control topic for `explain`), with the data source's exact
+    planning."""
     from app.audit.kafka_source import (
         KafkaSourceOptions,
         plan_partitions,
@@ -277,11 +278,12 @@ def read_topic_local(bootstrap: str, topic: str
                                             "max_records_per_partition": WHOLE_PARTITION,
                                             **from_env().options()})
     earliest, latest = probe_partitions(opts)
-    out: list[tuple[int, int, bytes | None, int | None]] = []
+    out: list[TopicRecord] = []
     for part in plan_partitions(resolve_ranges(earliest, latest), 2**62):
         for batch in read_offset_range(opts, part):
             out.extend(zip(batch.column("partition").to_pylist(),
-                           batch.column("offset").to_pylist(), batch.column("value").to_pylist(),
+                           batch.column("offset").to_pylist(), batch.column("key").to_pylist(),
+                           batch.column("value").to_pylist(),
                            timestamps_ms(batch.column("timestamp"))))
     return out
 
@@ -354,7 +356,7 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
                        .option("bootstrap", opts.bootstrap)
                        .option("topics", opts.topics.directives)
                        .options(**from_env().options()).load()
-                       .select("partition", "offset", "value"))
+                       .select("partition", "offset", "key", "value"))
         elif want == ["kafka"]:
             raise AuditError(f"control topic {opts.topics.directives} does not exist")
     elif want != ["none"]:
@@ -364,7 +366,8 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
 
 
 def read_control_files(spark: SparkSession, paths: list[str]) -> DataFrame:
-    """Directive archives (JSON lines) as `value` rows with a stable order."""
+    """Directive archives (JSON lines) as `value` rows with a stable order (and no `key`: the
+    comparator derives it, `app.audit.diff.parse_directive`)."""
     from pyspark.sql import functions as F
 
     lines = spark.read.text(paths).where(F.trim(F.col("value")) != "")
@@ -398,19 +401,20 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
             control = (spark.read.format("quota_kafka").option("bootstrap", opts.bootstrap)
                        .option("topics", opts.topics.directives)
                        .options(**from_env().options()).load()
-                       .select("partition", "offset", "value"))
+                       .select("partition", "offset", "key", "value"))
         else:
             control = read_control_files(spark, opts.control)
     df = read_archive(spark, paths, format=fmt)
     if kafka_shaped:
         # A dump of Kafka topics keeps Kafka's semantics: streams per (topic, partition),
         # configs from the config topic's rows, arrivals from the timestamps (a dump without
-        # them has each record's `ts` there, and then the rule is "configs with ts <= t").
+        # them has each record's `ts` there, and then the rule is "configs with ts <= t"), and
+        # the keys their seals cover (a dump without them cannot vouch for a sealed config).
         cfg_rows = (df.where(F.col("topic") == opts.topics.configs)
-                    .select("partition", "offset", "value",
+                    .select("partition", "offset", "key", "value",
                             F.expr("unix_millis(timestamp)").alias("ms")).collect())
         configs, bad = topic_configs(
-            [(r["partition"], r["offset"], r["value"], r["ms"]) for r in cfg_rows],
+            [(r["partition"], r["offset"], r["key"], r["value"], r["ms"]) for r in cfg_rows],
             opts.topics.configs)
         events = df.where(F.col("topic").isin(*opts.topics.events))
         tps = sorted((r["topic"], r["partition"]) for r in
@@ -434,7 +438,8 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
                   for c in sorted(r["configs"], key=lambda c: c["offset"])]
     records = (df.select("file", "offset", "value").coalesce(1)
                .sortWithinPartitions("file", "offset"))
-    return InputPlan(MODE_FILE, records, streams, files, archive_configs(cfg_values), [],
+    configs, bad = archive_configs(cfg_values)
+    return InputPlan(MODE_FILE, records, streams, files, configs, bad,
                      control, f"archive {' '.join(paths)} ({fmt})")
 
 

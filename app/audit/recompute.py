@@ -68,6 +68,7 @@ from app.engine.events import ConnectionEvent, MutationEvent
 from app.intake.clock import StreamClock
 from app.engine.timeline import FOREVER, ConfigTimeline
 from app.intake.deadletter import encode_deadletter
+from app.intake.newest_configs import NewestConfigs
 from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
 from app.intake.routes import ConfigScoped, Routes, principal_keys, route_keys
 from app.signing import Signing, signing_from_env
@@ -111,6 +112,8 @@ REQUEST_BATCH = 4096
 Item = tuple[int, int, int, int, int, Any, int]
 #: A config update and its record's Kafka timestamp (None: from an archive's lines).
 ConfigEntry = tuple[ConfigUpdate, "int | None"]
+#: A record read from a topic: (partition, offset, key, value, Kafka timestamp ms).
+TopicRecord = tuple[int, int, "bytes | None", "bytes | None", "int | None"]
 #: Step 1 in discovery mode: the route keys of requests that resolve to several keys.
 SPLITS_DDL = "keys string"
 KEY_SEP = "\x1e"
@@ -129,18 +132,20 @@ def exploded_schema() -> pa.Schema:
 
 
 def topic_configs(
-    records: Iterable[tuple[int, int, bytes | None, int | None]], topic: str = "",
-    signing: Signing | None = None,
+    records: Iterable[TopicRecord], topic: str = "", signing: Signing | None = None,
 ) -> tuple[list[ConfigEntry], list[tuple[str, str]]]:
-    """Config-topic records `(partition, offset, value, Kafka timestamp)` -> config entries in
-    (partition, offset) order, and the bad ones skipped as the workers skip them (unsealed ones
-    too, with QS_SIGNING_KEYS): `(where, reason)` each."""
+    """Config-topic records -> config entries in (partition, offset) order, and the bad ones
+    skipped as the workers skip them (unsealed ones too, with QS_SIGNING_KEYS, and stale ones:
+    `app.intake.newest_configs`): `(where, reason)` each."""
     signing = signing_from_env() if signing is None else signing
+    newest = NewestConfigs()
     entries: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []
-    for partition, offset, value, timestamp in sorted(records, key=lambda r: (r[0], r[1])):
-        payload, reason = signing.open(topic, value or b"")
+    for partition, offset, key, value, timestamp in sorted(records, key=lambda r: (r[0], r[1])):
+        payload, reason = signing.open(topic, key, value or b"")
         update, reason = (None, reason) if payload is None else decode_config(payload)
+        if update is not None and (stale := newest.offer(update)) is not None:
+            update, reason = None, stale
         if update is None:
             bad.append((f"{topic}/{partition}@{offset}", reason or "bad config"))
             continue
@@ -148,9 +153,14 @@ def topic_configs(
     return entries, bad
 
 
-def archive_configs(values: Iterable[bytes | None]) -> list[ConfigEntry]:
-    """An archive's configs (its lines in order; a superset of lines may be passed)."""
-    return [(update, None) for update in file_configs(v.strip() if v else v for v in values)]
+def archive_configs(values: Iterable[bytes | None]
+                    ) -> tuple[list[ConfigEntry], list[tuple[str, str]]]:
+    """An archive's configs (its lines in order; a superset of lines may be passed), and the
+    ones refused as `replay` refuses them: `(where: the n-th line passed, reason)` each."""
+    found = file_configs(v.strip() if v else v for v in values)
+    bad = [(f"archive config line {index + 1}", why)
+           for index, refused in found.refused.items() for _, why in refused]
+    return [(update, None) for update in found.updates], bad
 
 
 def config_timeline(entries: Iterable[ConfigEntry], grace_ms: int) -> ConfigTimeline:

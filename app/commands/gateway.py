@@ -98,12 +98,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     tls = p.add_argument_group("TLS (clients to gateway, gateway to brokers)")
     tls.add_argument("--tls-cert", metavar="FILE", help="certificate clients see (PEM); enables TLS")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
-    tls.add_argument("--upstream-tls", action="store_true", help="connect to the brokers with TLS")
-    tls.add_argument("--upstream-ca", metavar="FILE", help="CA bundle for the brokers' certificates")
-    tls.add_argument("--upstream-cert", metavar="FILE", help="client certificate for mTLS (PEM)")
+    tls.add_argument("--tls-client-ca", metavar="FILE",
+                     help="require every client to present a certificate this CA (PEM) signed "
+                     "(mutual TLS; needs --tls-cert)")
+    tls.add_argument("--upstream-tls", action="store_true",
+                     help="connect to the brokers with TLS (implied by the other --upstream-* "
+                     "TLS options)")
+    tls.add_argument("--upstream-ca", metavar="FILE",
+                     help="CA bundle for the brokers' certificates (default: the system's)")
+    tls.add_argument("--upstream-cert", metavar="FILE",
+                     help="client certificate the gateway presents to the brokers (PEM): every "
+                     "client reaches them as this identity, so it needs --tls-client-ca or "
+                     "--upstream-cert-shared-identity")
     tls.add_argument("--upstream-key", metavar="FILE", help="its private key (PEM)")
+    tls.add_argument("--upstream-cert-shared-identity", action="store_true",
+                     help="allow --upstream-cert without client certificates: every client, "
+                     "anonymous ones included, shares the gateway's identity at the brokers")
     tls.add_argument("--upstream-no-hostname-check", action="store_true",
-                     help="do not check the brokers' certificate host names")
+                     help="do not check that the brokers' certificates name the host (the chain "
+                     "is still verified)")
     p.add_argument("--no-create-topics", action="store_true",
                    help="do not create missing product topics at start (when an operator manages them)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -188,6 +201,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         pass  # a host name
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UserError("--tls-cert and --tls-key go together")
+    check_upstream_identity(args)
     if (args.gateway_id is None) != (args.gateways is None):
         raise UserError("--gateway-id and --gateways go together: give every gateway in front "
                         "of the cluster its own id and the same --gateways count")
@@ -212,8 +226,29 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,
         flush_ms=args.flush_ms, aggregate=args.aggregate, max_in_flight=args.max_in_flight,
         directives_timeout=args.directives_timeout,
-        client_tls=server_context(args.tls_cert, args.tls_key) if args.tls_cert else None,
+        client_tls=server_context(args.tls_cert, args.tls_key, args.tls_client_ca)
+        if args.tls_cert else None,
         upstream_tls=client_context(args.upstream_ca, args.upstream_cert, args.upstream_key,
                                     not args.upstream_no_hostname_check)
-        if args.upstream_tls or args.upstream_ca else None,
+        if args.upstream_tls or args.upstream_ca or args.upstream_cert
+        or args.upstream_no_hostname_check else None,
     )
+
+
+def check_upstream_identity(args: argparse.Namespace) -> None:
+    """The TLS flags that only mean something together. A certificate the gateway presents to
+    the brokers is presented for every client: allowed only when every client had to present
+    its own (`--tls-client-ca`), or when the operator says every client shares it."""
+    from app.cli import UserError
+
+    if args.tls_client_ca and not args.tls_cert:
+        raise UserError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are "
+                        "asked for in the gateway's own TLS handshake")
+    if args.upstream_key and not args.upstream_cert:
+        raise UserError("--upstream-key goes with --upstream-cert")
+    if args.upstream_cert_shared_identity and not args.upstream_cert:
+        raise UserError("--upstream-cert-shared-identity goes with --upstream-cert")
+    if args.upstream_cert and not (args.tls_client_ca or args.upstream_cert_shared_identity):
+        raise UserError("--upstream-cert makes every client, anonymous ones included, reach the "
+                        "brokers as the gateway's certificate: require client certificates "
+                        "(--tls-client-ca) or accept that (--upstream-cert-shared-identity)")

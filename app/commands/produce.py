@@ -125,7 +125,7 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
                 value = o.value
                 if o.update is not None:
                     partition = entity_partition(o.update, partitions[topic])
-                    value = signing.seal(topic, value)
+                    value = signing.seal(topic, o.key, value)
                 else:
                     partition = args.partition
                 try:

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Read contract-v1 JSON lines (events, batches, quota_config records) in file "
         "order and write the decisions Kafka's quota managers would make and the directives the "
         "live pipeline would publish. Configs apply by their ts (an event is judged by the "
-        "configs with ts <= its own, wherever they are in the file), as in the live workers. "
+        "configs with ts <= its own, wherever they are in the file), as in the live workers; "
+        "a config older than one of the same entity and quota keys before it is refused. "
         "Bad lines are reported, dead-lettered and skipped.",
     )
     p.add_argument("input", nargs="?", default="-", help="input file ('-' or omitted: stdin)")

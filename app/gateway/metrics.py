@@ -45,6 +45,13 @@ class GatewayMetrics:
         self.directives_ready = Gauge("quota_streams_gateway_directives_ready",
                                       "1 once the directives were rebuilt from the control topic",
                                       registry=r)
+        self.configs_refused = Counter("quota_streams_gateway_configs_refused",
+                                       "Config records refused, by reason (as the workers' "
+                                       "quota_streams_config_refused_total)", ["reason"],
+                                       registry=r)
+        self.reader_restarts = Counter("quota_streams_gateway_reader_restarts",
+                                       "Crashes of a reader of the control or config topic, each "
+                                       "restarted after a backoff", ["reader"], registry=r)
 
     def request(self, api_key: int) -> None:
         self.requests.labels(apis.api_name(api_key)).inc()

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine.engine import EngineSettings
 from app.gateway import messages
@@ -46,8 +46,12 @@ from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.policy import Directives
 from app.kafka_security import client_options
+from app.supervision import Supervision
 from app.usage.publisher import EventPublisher
 from app.usage.recorder import UsageRecorder
+
+if TYPE_CHECKING:
+    from app.pipeline.config_follower import ConfigFollower
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +286,8 @@ class Gateway:
         cfg = self.config
         sub = DirectiveSubscriber(cfg.kafka_bootstrap, None, topic=cfg.directives_topic,
                                   poll_timeout_ms=100, start_timeout=cfg.directives_timeout,
-                                  consumer_options={"fetch_max_wait_ms": 50})
+                                  consumer_options={"fetch_max_wait_ms": 50},
+                                  supervision=self.reader_supervision("directives"))
         try:
             await sub.start()
         except SubscriberError as exc:
@@ -295,14 +300,41 @@ class Gateway:
             logger.warning("directives not rebuilt within %.0f s: serving with what was read so "
                            "far, the rest follows", cfg.directives_timeout)
 
-    async def _start_configs(self) -> None:
-        """Follow the config topic into the local engine, as every worker does."""
-        from app.pipeline.config_follower import ConfigFollower
+    def reader_supervision(self, reader: str) -> Supervision:
+        """A crashed directive or config reader restarts with a backoff, counted in
+        `quota_streams_gateway_reader_restarts_total{reader}`, and the gateway is not `healthy`
+        meanwhile. Not an exit: the gateway would take its clients' connections down with it,
+        while restarted it goes on enforcing the directives it holds (until their `until`) and
+        its own quota managers; a reader that keeps crashing is in the metrics and the alerts."""
+        counter = self.metrics.reader_restarts.labels(reader)
+        return Supervision(on_crash=lambda _exc: counter.inc())
 
-        cfg = self.config
+    @property
+    def healthy(self) -> bool:
+        """Its control-topic readers are running (for a readiness probe): False while one of
+        them is crashed and waiting to restart."""
+        readers = [self._follower]
+        if self._own_directives:
+            readers.append(self.directives)
+        return all(r.healthy for r in readers if r is not None)
+
+    def config_follower(self) -> ConfigFollower:
+        """The local engine's follower of the config topic, as every worker has one; the
+        records it refuses are counted in `quota_streams_gateway_configs_refused_total`."""
+        from app.pipeline.config_follower import ConfigFollower, refused_label
+
         assert self.local is not None
-        follower = ConfigFollower(cfg.kafka_bootstrap, cfg.configs_topic,
-                                  self.local.engine.timeline)
+        refused = self.metrics.configs_refused
+        return ConfigFollower(self.config.kafka_bootstrap, self.config.configs_topic,
+                              self.local.engine.timeline,
+                              on_bad=lambda reason, _value: refused.labels(
+                                  refused_label(reason)).inc(),
+                              supervision=self.reader_supervision("configs"))
+
+    async def _start_configs(self) -> None:
+        """Follow the config topic into the local engine."""
+        cfg = self.config
+        follower = self.config_follower()
         try:
             async with asyncio.timeout(cfg.directives_timeout):
                 await follower.start()

@@ -17,7 +17,7 @@ each keeps its index in the record (the audit's sort key, replay's output order)
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import orjson
 
@@ -27,6 +27,7 @@ from app.engine.engine import nanos
 from app.engine.events import BadEvent, Event, RequestEvent, parse_event, parse_record
 from app.intake import columnar
 from app.intake.clock import StreamClock
+from app.intake.newest_configs import NewestConfigs
 
 #: Longest archive line read (a Kafka record is bounded by the broker instead).
 MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -191,19 +192,37 @@ def event_timestamps(value: bytes | None) -> list[int]:
             if not isinstance(item, (BadEvent, ConfigUpdate))]
 
 
-def file_configs(lines: Iterable[bytes | None]) -> list[ConfigUpdate]:
-    """Every valid quota config among archive lines (events, batches, configs), in order.
+class FileConfigs(NamedTuple):
+    """An archive's configs: the ones in force, in order, and why a line's were refused."""
+
+    updates: list[ConfigUpdate]
+    #: index of a line among those read -> (index of a config in its record, why), for each
+    #: config refused (a stale one: `newest_configs`)
+    refused: dict[int, list[tuple[int, str]]]
+
+
+def file_configs(lines: Iterable[bytes | None]) -> FileConfigs:
+    """Every valid quota config among archive lines (events, batches, configs), in order, but
+    those older than one of their key read before (`NewestConfigs`, as every driver).
 
     Lines that cannot hold one are not parsed (`quota_config` is in every config's JSON), so
     the pass costs little beside the replay itself.
     """
-    updates: list[ConfigUpdate] = []
-    for line in lines:
+    newest = NewestConfigs()
+    found = FileConfigs([], {})
+    for index, line in enumerate(lines):
         if not line or b"quota_config" not in line or len(line) > MAX_LINE_BYTES:
             continue
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        updates.extend(i for i in parse_record(record) if isinstance(i, ConfigUpdate))
-    return updates
+        for at, item in enumerate(parse_record(record)):
+            if not isinstance(item, ConfigUpdate):
+                continue
+            refused = newest.offer(item)
+            if refused is None:
+                found.updates.append(item)
+            else:
+                found.refused.setdefault(index, []).append((at, refused))
+    return found

@@ -10,6 +10,11 @@ is known, from the latest fetch that found every partition read to its end. The 
 event until the watermark passes its arrival plus the grace (`wait_confirmed`). A config read
 after an event it applies to was released is counted as missed (`released_ms` is how far the
 agents released): the grace did not cover its write delay, and the audit will differ.
+
+Its reading loop runs `Supervised` (`app.supervision`): a follower that stopped would leave its
+owner judging by stale configs, and holding events until `QS_CONFIG_HOLD_MAX_MS` each. The
+owner says what a crash does: a worker exits (its orchestrator restarts it and the new process
+reads the topic afresh), a gateway restarts the loop with a backoff and reports it.
 """
 
 from __future__ import annotations
@@ -18,15 +23,18 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from typing import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.engine.timeline import ConfigTimeline
+from app.intake.newest_configs import STALE, NewestConfigs
+from app.intake.records import decode_config
 from app.kafka_io import end_offsets, partitions_of
 from app.kafka_security import client_options
-from app.intake.records import decode_config
-from app.signing import Signing, signing_from_env
+from app.signing import REFUSALS, Signing, signing_from_env
+from app.supervision import Supervised, Supervision
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +42,25 @@ log = logging.getLogger(__name__)
 #: nothing is written, the watermark advances (the workers' is QS_CONFIG_POLL_MS, as it adds
 #: to how long an event is held): README, QS_CONFIG_POLL_MS.
 POLL_MS = 10
+#: The labels refused records are counted by (a bounded set, for metrics); any other reason
+#: is `invalid` (not JSON, not a valid quota_config).
+REFUSED_LABELS = (*REFUSALS, STALE, "internal_error", "invalid")
+
+
+def refused_label(reason: str) -> str:
+    """The label a refusal is counted by."""
+    head = reason.split(":", 1)[0]
+    return head if head in REFUSED_LABELS else "invalid"
 
 
 class ConfigFollower:
-    """Tails the config topic into a `ConfigTimeline`; bad records are counted and skipped."""
+    """Tails the config topic into a `ConfigTimeline`; bad records are counted and skipped, as
+    are configs older than the newest of their key (`app.intake.newest_configs`)."""
 
     def __init__(self, bootstrap: str, topic: str, timeline: ConfigTimeline,
                  on_bad: Callable[[str, bytes], None] | None = None,
-                 signing: Signing | None = None, poll_ms: int = POLL_MS) -> None:
+                 signing: Signing | None = None, poll_ms: int = POLL_MS,
+                 supervision: Supervision | None = None) -> None:
         self.bootstrap = bootstrap
         self.poll_ms = poll_ms
         self.topic = topic
@@ -49,9 +68,12 @@ class ConfigFollower:
         #: records no key of QS_SIGNING_KEYS sealed are bad (`app.signing`)
         self.signing = signing_from_env() if signing is None else signing
         self.on_bad = on_bad
+        self.newest = NewestConfigs()
         self.ready = asyncio.Event()
         self.applied = 0
         self.bad = 0
+        #: refused records by `refused_label`
+        self.refused: Counter[str] = Counter()
         self.late = 0
         self.missed = 0
         self.confirmed_ms = 0
@@ -59,8 +81,11 @@ class ConfigFollower:
         self.released_ms = -1
         self.released_ts = -1
         self._advanced = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._reader = Supervised(f"config follower ({topic})", self._run, supervision)
         self._consumer: AIOKafkaConsumer | None = None
+        self._tps: list[TopicPartition] = []
+        #: the confirmed end of each partition not read that far yet (at start: `ready`)
+        self._pending: dict[TopicPartition, int] = {}
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
@@ -72,18 +97,35 @@ class ConfigFollower:
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await end_offsets(self.bootstrap, tps)
-        self._task = asyncio.create_task(self._run(consumer, tps, ends))
+        self.follow(consumer, tps, ends)
 
-    async def _run(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],
-                   ends: dict[TopicPartition, int]) -> None:
-        pending = {tp: end for tp, end in ends.items() if end > 0}
-        if not pending:
+    def follow(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+               ends: dict[TopicPartition, int]) -> None:
+        """Read `consumer` (assigned `tps`, at their beginning) from now on; `ready` once every
+        partition was read to its confirmed end in `ends`."""
+        self._consumer, self._tps = consumer, tps
+        self._pending = {tp: end for tp, end in ends.items() if end > 0}
+        if not self._pending:
             self.ready.set()
+        self._reader.start()
+
+    @property
+    def healthy(self) -> bool:
+        """Following the topic: False from a crash of the reading loop until its restart."""
+        return self._reader.healthy
+
+    @property
+    def crashes(self) -> int:
+        return self._reader.crashes
+
+    async def _run(self) -> None:
+        consumer, tps, pending = self._consumer, self._tps, self._pending
+        assert consumer is not None
         while True:
             batches = await consumer.getmany(timeout_ms=self.poll_ms)
             for records in batches.values():
                 for record in records:
-                    self.apply(record.value or b"", record.timestamp)
+                    self.apply(record.value or b"", record.timestamp, record.key)
             if not self.ready.is_set():
                 for tp in list(pending):
                     if await consumer.position(tp) >= pending[tp]:
@@ -137,12 +179,25 @@ class ConfigFollower:
         if ts > self.released_ts:
             self.released_ts = ts
 
-    def apply(self, value: bytes, arrival: int | None = None) -> None:
-        """One config record; `arrival` is its Kafka timestamp (None: not from Kafka)."""
-        payload, reason = self.signing.open(self.topic, value)
+    def apply(self, value: bytes, arrival: int | None = None, key: bytes | None = None) -> None:
+        """One config record; `arrival` is its Kafka timestamp (None: not from Kafka), `key` its
+        Kafka key (the seal covers it). Whatever is wrong with it is counted, never raised: one
+        record must not stop the follower."""
+        try:
+            self._apply(value, arrival, key)
+        except Exception as exc:  # a validation gap must cost one record, not the follower
+            log.exception("unexpected error applying a config record")
+            self._bad(f"internal_error: {exc!r}", value)
+
+    def _apply(self, value: bytes, arrival: int | None, key: bytes | None) -> None:
+        payload, reason = self.signing.open(self.topic, key, value)
         update, reason = (None, reason) if payload is None else decode_config(payload)
         if update is None:
             self._bad(reason or "not a quota_config record", value)
+            return
+        stale = self.newest.offer(update)
+        if stale is not None:
+            self._bad(stale, value)
             return
         if self.timeline.add(update, arrival):
             self.late += 1
@@ -158,16 +213,12 @@ class ConfigFollower:
 
     def _bad(self, reason: str, value: bytes) -> None:
         self.bad += 1
+        self.refused[refused_label(reason)] += 1
         log.warning("bad config record: %s", reason)
         if self.on_bad is not None:
             self.on_bad(reason, value)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await self._reader.stop()
         if self._consumer is not None:
             await self._consumer.stop()

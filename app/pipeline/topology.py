@@ -7,6 +7,11 @@ from typing import Mapping
 from app.settings import Settings
 
 COMPACT = {"cleanup.policy": "compact"}
+#: The config topic: compacted, and each record's timestamp (its arrival, which decides from
+#: when a late config is in force: `app.engine.timeline`) is the broker's append time, which no
+#: writer can set: a config re-sent later cannot pose as one that arrived when it was first
+#: written.
+CONFIGS = {**COMPACT, "message.timestamp.type": "LogAppendTime"}
 
 
 def samples_topic(settings: Settings) -> str:
@@ -25,7 +30,7 @@ def topic_specs(settings: Settings) -> list[tuple[str, int, Mapping[str, str] | 
         (settings.topic_request, p, None),
         (settings.topic_connection, p, None),
         (settings.topic_mutation, p, None),
-        (settings.topic_configs, 1, COMPACT),
+        (settings.topic_configs, 1, CONFIGS),
         (settings.topic_directives, p, None),
         (settings.topic_deadletter, 1, None),
         (samples_topic(settings), p, None),

@@ -46,6 +46,8 @@ from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.topology import samples_topic
 from app.settings import Settings
 from app.signing import Signing
+from app.subscriber.directive import record_key
+from app.supervision import Supervision
 from tables.entity_state import TABLE_NAME, PartitionCache
 from tables.faust_store import PartitionStore, raw_table
 
@@ -122,9 +124,14 @@ class Worker:
         self.table = raw_table(app.Table(TABLE_NAME, partitions=partitions, key_type=bytes,
                                          value_type=bytes))
         self.signing = Signing.parse(str(settings.signing_keys))
+        # A crashed follower takes the worker down, like a crashed agent (`_wire`): while it
+        # is down every event waits out QS_CONFIG_HOLD_MAX_MS and is then judged without the
+        # configs it may need (a decision the audit will not reproduce); the restarted process
+        # re-judges the uncommitted events with the whole config topic read.
         self.follower = ConfigFollower(bootstrap, str(settings.topic_configs),
                                        self.engine.timeline, signing=self.signing,
-                                       poll_ms=int(settings.config_poll_ms))  # type: ignore[call-overload]
+                                       poll_ms=int(settings.config_poll_ms),  # type: ignore[call-overload]
+                                       supervision=Supervision(give_up=app.crash))
         self.hold_max_s = int(settings.config_hold_max_ms) / 1000.0  # type: ignore[call-overload]
         self.top_entities = metrics.TopEntities(int(settings.metrics_top_n))  # type: ignore[call-overload]
         self.caches: dict[int, PartitionCache] = {}
@@ -310,9 +317,9 @@ class Worker:
 
     async def publish(self, directive: dict[str, Any], appended_ms: int) -> None:
         self.stats["directives"] += 1
-        key = directive["quota"].encode() + b"|" + orjson.dumps(directive["entity"])
+        key = record_key(directive)
         name = self.directives_name
-        await self.produce(name, self.signing.seal(name, orjson.dumps(directive)), key=key)
+        await self.produce(name, self.signing.seal(name, key, orjson.dumps(directive)), key=key)
         if directive.get("kind") == "allocation":  # cluster scope: no throttle of its own
             metrics.DIRECTIVES.labels(directive["quota"], "allocation").inc()
         else:
@@ -363,6 +370,9 @@ class Worker:
         metrics.CONFIG_LATE.inc(follower.late - seen["late"])
         metrics.CONFIG_MISSED.inc(follower.missed - seen["missed"])
         seen["late"], seen["missed"] = follower.late, follower.missed
+        for label, count in follower.refused.items():
+            metrics.CONFIG_REFUSED.labels(label).inc(count - seen[f"refused {label}"])
+            seen[f"refused {label}"] = count
 
     async def flush_loop(self) -> None:
         """Flush on a fixed cadence, so records are acked (and committed) even when input stops."""

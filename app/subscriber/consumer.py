@@ -7,12 +7,16 @@ at start it rebuilds the set by reading the topic from the beginning (or from a 
 The subscriber is ready once a poll returns no records and, for every partition, a Fetch
 response has reported a high watermark that the position has reached: the end as of a fetch, not
 of a ListOffsets asked before it.
+
+Why the reader is `Supervised` (`app.supervision`): a reader that stopped would leave its owner
+obeying the directives it had, and none after, without a sign. Fetch errors are retried in the
+loop; anything else that ends it is a crash, which the owner's `Supervision` decides on (by
+default: restart after a backoff, counted in `stats["crashes"]`, `healthy` False meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -35,6 +39,7 @@ from app.subscriber.active_set import (
     Throttle,
 )
 from app.subscriber.directive import BadDirective
+from app.supervision import Supervised, Supervision
 
 __all__ = ["DirectiveSubscriber", "SubscriberError", "wall_clock_ms"]
 
@@ -83,6 +88,7 @@ class DirectiveSubscriber:
         start_timeout: float = 30.0,
         consumer_options: Mapping[str, Any] | None = None,
         signing: Signing | None = None,
+        supervision: Supervision | None = None,
     ) -> None:
         self.topic = topic
         self.broker_id = broker_id
@@ -102,7 +108,8 @@ class DirectiveSubscriber:
         self._bad: Counter[str] = Counter()
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: list[TopicPartition] = []
-        self._task: asyncio.Task[None] | None = None
+        self._reader = Supervised(f"directive subscriber ({topic})", self._run, supervision)
+        self._started = False
         self._last_expire = 0
         self.ready = asyncio.Event()
         self._ready_threadsafe = threading.Event()
@@ -112,7 +119,7 @@ class DirectiveSubscriber:
     async def start(self) -> None:
         """Connect, assign every partition, seek and start the background reader; returns before
         the rebuild is done (await `wait_ready()` or `ready.wait()`)."""
-        if self._task is not None:
+        if self._started:
             return
         options: dict[str, Any] = {"fetch_max_wait_ms": 100, **client_options(),
                                    **self._consumer_options}
@@ -132,16 +139,23 @@ class DirectiveSubscriber:
                     f"within {self._start_timeout} s"
                 ) from None
             raise
-        self._consumer = consumer
-        self._task = asyncio.create_task(self._run(), name=f"directive-subscriber-{self.topic}")
+        self.follow(consumer, self._partitions)
+
+    def follow(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> None:
+        """Read `consumer` (assigned `partitions`, positioned where to start) from now on."""
+        self._consumer, self._partitions = consumer, partitions
+        self._started = True
+        self._reader.start()
+
+    @property
+    def healthy(self) -> bool:
+        """Following the topic: False from a crash of the reader until its restart."""
+        return self._reader.healthy
 
     async def stop(self) -> None:
         """Stop the reader and the consumer; the active set keeps its last state. Idempotent."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._reader.stop()
+        self._started = False
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.stop()
@@ -250,11 +264,20 @@ class DirectiveSubscriber:
         self.ready.set()
 
     def _handle(self, record: ConsumerRecord, now: int) -> None:
-        """Decode and apply one record; anything wrong with it is counted, never raised."""
+        """Decode and apply one record; anything wrong with it is counted, never raised: one
+        record must never stop the reader (it would stop following every later directive)."""
+        try:
+            self._apply(record, now)
+        except Exception as exc:  # a validation gap must cost one record, not the reader
+            logger.exception("Unexpected error applying a directive")
+            with self._lock:
+                self._count_bad("internal_error", record, repr(exc))
+
+    def _apply(self, record: ConsumerRecord, now: int) -> None:
         directive: Any = None
         reason = ""
         if record.value is not None:
-            payload, refused = self._signing.open(record.topic, record.value)
+            payload, refused = self._signing.open(record.topic, record.key, record.value)
             if payload is None:
                 reason = refused or "unsigned"
             else:
@@ -274,10 +297,6 @@ class DirectiveSubscriber:
                 outcome = self._active.apply(directive, now)
             except BadDirective as exc:
                 self._count_bad(exc.reason, record, str(exc))
-                return
-            except Exception as exc:  # a validation gap must cost one record, not the reader
-                logger.exception("Unexpected error applying a directive")
-                self._count_bad("internal_error", record, repr(exc))
                 return
             self._counts[outcome] += 1
 
@@ -333,11 +352,13 @@ class DirectiveSubscriber:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Counters for metrics: records, added/replaced/lifted/stale/ignored, bad by reason."""
+        """Counters for metrics: records, added/replaced/lifted/stale/ignored, bad by reason,
+        crashes of the reader."""
         with self._lock:
             counts: dict[str, Any] = dict(self._counts)
             counts["active"] = len(self._active)
             counts["bad"] = sum(self._bad.values())
             counts["bad_reasons"] = dict(self._bad)
         counts["ready"] = self.is_ready
+        counts["crashes"] = self._reader.crashes
         return counts

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import orjson
+
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
 DEFAULT = "<default>"
 
@@ -43,6 +45,13 @@ MAX_THROTTLE_MS = 2**31 - 1
 #: How far ahead of the reader's clock a directive's `ts` may be (the workers' stream clock
 #: accepts events up to a day off).
 MAX_FUTURE_MS = 86_400_000
+
+
+def record_key(directive: Mapping[str, Any]) -> bytes:
+    """The control topic's record key of a directive or allocation, `<quota>|<entity as JSON>`:
+    the records of one window land in one partition, in order. The seal covers it
+    (`app.signing`), so a reader of an archive that kept no keys derives it with this."""
+    return str(directive["quota"]).encode() + b"|" + orjson.dumps(directive["entity"])
 
 
 class BadDirective(ValueError):

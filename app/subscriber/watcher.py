@@ -4,12 +4,14 @@
 partition, from the end) and keeps the latest directive per key, directives per second and the
 loop latency (arrival time minus the directive's `ts`, i.e. the time from a broker recording the
 sample to the directive reaching a reader of the control topic).
+
+It only shows: nothing is enforced from it, so its reader restarts after a crash
+(`app.supervision`) rather than stopping the demo or the simulation; a view that stopped
+updating would otherwise show an empty directive table as if none were in force.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections import Counter, deque
 from typing import Any
 
@@ -19,6 +21,7 @@ from aiokafka import AIOKafkaConsumer
 from app.kafka_io import partitions_of
 from app.kafka_security import client_options
 from app.subscriber.consumer import wall_clock_ms
+from app.supervision import Supervised
 
 
 def directive_key(d: dict[str, Any]) -> tuple[Any, ...]:
@@ -37,7 +40,7 @@ class DirectiveWatcher:
         self._arrivals: deque[int] = deque()
         self.latencies: deque[int] = deque(maxlen=2000)
         self._consumer: AIOKafkaConsumer | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._reader = Supervised("directive watcher", self._run)
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
@@ -50,17 +53,16 @@ class DirectiveWatcher:
             await consumer.stop()
             raise
         self._consumer = consumer
-        self._task = asyncio.create_task(self._run(consumer))
+        self._reader.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._reader.stop()
         if self._consumer is not None:
             await self._consumer.stop()
 
-    async def _run(self, consumer: AIOKafkaConsumer) -> None:
+    async def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
         while True:
             batches = await consumer.getmany(timeout_ms=100, max_records=2000)
             now = wall_clock_ms()

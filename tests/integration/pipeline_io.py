@@ -9,7 +9,7 @@ import asyncio
 import time
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from app.kafka_io import end_offsets, partitions_of
 
@@ -17,10 +17,16 @@ from app.kafka_io import end_offsets, partitions_of
 async def read_directives(bootstrap: str, topic: str, expected: int, timeout: float,
                           partitions: int | None = None) -> list[bytes]:
     """Read a topic (its first `partitions`, default all) until `expected` records arrived and
-    3 quiet seconds passed."""
+    3 quiet seconds passed; their values."""
+    return [r.value for r in await read_records(bootstrap, topic, expected, timeout, partitions)]
+
+
+async def read_records(bootstrap: str, topic: str, expected: int, timeout: float,
+                       partitions: int | None = None) -> list[ConsumerRecord]:
+    """`read_directives`, the whole records."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
     await consumer.start()
-    got: list[bytes] = []
+    got: list[ConsumerRecord] = []
     try:
         if partitions is None:
             partitions = len(await partitions_of(consumer, topic))
@@ -34,7 +40,7 @@ async def read_directives(bootstrap: str, topic: str, expected: int, timeout: fl
             if any(batches.values()):
                 quiet_since = time.monotonic()
             for records in batches.values():
-                got.extend(r.value for r in records)
+                got.extend(records)
             if len(got) >= expected and time.monotonic() - quiet_since > 3:
                 break
     finally:

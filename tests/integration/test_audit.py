@@ -1,4 +1,4 @@
-"""The Spark audit against the embedded broker: recompute == replay, and the diff finds faults.
+"""The Spark audit against a local Kafka: recompute == replay, and the diff finds faults.
 
 One generated scenario (every quota type, three brokers, batches, a bad record) is produced to
 one-partition topics, which is the setting where live equals replay; its `replay` is the
@@ -194,7 +194,7 @@ def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path, writer
     assert "diff" not in summary and summary["passed"] is True
     assert summary["routing"]["split_key_sets"] > 0  # the merged-route path really ran
     local = recompute_local([(path.name, i, v, None) for i, v in enumerate(values)],
-                            ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(values)),
+                            ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(values)[0]),
                                            {path.name: 0}))
     want = reference_usage(local.decisions(), 2000)
     usage = {(r["entity"], r["quota"], r["broker"], r["bucket"]): r.asDict()

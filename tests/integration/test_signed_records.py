@@ -1,5 +1,6 @@
 """Signed directives and configs end to end: with QS_SIGNING_KEYS, `produce` seals configs, the
-worker skips a forged config and seals its directives, and a subscriber refuses a forged one."""
+worker skips a forged config and seals its directives under their keys, and a subscriber refuses
+a forged one and a sealed one re-sent under another key."""
 
 from __future__ import annotations
 
@@ -22,19 +23,19 @@ from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.pipeline_io import assert_same, read_directives
+    from tests.integration.pipeline_io import assert_same, read_records
 except ImportError:  # pragma: no cover
-    from pipeline_io import assert_same, read_directives  # type: ignore[no-redef]
+    from pipeline_io import assert_same, read_records  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.integration
 KEYS = "it1:integration-secret-0123456"
 
 
-async def send_raw(bootstrap: str, topic: str, value: bytes) -> None:
+async def send_raw(bootstrap: str, topic: str, value: bytes, key: bytes | None = None) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, value, partition=0)
+        await producer.send_and_wait(topic, value, key=key, partition=0)
     finally:
         await producer.stop()
 
@@ -71,16 +72,19 @@ def test_forged_records_are_refused_and_real_ones_sealed(kafka_bootstrap: str,
         subprocess.run([sys.executable, "-m", "app.cli", "produce", str(lines), "--partition",
                         "0", "--quiet"], env=proc_env, check=True, capture_output=True)
         cluster.wait_ready()
-        live = asyncio.run(read_directives(kafka_bootstrap, env["QS_TOPIC_DIRECTIVES"],
-                                           len(expected), timeout=120))
+        live = asyncio.run(read_records(kafka_bootstrap, env["QS_TOPIC_DIRECTIVES"],
+                                        len(expected), timeout=120))
         signing = Signing.parse(KEYS)
-        opened = [signing.open(env["QS_TOPIC_DIRECTIVES"], v) for v in live]
+        opened = [signing.open(env["QS_TOPIC_DIRECTIVES"], r.key, r.value) for r in live]
         assert all(reason is None for _, reason in opened)
         assert_same([payload for payload, _ in opened if payload is not None], expected)
         forged = dict(orjson.loads(expected[0]), until=2**62)
         asyncio.run(send_raw(kafka_bootstrap, env["QS_TOPIC_DIRECTIVES"], orjson.dumps(forged)))
+        # a genuine sealed directive re-sent under another key
+        asyncio.run(send_raw(kafka_bootstrap, env["QS_TOPIC_DIRECTIVES"], live[0].value,
+                             key=b"producer_byte_rate|{}"))
         stats = asyncio.run(subscriber_counts(kafka_bootstrap, env["QS_TOPIC_DIRECTIVES"]))
-        assert stats["bad_reasons"] == {"unsigned": 1}
-        assert stats["records"] == len(live) + 1
+        assert stats["bad_reasons"] == {"unsigned": 1, "bad_signature": 1}
+        assert stats["records"] == len(live) + 2
     finally:
         cluster.stop()

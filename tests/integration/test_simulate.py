@@ -1,13 +1,14 @@
-"""Acceptance: the simulator's brokers and clients against the live pipeline (embedded broker).
+"""Acceptance: the simulator's brokers and clients against the live pipeline on Kafka.
 
-Every run is a real `quota-streams simulate` process: it starts its own embedded broker and
-worker, writes the scenario's quotas, runs the scenario and stops everything. The runs are started together (each has its own broker) so the file stays within
-about a minute and a half on two cores; each test then reads its run's results.
+Every run is a real `quota-streams simulate` process with a worker of its own, on the session's
+Kafka with topics of its own: it writes the scenario's quotas, runs the scenario and stops. The
+runs are started together so the file stays within about a minute and a half on two cores;
+each test then reads its run's results.
 
 Window settings are Kafka's defaults (quota.window.num 11 x 1 s): a greedy client under a byte
 quota cycles (burst, throttle until its burst leaves the ~11 s window) with a period of about
-15 s, and the loop latency (~0.1-0.2 s median on the embedded broker, more while five runs share
-two cores; see docs/simulator.md) adds to the throttles it misses. What a client gets is a
+15 s, and the loop latency (~0.1-0.2 s median, more while the runs share two cores; see
+docs/simulator.md) adds to the throttles it misses. What a client gets is a
 staircase: a plain average over a stretch only a few periods long is off by the phase at which
 it starts and ends (up to a step: +-12% over 95 s for the one-IP storm). So the rates checked
 here are the least-squares slope of each entity's cumulative amount (timeseries.csv), which a
@@ -23,11 +24,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+from app.launcher import isolated_env
 
 pytestmark = pytest.mark.integration
 
@@ -59,21 +63,24 @@ class Run:
             "\n".join(text.splitlines()[-lines:])
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k != "KAFKA_BOOTSTRAP_SERVERS" and not k.startswith("QS_")}
-    env["NO_COLOR"] = "1"
+def _env(bootstrap: str, name: str) -> dict[str, str]:
+    """The run's settings: the session's Kafka, topics and a consumer group of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QS_")}
+    env.update(isolated_env(f"sim-{name}-{uuid.uuid4().hex[:6]}"),
+               KAFKA_BOOTSTRAP_SERVERS=bootstrap, NO_COLOR="1")
     return env
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+def runs(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str
+         ) -> Iterator[dict[str, Run]]:
     tmp = tmp_path_factory.mktemp("simulate")
 
     def simulate(name: str, *args: str) -> Run:
         out = tmp / name
         return Run(name, [sys.executable, "-m", "app.cli", "simulate",
-                          str(ROOT / "scenarios" / f"{name}.yaml"), "--out", str(out), *args], out)
+                          str(ROOT / "scenarios" / f"{name}.yaml"), "--out", str(out),
+                          "--workers", "1", *args], out)
 
     all_runs = {r.name: r for r in [
         simulate("cluster-produce", "--duration", str(PRODUCE_S), "--warmup", str(PRODUCE_WARMUP_S)),
@@ -84,8 +91,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     try:
         for run in all_runs.values():
             with open(run.log, "wb") as log:
-                run.proc = subprocess.Popen(run.argv, cwd=ROOT, env=_env(), stdout=log,
-                                            stderr=subprocess.STDOUT)
+                run.proc = subprocess.Popen(run.argv, cwd=ROOT, env=_env(kafka_bootstrap, run.name),
+                                            stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + max(PRODUCE_S, IP_STORM_S) + 120
         for run in all_runs.values():
             assert run.proc is not None

@@ -1,5 +1,5 @@
-"""A worker whose agent dies exits non-zero (for the orchestrator to restart it) instead of
-running on with partitions nobody processes; SIGTERM stops a busy worker promptly; a restarted
+"""A worker whose agent or config follower dies exits non-zero (for the orchestrator to restart
+it) instead of running on with partitions nobody processes or configs nobody reads; SIGTERM stops a busy worker promptly; a restarted
 worker judges timestamps by the partition's history, not by its first record; a broker frozen
 for 30 s costs nothing; SIGKILLs under load leave no window behind."""
 
@@ -58,6 +58,14 @@ def start_with_configs(cluster: LocalCluster, bootstrap: str, env: dict[str, str
     cluster.wait_ready()
 
 
+def crash_on_marker_path() -> str:
+    """PYTHONPATH for workers that load crash_on_marker: this checkout first, since its
+    sitecustomize imports `app` before the working directory is on the path."""
+    return os.pathsep.join(filter(None, [str(Path(__file__).parent / "crash_on_marker"),
+                                         str(Path(__file__).resolve().parents[2]),
+                                         os.environ.get("PYTHONPATH")]))
+
+
 def wait_exit(cluster: LocalCluster, timeout: float) -> int | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,8 +77,7 @@ def wait_exit(cluster: LocalCluster, timeout: float) -> int | None:
 
 
 def test_an_agent_that_dies_takes_the_worker_down(kafka_bootstrap: str, tmp_path: Path) -> None:
-    env = worker_env(tmp_path, QS_TEST_CRASH_MARKER=MARKER, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(Path(__file__).parent / "crash_on_marker"), os.environ.get("PYTHONPATH")])))
+    env = worker_env(tmp_path, QS_TEST_CRASH_MARKER=MARKER, PYTHONPATH=crash_on_marker_path())
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
     try:
         cluster.start()
@@ -83,6 +90,25 @@ def test_an_agent_that_dies_takes_the_worker_down(kafka_bootstrap: str, tmp_path
         assert code != 0
         log = (tmp_path / "worker-0.log").read_text(errors="replace")
         assert "injected crash" in log
+    finally:
+        cluster.stop()
+
+
+def test_a_config_follower_that_dies_takes_the_worker_down(kafka_bootstrap: str,
+                                                            tmp_path: Path) -> None:
+    env = worker_env(tmp_path, QS_TEST_CRASH_MARKER=MARKER, PYTHONPATH=crash_on_marker_path())
+    cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
+    try:
+        cluster.start()
+        cluster.wait_ready()
+        bad = orjson.dumps({"type": "quota_config", "v": 1, "ts": T0, "entity": {"user": MARKER},
+                            "quotas": {"producer_byte_rate": 1000}})
+        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"], [bad]))
+        code = wait_exit(cluster, 60)
+        assert code is not None, "the worker ran on without its config follower"
+        assert code != 0
+        log = (tmp_path / "worker-0.log").read_text(errors="replace")
+        assert "ERROR" in log and "config follower" in log and "injected follower crash" in log
     finally:
         cluster.stop()
 

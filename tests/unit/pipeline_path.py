@@ -9,31 +9,33 @@ from typing import Any
 
 import orjson
 
-from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
-from app.engine.events import parse_record
 from app.intake.clock import StreamClock
 from app.intake.records import decode_source
 from app.intake.routes import Router
 from app.pipeline import codec
 from app.pipeline.aggregate import apply_record
+from app.pipeline.config_follower import ConfigFollower
 from app.pipeline.ingest import Outbox
+from app.signing import Signing
 
 PARTITIONS = 4
 
 
 def run(lines: list[bytes], scope: str) -> list[Any]:
     """Per input record: its dead letters and sample counts, then each samples partition's
-    (partition, samples, directives) as the aggregate computes them; configs apply directly."""
+    (partition, samples, directives) as the aggregate computes them; per config record,
+    `{"config": "applied" or "refused"}` by the workers' config follower."""
     engine = QuotaEngine(EngineSettings(scope=scope))
+    follower = ConfigFollower("", "configs", engine.timeline, signing=Signing())
     router, clock = Router(engine, PARTITIONS), StreamClock()
     stores: dict[int, dict[str, Any]] = {}
     out: list[Any] = []
     for n, line in enumerate(lines):
         if line.startswith(b"{") and orjson.loads(line).get("type") == "quota_config":
-            for update in parse_record(orjson.loads(line)):
-                assert isinstance(update, ConfigUpdate)
-                engine.process(update)
+            refused = follower.bad
+            follower.apply(line)
+            out.append({"config": "refused" if follower.bad > refused else "applied"})
             continue
         outbox = Outbox()
         decoded = decode_source(line, n, clock)

@@ -68,7 +68,7 @@ def _tuple(d: dict[str, Any], entity: str) -> tuple[Any, ...]:
 
 
 def file_run(lines: list[bytes], settings: EngineSettings = SETTINGS, **kw: Any):  # type: ignore[no-untyped-def]
-    ctx = ExplodeContext(settings, MODE_FILE, tuple(archive_configs(lines)), {"f": 0}, **kw)
+    ctx = ExplodeContext(settings, MODE_FILE, tuple(archive_configs(lines)[0]), {"f": 0}, **kw)
     return recompute_local((("f", i, v, None) for i, v in enumerate(lines)), ctx)
 
 
@@ -98,7 +98,7 @@ def test_file_mode_with_config_changes_splits_and_bad_lines_equals_replay() -> N
              + [orjson.dumps(change), b"{broken", b"", orjson.dumps(batch_with_config)]
              + lines_of(records[300:]))
     directives, decisions = replayed(lines)
-    configs = tuple(archive_configs(lines))
+    configs = tuple(archive_configs(lines)[0])
     assert len(configs) == len(synth.CONFIGS + synth.SPLIT_CONFIGS) + 2
     assert splits_possible(configs, 0)
     # split routing as the Spark job does it: discovery, union-find, then per-partition runs
@@ -126,7 +126,7 @@ def partitioned_run(lines: list[bytes], route_map: dict[str, str] | None, partit
             n += 1
         pin_of[p] = f"pin{p}-{n}"
     pinned = tuple(pin_of[p] for p in range(partitions))
-    configs = tuple(archive_configs(lines))
+    configs = tuple(archive_configs(lines)[0])
     ctx = ExplodeContext(SETTINGS, MODE_FILE, configs, {"f": 0}, route_map=route_map,
                          pinned=pinned)
     batch = pa.record_batch({"file": ["f"] * len(lines), "offset": list(range(len(lines))),
@@ -174,7 +174,7 @@ def canonical(ds: list[bytes]) -> list[bytes]:
 def test_kafka_mode_one_partition_per_topic_equals_replay() -> None:
     events = synth.scenario(seed=6, seconds=6)
     directives, decisions = replayed(lines_of(synth.CONFIGS + events))
-    configs, bad = topic_configs([(0, i, orjson.dumps(c), None)
+    configs, bad = topic_configs([(0, i, None, orjson.dumps(c), None)
                                   for i, c in enumerate(synth.CONFIGS)])
     assert not bad and len(configs) == len(synth.CONFIGS)
     recs, streams = kafka_streams(events)
@@ -205,7 +205,7 @@ def test_config_topic_applies_at_its_ts_or_from_a_late_arrival() -> None:
         (config("bob", t0, 2000), t0 + 2000),  # late: in force for bob from its arrival
     ]
     events = [produce_request(t0 + i * 100, user) for i in range(40) for user in ("alice", "bob")]
-    configs, _ = topic_configs([(0, i, orjson.dumps(c), at) for i, (c, at) in enumerate(written)])
+    configs, _ = topic_configs([(0, i, None, orjson.dumps(c), at) for i, (c, at) in enumerate(written)])
     recs = [(("req", 0), i, orjson.dumps(e), e["ts"]) for i, e in enumerate(events)]
     result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(configs),
                                                   {("req", 0): 0}))
@@ -231,7 +231,7 @@ def test_streams_of_one_topic_merge_by_stream_time_not_by_partition() -> None:
                "client_id": f"c{i % 2}", "api": "Produce", "bytes": 700} for i in range(200)]
     recs = [(("req", i % 2), i // 2, orjson.dumps(e), None) for i, e in enumerate(events)]
     recs.sort(key=lambda r: (r[0], r[1]))
-    configs, _ = topic_configs([(0, 0, orjson.dumps(config), None)])
+    configs, _ = topic_configs([(0, 0, None, orjson.dumps(config), None)])
     result = recompute_local(recs, ExplodeContext(SETTINGS, MODE_KAFKA, tuple(configs),
                                                   {("req", 0): 0, ("req", 1): 1}))
     assert canonical(result.directives()) == canonical(replayed(lines_of([config] + events))[0])
@@ -286,7 +286,7 @@ def test_time_bounds_select_events_and_report_decisions() -> None:
     full = file_run(lines)
     bounded = recompute_local(
         (("f", i, v, None) for i, v in enumerate(lines)),
-        ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(lines)), {"f": 0},
+        ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(lines)[0]), {"f": 0},
                        event_from=t_from - 4000,
                        event_to=t_to),
         report_from=t_from, report_to=t_to)
@@ -315,7 +315,7 @@ def test_stop_after_keeps_each_streams_prefix() -> None:
 
 def test_archive_config_lines_are_counted_once_collected_and_refused_otherwise() -> None:
     line = orjson.dumps(synth.CONFIGS[0])
-    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs([line])), {"f": 0})
+    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs([line])[0]), {"f": 0})
     out = ExplodedRows(("a", "b"))
     ex = StreamExploder(ctx)
     ex.feed(0, 0, line, out, lambda: "")
@@ -383,9 +383,10 @@ def test_route_map_from_splits_is_transitive_and_deterministic() -> None:
 
 
 def test_bad_config_topic_records_are_skipped_like_the_follower() -> None:
-    configs, bad = topic_configs([(0, 3, orjson.dumps(synth.CONFIGS[0]), 7), (0, 0, b"{", 1),
-                                  (0, 1, None, 2),
-                                  (0, 2, orjson.dumps({"type": "request", "v": 1}), 3)], "cfg")
+    configs, bad = topic_configs([(0, 3, None, orjson.dumps(synth.CONFIGS[0]), 7),
+                                  (0, 0, None, b"{", 1), (0, 1, None, None, 2),
+                                  (0, 2, None, orjson.dumps({"type": "request", "v": 1}), 3)],
+                                 "cfg")
     assert [arrival for _, arrival in configs] == [7]
     assert [w for w, _ in bad] == ["cfg/0@0", "cfg/0@1", "cfg/0@2"]
 

@@ -142,7 +142,7 @@ def test_recommendations_from_sketches_are_within_alpha_of_the_exact_ones(scenar
 
 def test_flushing_often_gives_rows_that_merge_to_the_same_summaries(scenario) -> None:  # type: ignore[no-untyped-def]
     lines, result = scenario
-    configs = tuple(archive_configs(lines))
+    configs = tuple(archive_configs(lines)[0])
     ctx = ExplodeContext(SETTINGS, MODE_FILE, configs, {"f": 0})
     batch = pa.record_batch({"file": ["f"] * len(lines), "offset": list(range(len(lines))),
                              "value": lines})

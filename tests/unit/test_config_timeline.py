@@ -147,9 +147,22 @@ def test_replay_applies_a_config_line_by_its_ts_not_its_position() -> None:
     first = directives(configs + events)
     assert first and min(orjson.loads(d)["ts"] for d in first) >= 13_000
     assert directives(events + configs) == first
-    assert directives(events[:20] + configs[::-1] + events[20:]) == first
+    assert directives(events[:20] + configs + events[20:]) == first
     outputs = [r.output for r in replay(events + configs, EngineSettings())]
     assert outputs[-1] == {"index": 61, "throttle_time_ms": 0, "decisions": []}
+
+
+def test_replay_refuses_a_config_older_than_one_of_its_key_before_it() -> None:
+    """As the workers do (`newest_configs`): after the config of ts 13000, the one of ts 0 for
+    the same entity and quota is stale, whatever the events."""
+    events = [request(10_000 + 100 * i) for i in range(60)]
+    newer, older = config_line(13_000, 20_000), config_line(0, 1_000)
+    results = list(replay([newer, older] + events, EngineSettings()))
+    assert results[1].output["error"].startswith("stale_config: ts 0 is older than 13000")
+    assert [reason.split(":")[0] for reason, _ in results[1].bad] == ["stale_config"]
+    got = [d for r in results for d in r.directives]
+    alone = [d for r in replay([newer] + events, EngineSettings()) for d in r.directives]
+    assert got and got == alone
 
 
 def test_follower_counts_late_and_missed_configs() -> None:

@@ -95,7 +95,7 @@ def test_hostile_lines_are_dead_lettered_once_each_and_change_nothing_else() -> 
         ingest_dead += len(dead)
     assert ingest_dead == len(bad) + 1  # and the config line, which belongs on the config topic
     # the audit's step 1 and 2 in file mode: same directives, same dead letters
-    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(mixed)), {"f": 0})
+    ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(mixed)[0]), {"f": 0})
     result = recompute_local((("f", i, v, None) for i, v in enumerate(mixed)), ctx)
     assert result.directives() == want and result.bad == len(bad)
 

@@ -53,7 +53,7 @@ def test_live_replay_and_audit_agree_on_json_and_columnar_input(scope: str) -> N
         live = [d for entry in pipeline_path.run(configs + lines, scope) if len(entry) == 3
                 for d, _ in entry[2]]
         assert canonical(live) == canonical(replayed)
-        entries, bad = topic_configs([(0, i, c, None) for i, c in enumerate(configs)])
+        entries, bad = topic_configs([(0, i, None, c, None) for i, c in enumerate(configs)])
         assert not bad
         by_topic: dict[str, list[bytes]] = {}
         for line, event in zip(lines, events):
@@ -66,13 +66,41 @@ def test_live_replay_and_audit_agree_on_json_and_columnar_input(scope: str) -> N
         assert canonical(audited) == canonical(replayed)
 
 
+def test_a_config_older_than_the_newest_of_its_key_is_refused_alike_by_every_driver() -> None:
+    """A config re-sent after a newer one of its key (here lifting the default user quotas
+    before T0 + 5 s) is refused by the live follower, `replay` and the audit alike, and they
+    agree on the directives: those of the configs without it."""
+    events = synth.scenario(seed=9, seconds=10)
+    default = synth.CONFIGS[0]
+    newer = {**default, "ts": synth.T0 + 5000}
+    stale = {**default, "ts": 0, "quotas": {k: 10**12 for k in default["quotas"]}}
+    configs = [orjson.dumps(c) for c in [*synth.CONFIGS, newer]]
+    lines = [orjson.dumps(e) for e in events]
+    without = [d for r in replay(configs + lines, EngineSettings()) for d in r.directives]
+    results = list(replay([*configs, orjson.dumps(stale), *lines], EngineSettings()))
+    assert [why.split(":")[0] for why, _ in results[len(configs)].bad] == ["stale_config"]
+    replayed = [d for r in results for d in r.directives]
+    assert len(replayed) > 20 and canonical(replayed) == canonical(without)
+    run = pipeline_path.run([*configs, orjson.dumps(stale), *lines], "broker")
+    assert [e["config"] for e in run if isinstance(e, dict)] == ["applied"] * 7 + ["refused"]
+    live = [d for entry in run if len(entry) == 3 for d, _ in entry[2]]
+    assert canonical(live) == canonical(replayed)
+    entries, bad = topic_configs([(0, i, None, c, None)
+                                  for i, c in enumerate([*configs, orjson.dumps(stale)])])
+    assert [(where, why.split(":")[0]) for where, why in bad] == [("/0@7", "stale_config")]
+    records = [(("all", 0), n, line, None) for n, line in enumerate(lines)]
+    audited = recompute_local(records, ExplodeContext(EngineSettings(), MODE_KAFKA,
+                                                      tuple(entries), {("all", 0): 0}))
+    assert canonical(audited.directives()) == canonical(replayed)
+
+
 def test_step_2_gives_the_same_whatever_its_request_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """The audit's step 2 hands the engine request rows in batches of REQUEST_BATCH: batches
     cut anywhere (here every 7 rows, and between the other samples) decide the same."""
     from app.audit import recompute
 
     events = synth.scenario(seed=4, seconds=8)
-    entries, _ = topic_configs([(0, i, orjson.dumps(c), None) for i, c in enumerate(synth.CONFIGS)])
+    entries, _ = topic_configs([(0, i, None, orjson.dumps(c), None) for i, c in enumerate(synth.CONFIGS)])
     records = [(("all", 0), n, orjson.dumps(e), None) for n, e in enumerate(events)]
 
     def audited() -> list[bytes]:

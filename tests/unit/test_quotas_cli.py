@@ -147,7 +147,8 @@ def test_valid_alter_writes_the_validated_record(no_kafka: list[Any], capsys: py
                  "clients", "--entity-default", "--add-config", "producer_byte_rate=1048576.0000001",
                  "--delete-config", "consumer_byte_rate", "--json"]) == 0
     (_bootstrap, topic, records, topic_spec), = no_kafka
-    assert topic == "quota.configs" and topic_spec[1:] == (1, {"cleanup.policy": "compact"})
+    assert topic == "quota.configs" and topic_spec[1:] == (
+        1, {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"})
     (record, update), = records
     assert record["entity"] == {"user": "alice", "client_id": DEFAULT}
     assert record["quotas"] == {"producer_byte_rate": 1048576, "consumer_byte_rate": None}

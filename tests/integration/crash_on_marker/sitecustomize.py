@@ -1,6 +1,7 @@
-"""Makes a worker's ingest agent raise on a record holding QS_TEST_CRASH_MARKER
-(test_worker_faults puts this directory on the workers' PYTHONPATH): the stand-in for a bug the
-intake does not survive, to check what the worker does when an agent dies."""
+"""Makes a worker's ingest agent raise on a record holding QS_TEST_CRASH_MARKER, and its config
+follower's loop on a config record holding it (test_worker_faults puts this directory on the
+workers' PYTHONPATH): the stand-ins for a bug the intake, or the follower, does not survive, to
+check what the worker does when an agent or its follower dies."""
 
 import os
 
@@ -10,6 +11,7 @@ if _MARKER:
     from typing import Any
 
     from app.pipeline import worker
+    from app.pipeline.config_follower import ConfigFollower
 
     _decode_source = worker.decode_source
 
@@ -19,3 +21,12 @@ if _MARKER:
         return _decode_source(value, *args)
 
     worker.decode_source = _crashing_decode_source
+
+    _apply = ConfigFollower.apply
+
+    def _crashing_apply(self: ConfigFollower, value: bytes, *args: Any) -> None:
+        if _MARKER in value:  # raised past the follower's own per-record guard
+            raise RuntimeError("injected follower crash")
+        _apply(self, value, *args)
+
+    ConfigFollower.apply = _crashing_apply  # type: ignore[method-assign]
