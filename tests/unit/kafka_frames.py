@@ -96,3 +96,29 @@ def metadata_response(version: int, brokers: list[tuple[int, str, int]],
     if "controller_id" in schema_fields:
         fields["controller_id"] = brokers[0][0]
     return response(apis.METADATA, version, correlation_id, **fields)
+
+
+def produce_request(corr: int, acks: int = 1, client_id: str = "app", size: int = 1000) -> bytes:
+    data = nested(apis.PRODUCE, 9, "PartitionProduceData", response=False)
+    topic = nested(apis.PRODUCE, 9, "TopicProduceData", response=False)
+    body = request_body(apis.PRODUCE, 9, transactional_id=None, acks=acks, timeout=ms(1000),
+                        topic_data=(topic(name="t", partition_data=(
+                            data(index=0, records=b"\x01" * size),)),))
+    return request(apis.PRODUCE, 9, body, correlation_id=corr, client_id=client_id)
+
+
+def produce_response(corr: int) -> bytes:
+    part = nested(apis.PRODUCE, 9, "PartitionProduceResponse")
+    topic = nested(apis.PRODUCE, 9, "TopicProduceResponse")
+    return response(apis.PRODUCE, 9, corr, throttle_time=ms(0), responses=(topic(
+        name="t", partition_responses=(part(index=0, error_code=NONE, base_offset=1,
+                                            log_append_time=None, record_errors=()),)),))
+
+
+def fetch_response(corr: int, nbytes: int = 5000) -> bytes:
+    part = nested(apis.FETCH, 12, "PartitionData")
+    topic = nested(apis.FETCH, 12, "FetchableTopicResponse")
+    return response(apis.FETCH, 12, corr, throttle_time=ms(0), error_code=NONE, session_id=0,
+                    responses=(topic(topic="t", partitions=(part(
+                        partition_index=0, error_code=NONE, high_watermark=1,
+                        aborted_transactions=None, records=b"\x02" * nbytes),)),))
