@@ -7,7 +7,8 @@ pure-Python writer, used only for small messages (ApiVersions, FindCoordinator, 
 rejections, an empty Fetch response) or rare ones (a response carrying new leader endpoints).
 Metadata responses can be large, so their brokers array alone is rewritten in place.
 
-Any decode failure raises `MessageError`; the caller then passes the frame through untouched.
+Any decode failure raises `MessageError`; the caller then passes the frame through untouched
+(still charged), or refuses it where it must read the message to charge it (mutations).
 """
 
 from __future__ import annotations
@@ -258,14 +259,17 @@ def _readdress(item: Any, id_field: str, addresses: Addresses) -> Any:
 
 
 def produce_acks(payload: bytes, version: int, body: int) -> int:
-    """The `acks` of a Produce request, read without decoding its records."""
+    """The `acks` of a Produce request, read without decoding its records (v0-2 start with it,
+    v3+ have the transactional id before it)."""
     try:
         if version >= 9:
             n, pos = read_uvarint(payload, body)
             pos += max(n - 1, 0)
-        else:
+        elif version >= 3:
             (n,) = _I16.unpack_from(payload, body)
             pos = body + 2 + max(n, 0)
+        else:
+            pos = body
         return int(_I16.unpack_from(payload, pos)[0])
     except (struct.error, FrameError) as exc:
         raise MessageError(f"Produce v{version}: {exc}") from None
@@ -416,6 +420,20 @@ class MutationRequest:
     api: str  # contract name
     topics: tuple[MutationTopic, ...]
     validate_only: bool
+
+
+def mutation_topic_count(api_key: int, version: int, payload: bytes, body: int) -> int:
+    """How many topics a mutation request lists, read from its first field (every mutation
+    request starts with its topics array) without decoding it."""
+    flexible = apis.flexible_request_header(api_key, version)
+    if flexible is None or body < 0:
+        raise MessageError(f"no schema for request {api_key} v{version}")
+    try:
+        if flexible:
+            return read_uvarint(payload, body)[0] - 1
+        return int(_I32.unpack_from(payload, body)[0])
+    except (struct.error, FrameError) as exc:
+        raise MessageError(f"{apis.api_name(api_key)} v{version}: {exc}") from None
 
 
 def mutation_request(api_key: int, version: int, payload: bytes, body: int) -> MutationRequest:
@@ -578,7 +596,13 @@ def sasl_auth_bytes(payload: bytes, version: int, body: int) -> bytes:
     return bytes(_request(apis.SASL_AUTHENTICATE, version, payload, body).auth_bytes)
 
 
-def sasl_authenticated(payload: bytes, version: int) -> bool:
-    """True when a SaslAuthenticate response carries no error."""
-    _schema, resp, _offset = _response(apis.SASL_AUTHENTICATE, version, payload)
+def sasl_handshake_accepted(payload: bytes, version: int) -> bool:
+    """True when a SaslHandshake response carries no error."""
+    _schema, resp, _offset = _response(apis.SASL_HANDSHAKE, version, payload)
     return bool(resp.error_code == ErrorCode.none)
+
+
+def sasl_authenticate_answer(payload: bytes, version: int) -> tuple[bool, bytes]:
+    """Whether a SaslAuthenticate response carries no error, and the server's token in it."""
+    _schema, resp, _offset = _response(apis.SASL_AUTHENTICATE, version, payload)
+    return bool(resp.error_code == ErrorCode.none), bytes(resp.auth_bytes)

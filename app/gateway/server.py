@@ -31,21 +31,22 @@ import struct
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.engine import EngineSettings
+from app.errors import reason
 from app.gateway import messages
 from app.gateway.connection import Session
-from app.errors import reason
-from app.gateway.local import LocalQuotas
-from app.subscriber.allocations import AllocatedLimits
 from app.gateway.frames import SIZE, frame
+from app.gateway.limits import Limits
+from app.gateway.local import LocalQuotas
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.policy import Directives
 from app.kafka_security import client_options
+from app.subscriber.allocations import AllocatedLimits
 from app.usage.publisher import EventPublisher
 from app.usage.recorder import UsageRecorder
 
@@ -90,6 +91,10 @@ class GatewayConfig:
     max_pending: int = 1_000_000
     directives_timeout: float = 30.0
     probe_timeout: float = 10.0
+    #: the upstream listener requires SASL: nothing but ApiVersions and SASL is served (or
+    #: decoded) before a connection authenticates, and its frames are held to 512 KiB until then
+    upstream_sasl: bool = False
+    limits: Limits = field(default_factory=Limits)
     client_tls: ssl.SSLContext | None = None
     upstream_tls: ssl.SSLContext | None = None
 
@@ -206,6 +211,7 @@ class Gateway:
         self._follower: Any = None
         self.listener = config.listener
         self.max_in_flight = config.max_in_flight
+        self.limits = config.limits
         self.metrics = GatewayMetrics()
         self._events_waiting = asyncio.Event()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
@@ -234,6 +240,40 @@ class Gateway:
     async def start(self) -> None:
         cfg = self.config
         info = await probe_cluster(cfg.upstream, cfg.upstream_tls, cfg.probe_timeout)
+        self._learn_cluster(info)
+        if self._own_directives:
+            await self._start_directives()
+        self.metrics.directives.set_function(lambda: len(self.directives))
+        self.metrics.directives_ready.set_function(
+            lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
+        if self.local is not None and cfg.allocations:  # the subscriber reads allocations too
+            nodes = self.nodes
+            assert nodes is not None
+            live = (lambda: cfg.gateways) if cfg.gateway_id is not None else \
+                (lambda: len(nodes.node_ids))
+            self.local.obey(AllocatedLimits(self.directives.allocations,  # type: ignore[attr-defined]
+                                            live))
+        if self.local is not None and cfg.local is not None:
+            await self._start_configs()
+        await self._start_events()
+        await self.serve(info)
+
+    async def serve(self, info: ClusterInfo) -> None:
+        """Listen on the bootstrap port and each broker's, for the cluster `info` describes
+        (`start` does this after connecting to Kafka; tests call it alone)."""
+        cfg = self.config
+        if self.nodes is None:
+            self._learn_cluster(info)
+        await self._listen(None, cfg.listen[1])
+        assert self.nodes is not None
+        for node_id in self.nodes.node_ids:
+            await self._bind(node_id)
+        logger.info("gateway listening on %s:%d for %s; brokers: %s", cfg.listen[0], cfg.listen[1],
+                    ",".join(f"{h}:{p}" for h, p in cfg.upstream), self.describe_ports())
+
+    def _learn_cluster(self, info: ClusterInfo) -> None:
+        """The port rule, brokers and versions from the start-up probe."""
+        cfg = self.config
         self.metadata_version = min(info.versions.get(3, (0, 4))[1], 12)
         lowest = min(n.node_id for n in info.nodes)
         rule = PortRule(cfg.advertised_host,
@@ -248,25 +288,6 @@ class Gateway:
             named = [n.node_id for n in info.nodes if (n.host, n.port) == info.answered_by]
             self.bootstrap_node = named[0] if named else lowest
         self._bootstrap_targets = [info.answered_by] + [a for a in cfg.upstream if a != info.answered_by]
-        if self._own_directives:
-            await self._start_directives()
-        self.metrics.directives.set_function(lambda: len(self.directives))
-        self.metrics.directives_ready.set_function(
-            lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
-        if self.local is not None and cfg.allocations:  # the subscriber reads allocations too
-            nodes = self.nodes
-            live = (lambda: cfg.gateways) if cfg.gateway_id is not None else \
-                (lambda: len(nodes.node_ids))
-            self.local.obey(AllocatedLimits(self.directives.allocations,  # type: ignore[attr-defined]
-                                            live))
-        if self.local is not None and cfg.local is not None:
-            await self._start_configs()
-        await self._start_events()
-        await self._listen(None, cfg.listen[1])
-        for node_id in self.nodes.node_ids:
-            await self._bind(node_id)
-        logger.info("gateway listening on %s:%d for %s; brokers: %s", cfg.listen[0], cfg.listen[1],
-                    ",".join(f"{h}:{p}" for h, p in cfg.upstream), self.describe_ports())
 
     def describe_ports(self) -> str:
         assert self.nodes is not None
@@ -358,6 +379,10 @@ class Gateway:
             lambda: self._session(node_id).client_protocol(), cfg.listen[0], port,
             ssl=cfg.client_tls, reuse_address=True)
         self._servers[node_id] = server
+
+    def listening_port(self, node_id: int | None = None) -> int:
+        """The port the gateway listens on for broker `node_id` (None: the bootstrap port)."""
+        return int(self._servers[node_id].sockets[0].getsockname()[1])
 
     def _session(self, node_id: int | None) -> Session:
         if node_id is None:

@@ -9,6 +9,7 @@ from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.gateway.connection import Session
 from app.gateway.frames import SIZE, FrameReader, frame, request_header
+from app.gateway.limits import Limits
 from app.gateway.local import LocalQuotas
 from app.gateway.messages import Node
 from app.gateway.nodes import NodeMap, PortRule
@@ -54,13 +55,15 @@ class FakeSocket:
 
 
 class Harness:
-    def __init__(self, max_in_flight: int = 1, quotas: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, max_in_flight: int = 1, quotas: list[dict[str, Any]] | None = None,
+                 upstream_sasl: bool = False, limits: Limits | None = None) -> None:
         """A session on a gateway with directives only, or with `quotas` its own local engine
         enforces (windows 11 x 100 ms, so tests wait little)."""
         self.active = ActiveSet(None)
         config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
                                advertised_host="gw", kafka_bootstrap="", topics={},
-                               directives_topic="", max_in_flight=max_in_flight)
+                               directives_topic="", max_in_flight=max_in_flight,
+                               upstream_sasl=upstream_sasl, limits=limits or Limits())
         local = None
         if quotas is not None:
             local = LocalQuotas(EngineSettings(window_ms=100, controller_window_ms=100))
@@ -90,6 +93,12 @@ class Harness:
 
     def answer(self, payload: bytes) -> None:
         self.session.upstream_data(frame(payload))
+
+    def closed(self, reason: str) -> float:
+        """How many connections the gateway closed for `reason`."""
+        value = self.gateway.metrics.registry.get_sample_value(
+            "quota_streams_gateway_closed_connections_total", {"reason": reason})
+        return value or 0.0
 
     def events(self, kind: str = "request") -> list[dict[str, Any]]:
         """The usage events of `kind` recorded since the last call (a flush)."""

@@ -5,6 +5,7 @@ as bytes."""
 from __future__ import annotations
 
 import io
+import struct
 import sys
 from datetime import timedelta
 from typing import Any
@@ -113,6 +114,16 @@ def produce_response(corr: int) -> bytes:
     return response(apis.PRODUCE, 9, corr, throttle_time=ms(0), responses=(topic(
         name="t", partition_responses=(part(index=0, error_code=NONE, base_offset=1,
                                             log_append_time=None, record_errors=()),)),))
+
+
+def old_request(api_key: int, version: int, like: int, body: Any, correlation_id: int = 7,
+                client_id: str = "ops", drop_last: int = 0) -> bytes:
+    """A request of a version kio has no schema for, written with version `like`'s body (the same
+    layout, per Kafka's JSON definitions) minus its last `drop_last` bytes, under a v1 header."""
+    raw = client_id.encode()
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(raw)) + raw
+    encoded = _encode(apis.request_schema(api_key, like), body)
+    return header + (encoded[:-drop_last] if drop_last else encoded)
 
 
 def fetch_response(corr: int, nbytes: int = 5000) -> bytes:

@@ -62,13 +62,72 @@ def test_frame_reader_splits_a_stream_cut_anywhere() -> None:
         assert got == frames and reader.buffered == 0
 
 
-def test_frame_reader_refuses_a_frame_over_its_limit() -> None:
+def test_frame_reader_refuses_a_frame_over_its_limit_on_its_size_prefix() -> None:
     reader = FrameReader(max_frame=100)
-    start = frame(b"x" * 101)[:8]
-    reader.feed(start)
+    reader.feed(frame(b"x" * 101)[:4])  # only the prefix: nothing of the frame is waited for
+    with pytest.raises(FrameError) as refused:
+        reader.next()
+    assert refused.value.size == 101
+    reader = FrameReader(max_frame=100)
+    reader.feed(b"\xff\xff\xff\xfe")
     with pytest.raises(FrameError):
         reader.next()
-    assert reader.take_rest() == start  # nothing lost: the bytes can still be passed through
+
+
+def test_frame_reader_holds_some_apis_to_a_smaller_limit_read_after_the_prefix() -> None:
+    held = frame(request(apis.SASL_HANDSHAKE, 1, request_body(apis.SASL_HANDSHAKE, 1,
+                                                              mechanism="P" * 200)))
+    other = frame(b"\x00\x00" + b"p" * 300)  # api key 0 (Produce), as large
+    reader = FrameReader(max_frame=1000, held_keys=frozenset({apis.SASL_HANDSHAKE}),
+                         held_frame=100)
+    reader.feed(other[:3])
+    assert reader.next() is None
+    reader.feed(other[3:])
+    assert reader.next() == other[4:]  # over 100 bytes, but not a held api
+    reader.feed(held[:5])
+    assert reader.next() is None  # its api key is not in yet
+    reader.feed(held[5:6])
+    with pytest.raises(FrameError) as refused:
+        reader.next()
+    assert refused.value.size == len(held) - 4
+
+
+def test_a_frame_whose_prefix_was_read_is_held_to_a_limit_lowered_since() -> None:
+    reader = FrameReader(max_frame=1000)
+    reader.feed(frame(b"x" * 500)[:10])
+    assert not reader.complete()  # its prefix is read
+    reader.max_frame = 100
+    with pytest.raises(FrameError):
+        reader.next()
+
+
+# ------------------------------------------------------------------------------- api table
+
+
+def test_made_up_keys_and_versions_grow_no_cache_and_share_one_metric_label() -> None:
+    apis.request_schema(apis.PRODUCE, 9)
+    before = (apis._request_schema.cache_info().currsize, apis._flexible_request.cache_info().currsize)
+    for key in range(1000, 3000):
+        assert apis.request_schema(key, 1) is None and apis.flexible_request_header(key, 1) is None
+    for version in range(100, 30000, 7):
+        assert apis.request_schema(apis.PRODUCE, version) is None
+        assert apis.flexible_request_header(apis.PRODUCE, version) is None
+        assert not apis.throttle_first(apis.PRODUCE, version)
+    after = (apis._request_schema.cache_info().currsize, apis._flexible_request.cache_info().currsize)
+    assert after == before
+    assert {apis.metric_label(k) for k in (999, 4242, -1)} == {"unknown"}
+    assert apis.metric_label(apis.PRODUCE) == "Produce"
+
+
+@pytest.mark.parametrize("key, version, flexible", [
+    (apis.PRODUCE, 2, False),  # below kio's v3, which has the old header: the old header
+    (apis.PRODUCE, 14, True),  # above kio's v13, which is flexible: flexible
+    (apis.CREATE_TOPICS, 0, False), (apis.DELETE_TOPICS, 0, False),
+    (apis.PRODUCE, 9, True), (apis.METADATA, 8, False),
+])
+def test_header_version_of_a_version_outside_kios_range(key: int, version: int,
+                                                         flexible: bool) -> None:
+    assert apis.flexible_request_header(key, version) is flexible
 
 
 # -------------------------------------------------------------------------------- ApiVersions
@@ -237,6 +296,13 @@ def test_produce_acks_are_read_without_decoding_the_records(version: int, transa
     assert messages.produce_acks(payload, version, request_header(payload).body) == acks
 
 
+def test_produce_acks_of_versions_before_the_transactional_id() -> None:
+    for version in (0, 1, 2):  # kio has no schema: acks is the body's first field
+        payload = b"\x00\x00" + version.to_bytes(2, "big") + b"\x00\x00\x00\x07\x00\x03app" + \
+            b"\x00\x00" + b"\x00\x00\x03\xe8" + b"\x00\x00\x00\x00"
+        assert messages.produce_acks(payload, version, request_header(payload).body) == 0
+
+
 @pytest.mark.parametrize("version", [11, 15, 17])
 @pytest.mark.parametrize("follower", [False, True])
 def test_fetch_request_wait_follower_and_session(version: int, follower: bool) -> None:
@@ -351,6 +417,16 @@ def test_sasl_usernames_from_each_mechanism() -> None:
 ])
 def test_sasl_names_it_cannot_read_are_none(mechanism: str, auth: bytes) -> None:
     assert sasl.username(mechanism, auth) is None
+
+
+def test_sasl_answers_say_whether_the_broker_accepted() -> None:
+    for version in (0, 1):
+        for code, accepted in ((NONE, True), (ErrorCode(34), False)):
+            payload = response(apis.SASL_HANDSHAKE, version, error_code=code, mechanisms=("PLAIN",))
+            assert messages.sasl_handshake_accepted(payload, version) is accepted
+    payload = response(apis.SASL_AUTHENTICATE, 2, error_code=NONE, error_message=None,
+                       auth_bytes=b"v=abc", session_lifetime=ms(0))
+    assert messages.sasl_authenticate_answer(payload, 2) == (True, b"v=abc")
 
 
 def test_undecodable_responses_raise_message_error_for_pass_through() -> None:

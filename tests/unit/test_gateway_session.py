@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 from app.gateway import apis, messages
 from app.gateway.frames import request_header
 from tests.unit.gateway_harness import BROKER, Harness, answered, sent
@@ -236,13 +234,12 @@ async def test_an_accepted_connection_is_an_event() -> None:
     assert h.gateway.usage.flush() == []
 
 
-async def test_bytes_that_are_not_kafka_pass_through_as_a_pipe() -> None:
+async def test_bytes_that_are_not_kafka_close_the_connection_and_are_counted() -> None:
     h = Harness()
-    garbage = b"\xff\xff\xff\xf0GET / HTTP/1.1\r\n\r\n"
-    h.session.client_data(garbage)
-    assert bytes(h.broker.written) == garbage
-    h.session.upstream_data(b"HTTP/1.1 400\r\n")
-    assert bytes(h.client.written) == b"HTTP/1.1 400\r\n"
+    h.session.client_data(b"\xff\xff\xff\xf0GET / HTTP/1.1\r\n\r\n")  # a negative size
+    assert h.session.closed and h.client.closed and h.broker.closed
+    assert h.broker.written == b""  # nothing reaches the broker unread
+    assert h.closed("frame_size") == 1
 
 
 def _sasl(h: Harness, mechanism: str, token: bytes, ok: bool) -> None:
@@ -255,17 +252,25 @@ def _sasl(h: Harness, mechanism: str, token: bytes, ok: bool) -> None:
     h.answer(response(apis.SASL_AUTHENTICATE, 2, 2, error_code=code, error_message=None,
                       auth_bytes=b"", session_lifetime=ms(0)))
     h.client.frames()
+    h.broker.frames()
 
 
-@pytest.mark.parametrize("ok, user", [(True, "alice"), (False, "ANONYMOUS")])
-async def test_sasl_plain_names_the_principal_once_the_broker_accepts_it(ok: bool, user: str) -> None:
-    h = Harness()
-    _sasl(h, "PLAIN", b"\x00alice\x00secret", ok)
+async def test_sasl_plain_names_the_principal_once_the_broker_accepts_it() -> None:
+    h = Harness(upstream_sasl=True)
+    _sasl(h, "PLAIN", b"\x00alice\x00secret", ok=True)
     h.send(produce_request(3))
     h.answer(produce_response(3))
     events = h.events()
-    assert [e["api"] for e in events] == ["Produce"]  # SASL requests are not charged
-    assert events[0]["user"] == user
+    assert [e["api"] for e in events] == ["Produce"]  # the authenticator's requests: not charged
+    assert events[0]["user"] == "alice"
+
+
+async def test_a_request_after_a_refused_authentication_closes_on_a_sasl_listener() -> None:
+    h = Harness(upstream_sasl=True)
+    _sasl(h, "PLAIN", b"\x00alice\x00secret", ok=False)
+    h.send(produce_request(3))
+    assert h.session.closed and h.broker.frames() == []  # as the broker's authenticator does
+    assert h.closed("unauthenticated_request") == 1
 
 
 # ---------------------------------------------------------------------- local quotas (engine)
