@@ -23,8 +23,8 @@ What is measured per request (`UsageRecorder`, flushed by the gateway every few 
   broker's queues). A Fetch may wait up to `max_wait_ms` for data; the gateway cannot tell waiting
   from work, so a Fetch is charged only what exceeds `max_wait_ms` (a lower bound: usually 0).
 - `network_time_ms`: 0 (the gateway's own time is not charged).
-- acks=0 Produce and follower fetches are `exempt`, as in Kafka. SASL requests on a SASL
-  listener are not events (the broker's authenticator serves them, not KafkaApis).
+- acks=0 Produce is `exempt` (charged its bytes, not its time), as in Kafka. SASL requests on a
+  SASL listener are not events (the broker's authenticator serves them, not KafkaApis).
 
 Nothing a client sends turns that off: a frame the gateway cannot decode is still charged,
 throttled and muted; what it cannot follow at all (framing it cannot read, a request before
@@ -332,12 +332,12 @@ class Session:
                 if messages.produce_acks(payload, version, header.body) == 0:
                     self._forward_without_response(header, payload)
                     return
-            elif key == apis.FETCH and header.body >= 0:
+            elif key == apis.FETCH:
                 context = messages.fetch_request(payload, version, header.body)
-                cap = None if core.local is None or context.follower else \
-                    core.local.fetch_cap(self.user, header.client_id)
+                cap = None if core.local is None else core.local.fetch_cap(self.user,
+                                                                           header.client_id)
                 if cap is not None and context.max_bytes > cap:
-                    payload = messages.cap_fetch(payload, version, header.body, cap)
+                    payload = messages.cap_fetch(payload, context, cap)
         except MessageError as exc:
             core.metrics.undecoded(key)
             logger.debug("passing %s v%d through undecoded: %s", apis.api_name(key), version, exc)
@@ -572,10 +572,9 @@ class Session:
         context = pending.context
         fetch = context if isinstance(context, messages.FetchRequestInfo) else None
         mutation = context if isinstance(context, MutationContext) else None
-        follower = fetch is not None and fetch.follower
         charged = self.auth.charged(key)
         throttle = 0
-        if charged and not follower:
+        if charged:
             throttle = policy.response_throttle(core.directives, key, self.user, client_id,
                                                 self.node_id, now)
         thread_ms = max(0.0, service_ms - fetch.max_wait_ms) if fetch else service_ms
@@ -584,7 +583,7 @@ class Session:
             # a fetch the directives throttle sends no data: its bytes are not the consumer's
             served = 0 if fetch is not None and throttle > 0 else nbytes
             local = core.local.request(self.node_id, now, core.listener, self.user, client_id,
-                                       self.ip, apis.api_name(key), served, thread_ms, follower)
+                                       self.ip, apis.api_name(key), served, thread_ms, False)
             if local or throttle:
                 logger.debug("%s from %s/%s: throttle %d ms (local %d, %d B, %.1f ms)",
                              apis.api_name(key), self.user, client_id, max(throttle, local),
@@ -610,8 +609,7 @@ class Session:
             if fetch is not None:
                 nbytes = len(payload)  # what the client got: an empty response if throttled
             core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
-                               apis.api_name(key), version, nbytes, round(thread_ms, 3), 0.0,
-                               exempt=follower)
+                               apis.api_name(key), version, nbytes, round(thread_ms, 3), 0.0)
         if throttle > 0:
             core.metrics.throttled(key, throttle)
             self._mute_until(now + throttle)

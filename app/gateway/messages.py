@@ -277,27 +277,45 @@ def produce_acks(payload: bytes, version: int, body: int) -> int:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FetchRequestInfo:
-    """What the gateway needs of a Fetch request."""
+    """What the gateway needs of a Fetch request: all of it in the fixed fields before the
+    topics, so a request is never decoded, whatever it lists."""
 
     max_wait_ms: int
-    follower: bool  # a replica's fetch: exempt from client quotas
     incremental: bool  # part of an existing fetch session (epoch > 0)
     max_bytes: int
+    max_bytes_at: int  # offset of max_bytes in the payload
+
+
+#: Fetch v4-14 start with replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, and
+#: from v7 session_id, session_epoch; v15-18 moved replica_id into a tagged field (at the end).
+_FETCH_4 = struct.Struct(">iiiib")
+_FETCH_7 = struct.Struct(">iiiibii")
+_FETCH_15 = struct.Struct(">iiibii")
 
 
 def fetch_request(payload: bytes, version: int, body: int) -> FetchRequestInfo:
-    req = _request(apis.FETCH, version, payload, body)
-    replica = req.replica_state.replica_id if version >= 15 else req.replica_id
-    max_wait = int(req.max_wait.total_seconds() * 1000)
-    epoch = req.session_epoch if version >= 7 else -1
-    return FetchRequestInfo(max_wait, replica >= 0, epoch > 0, int(req.max_bytes))
+    """A Fetch request's wait, session and size, from its fixed fields (v4-18)."""
+    if not 4 <= version <= 18 or body < 0:
+        raise MessageError(f"Fetch v{version}: fields not known")
+    try:
+        if version >= 15:
+            max_wait, _min, max_bytes, _iso, _session, epoch = _FETCH_15.unpack_from(payload, body)
+            at = body + 8
+        elif version >= 7:
+            _replica, max_wait, _min, max_bytes, _iso, _session, epoch = _FETCH_7.unpack_from(
+                payload, body)
+            at = body + 12
+        else:
+            _replica, max_wait, _min, max_bytes, _iso = _FETCH_4.unpack_from(payload, body)
+            epoch, at = -1, body + 12
+    except struct.error as exc:
+        raise MessageError(f"Fetch v{version}: {exc}") from None
+    return FetchRequestInfo(max_wait, version >= 7 and epoch > 0, max_bytes, at)
 
 
-def cap_fetch(payload: bytes, version: int, body: int, max_bytes: int) -> bytes:
-    """A Fetch request asking for at most `max_bytes` (the request is small: re-encoded)."""
-    schema = apis.request_schema(apis.FETCH, version)
-    req = _request(apis.FETCH, version, payload, body)
-    return payload[:body] + _encode(schema, dataclasses.replace(req, max_bytes=max_bytes))
+def cap_fetch(payload: bytes, info: FetchRequestInfo, max_bytes: int) -> bytes:
+    """A Fetch request asking for at most `max_bytes`: the field set in place."""
+    return payload[:info.max_bytes_at] + _I32.pack(max_bytes) + payload[info.max_bytes_at + 4:]
 
 
 def patch_response(api_key: int, version: int, payload: bytes, throttle_ms: int,

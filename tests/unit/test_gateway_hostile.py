@@ -15,6 +15,8 @@ from app.gateway.limits import MUTATION_TOPICS, PRE_AUTH_FRAME, Limits
 from tests.unit.gateway_harness import Harness, answered, sent
 from tests.unit.kafka_frames import (
     NONE,
+    decode_response,
+    fetch_response,
     ms,
     nested,
     old_request,
@@ -321,5 +323,22 @@ async def test_a_mutation_the_gateway_cannot_read_is_never_forwarded() -> None:
     for h in (unknown, truncated, too_many):
         assert h.session.closed and h.broker.written == b""
         assert h.closed("mutation_undecodable") == 1
+
+
+# ------------------------------------------------------------------------------------- Fetch
+
+
+async def test_a_fetch_claiming_to_be_a_followers_is_throttled_like_a_consumers() -> None:
+    h = Harness()
+    h.throttle("consumer_byte_rate", 200, client_id="app")
+    h.send(request(apis.FETCH, 12, request_body(
+        apis.FETCH, 12, replica_id=2, max_wait=ms(0), min_bytes=1, session_id=0,
+        session_epoch=-1, topics=(), forgotten_topics_data=()), correlation_id=4))
+    h.answer(fetch_response(4, nbytes=5000))
+    (empty,) = h.client.frames()
+    got = decode_response(apis.FETCH, 12, empty)
+    assert got.responses == () and got.throttle_time > ms(150) and h.session.muted
+    (event,) = h.events()
+    assert (event["exempt"], event["bytes"]) == (False, len(empty))
 
 

@@ -4,11 +4,13 @@ by decoding its output with kio (the schemas of Apache Kafka's message definitio
 from __future__ import annotations
 
 import base64
+import dataclasses
 import uuid
 
 import orjson
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
 
 from app.gateway import apis, messages, sasl
 from app.gateway.frames import FrameError, FrameReader, correlation_id, frame, request_header
@@ -303,19 +305,50 @@ def test_produce_acks_of_versions_before_the_transactional_id() -> None:
         assert messages.produce_acks(payload, version, request_header(payload).body) == 0
 
 
-@pytest.mark.parametrize("version", [11, 15, 17])
-@pytest.mark.parametrize("follower", [False, True])
-def test_fetch_request_wait_follower_and_session(version: int, follower: bool) -> None:
-    fields = {"max_wait": ms(500), "min_bytes": 1, "session_id": 9, "session_epoch": 3,
-              "topics": (), "forgotten_topics_data": ()}
+def _fetch(version: int, session_epoch: int, **more: object) -> bytes:
+    part = nested(apis.FETCH, version, "FetchPartition", response=False)
+    topic = nested(apis.FETCH, version, "FetchTopic", response=False)
+    partition = {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1 << 20}
+    if version >= 9:
+        partition["current_leader_epoch"] = 1
+    name = {"topic_id": uuid.uuid4()} if version >= 13 else {"topic": "t"}
+    fields: dict[str, object] = {"max_wait": ms(500), "min_bytes": 1, "max_bytes": 50 << 20,
+                                 "topics": (topic(**name, partitions=(part(**partition),)),),
+                                 **more}
+    if version >= 7:
+        fields.update(session_id=9, session_epoch=session_epoch, forgotten_topics_data=())
+    return request(apis.FETCH, version, request_body(apis.FETCH, version, **fields))
+
+
+@pytest.mark.parametrize("version", [4, 7, 11, 12, 15, 17, 18])
+def test_fetch_request_is_read_and_capped_in_its_fixed_fields(version: int) -> None:
+    payload = _fetch(version, session_epoch=3)
+    body = request_header(payload).body
+    info = messages.fetch_request(payload, version, body)
+    assert (info.max_wait_ms, info.incremental, info.max_bytes) == (500, version >= 7, 50 << 20)
+    capped = messages.cap_fetch(payload, info, 4096)
+    schema = apis.request_schema(apis.FETCH, version)
+    before, after = (entity_reader(schema)(p, body)[0] for p in (payload, capped))
+    assert after == dataclasses.replace(before, max_bytes=4096)
+
+
+@pytest.mark.parametrize("version", [11, 15])
+def test_a_fetch_claiming_to_be_a_followers_reads_like_a_consumers(version: int) -> None:
     if version >= 15:
         state = nested(apis.FETCH, version, "ReplicaState", response=False)
-        fields["replica_state"] = state(replica_id=2 if follower else -1)
+        payload = _fetch(version, 0, replica_state=state(replica_id=2))
     else:
-        fields["replica_id"] = 2 if follower else -1
-    payload = request(apis.FETCH, version, request_body(apis.FETCH, version, **fields))
+        payload = _fetch(version, 0, replica_id=2)
     info = messages.fetch_request(payload, version, request_header(payload).body)
-    assert (info.max_wait_ms, info.follower, info.incremental) == (500, follower, True)
+    assert (info.max_wait_ms, info.incremental) == (500, False)
+    assert not hasattr(info, "follower")  # the gateway proxies clients: none is exempt
+
+
+@pytest.mark.parametrize("version", [3, 19])
+def test_fetch_versions_whose_fields_are_not_known_are_not_read(version: int) -> None:
+    payload = _fetch(12, 0)
+    with pytest.raises(messages.MessageError):
+        messages.fetch_request(payload, version, request_header(payload).body)
 
 
 # ------------------------------------------------------------------------------- mutations
