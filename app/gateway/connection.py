@@ -141,6 +141,8 @@ class Session:
         self.ip = ""
         self.auth = Authentication(core.config.upstream_sasl)
         self.closed = False
+        self.connecting: asyncio.Future[None] | None = None  # the broker connection being made
+        self.active = time.perf_counter()  # when bytes last came from either side
         self._max_request = core.limits.max_request_bytes
         self._from_client = FrameReader(self.auth.frame_limit(self._max_request),
                                         held_keys=apis.AUTHENTICATOR_APIS,
@@ -175,11 +177,20 @@ class Session:
         self.core.admit(self)
 
     @property
+    def buffered(self) -> int:
+        """Client bytes read and not yet handled: at most the frame limit of the connection's
+        state or READ_AHEAD, whichever is larger, plus one socket read."""
+        return self._from_client.buffered
+
+    @property
     def user(self) -> str:
         """The principal this connection's usage is charged to."""
         return self.auth.user
 
     def upstream_made(self, transport: asyncio.Transport) -> None:
+        if self.closed:  # the client left while its broker connection was being made
+            transport.close()
+            return
         self.broker = transport
 
     def accepted(self) -> None:
@@ -199,10 +210,22 @@ class Session:
                        self.node_id, reason, detail)
         if self._unmute is not None:
             self._unmute.cancel()
+        if self.connecting is not None:
+            self.connecting.cancel()
         for transport in (self.client, self.broker):
             if transport is not None:
                 transport.close()
         self.core.forget(self)
+
+    def expired(self, now: float, idle_s: float, timeout_s: float) -> str | None:
+        """Why the gateway closes this connection at `now` (perf_counter seconds), if it does: the
+        broker left a request unanswered for `timeout_s`, or nothing came either way for
+        `idle_s` while nothing was outstanding (a muted connection waits for its throttle)."""
+        if self._awaiting:
+            return "request_timeout" if now - self._awaiting[0].sent > timeout_s else None
+        if self._order or self.muted:
+            return None
+        return "idle" if now - self.active > idle_s else None
 
     def lost(self, upstream: bool, exc: Exception | None) -> None:
         if upstream and not self.closed and self.client is not None:
@@ -237,6 +260,7 @@ class Session:
     def client_data(self, data: bytes) -> None:
         if self.closed:
             return
+        self.active = time.perf_counter()
         self._from_client.feed(data)
         self._read_requests()
 
@@ -471,6 +495,7 @@ class Session:
     def upstream_data(self, data: bytes) -> None:
         if self.closed:
             return
+        self.active = time.perf_counter()
         self._from_broker.feed(data)
         while not self.closed:
             try:
@@ -672,6 +697,7 @@ class Session:
             self._mute_until(self._muted_until)
             return
         self._muted_until = 0
+        self.active = time.perf_counter()  # idle from the end of its throttle, at the earliest
         self._resume("mute")
 
     @property

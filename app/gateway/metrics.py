@@ -7,7 +7,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from app.gateway import apis
-from app.gateway.limits import CLOSE_REASONS
+from app.gateway.limits import CLOSE_REASONS, CONNECTION_OUTCOMES
 
 
 class GatewayMetrics:
@@ -27,6 +27,9 @@ class GatewayMetrics:
         self.connections = Counter("quota_streams_gateway_connections",
                                    "New client connections by outcome", ["outcome"], registry=r)
         self.open = Gauge("quota_streams_gateway_open_connections", "Client connections open", registry=r)
+        self.buffered = Gauge("quota_streams_gateway_buffered_bytes",
+                              "Client bytes read and not yet forwarded, over all connections",
+                              registry=r)
         self.undecoded_frames = Counter("quota_streams_gateway_undecoded",
                                         "Frames passed through because they could not be decoded",
                                         ["api"], registry=r)
@@ -35,6 +38,8 @@ class GatewayMetrics:
                                           ["reason"], registry=r)
         for reason in CLOSE_REASONS:
             self.closed_connections.labels(reason)
+        for outcome in CONNECTION_OUTCOMES:
+            self.connections.labels(outcome)
         self.events = Counter("quota_streams_gateway_events", "Usage events recorded", registry=r)
         self.events_dropped = Counter("quota_streams_gateway_events_dropped",
                                       "Usage events dropped (the event topics could not be written "
@@ -66,6 +71,11 @@ class GatewayMetrics:
 
     def undecoded(self, api_key: int) -> None:
         self.undecoded_frames.labels(apis.metric_label(api_key)).inc()
+
+    def connection(self, outcome: str) -> None:
+        if outcome not in CONNECTION_OUTCOMES:
+            raise ValueError(f"not a connection outcome: {outcome}")
+        self.connections.labels(outcome).inc()
 
     def closed(self, reason: str) -> None:
         if reason not in CLOSE_REASONS:

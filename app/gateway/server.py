@@ -10,9 +10,12 @@ response that names it reaches the client.
 
 Admission (KIP-612, per broker port, as a broker's acceptor): a `delay_connection` in force for
 the broker or listener holds this port's acceptor for its throttle (later connections queue
-behind it), then the connection is accepted; an IP under `close_connection` gets its socket held,
-unread, and closed when the throttle ends, never reaching a broker. Only accepted connections are
-events.
+behind it, at most `max_queued_connections`: the newest past that is closed), then the
+connection is accepted; an IP under `close_connection` gets its socket held, unread, and closed
+when the throttle ends, never reaching a broker. Only accepted connections are events. Before
+any of that, a connection over the gateway's caps (`max_connections` in all, and per IP) is
+closed at once; every open one counts, admitted or not. A sweep closes idle connections and
+those whose broker left a request unanswered (`limits.Limits`).
 
 When the control topic cannot be read, the directives already known stay in force until their
 `until`, and nothing new is learned: the gateway fails open, as a broker without the quota
@@ -39,7 +42,7 @@ from app.errors import reason
 from app.gateway import messages
 from app.gateway.connection import Session
 from app.gateway.frames import SIZE, frame
-from app.gateway.limits import Limits
+from app.gateway.limits import ConnectionCounts, Limits
 from app.gateway.local import LocalQuotas
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
@@ -91,6 +94,7 @@ class GatewayConfig:
     max_pending: int = 1_000_000
     directives_timeout: float = 30.0
     probe_timeout: float = 10.0
+    connect_timeout: float = 10.0  # to open a client's connection to its broker
     #: the upstream listener requires SASL: nothing but ApiVersions and SASL is served (or
     #: decoded) before a connection authenticates, and its frames are held to 512 KiB until then
     upstream_sasl: bool = False
@@ -163,6 +167,10 @@ class Acceptor:
         self.busy = False
 
     def arrive(self, session: Session) -> None:
+        if len(self.queue) >= self.gateway.limits.max_queued_connections:
+            self.gateway.metrics.connection("queue_full")
+            session.close()
+            return
         self.queue.append([session, None])
         if not self.busy:
             self.run()
@@ -186,16 +194,16 @@ class Acceptor:
                 delay = max(decision.delay_ms, local_delay)
                 if delay > 0:
                     self.busy = True
-                    gw.metrics.connections.labels("delayed").inc()
+                    gw.metrics.connection("delayed")
                     asyncio.get_running_loop().call_later(delay / 1000.0, self.run)
                     return
             self.queue.popleft()
             close_ms = max(decision.close_ms, local_close)
             if close_ms > 0:  # Kafka closes an IP-throttled connection when its throttle ends
-                gw.metrics.connections.labels("closed").inc()
+                gw.metrics.connection("closed")
                 asyncio.get_running_loop().call_later(close_ms / 1000.0, session.close)
                 continue
-            gw.metrics.connections.labels("accepted").inc()
+            gw.metrics.connection("accepted")
             gw.usage.connection(self.node_id, now, gw.config.listener, session.ip)
             gw.connect(session)
 
@@ -213,6 +221,7 @@ class Gateway:
         self.max_in_flight = config.max_in_flight
         self.limits = config.limits
         self.metrics = GatewayMetrics()
+        self.metrics.buffered.set_function(lambda: sum(s.buffered for s in self.sessions))
         self._events_waiting = asyncio.Event()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
                                    on_first=self._events_waiting.set, gateway=config.gateway_id)
@@ -222,6 +231,8 @@ class Gateway:
         self.metadata_version = 4
         self.bootstrap_node = 0
         self.sessions: set[Session] = set()
+        self.counts = ConnectionCounts(config.limits)
+        self._sweep_task: asyncio.Task[None] | None = None
         self._servers: dict[int | None, asyncio.base_events.Server] = {}
         self._binding: dict[int, asyncio.Future[None]] = {}
         self._acceptors: dict[int, Acceptor] = {}
@@ -264,6 +275,7 @@ class Gateway:
         cfg = self.config
         if self.nodes is None:
             self._learn_cluster(info)
+        self._sweep_task = asyncio.create_task(self._sweep_loop(), name="gateway-sweep")
         await self._listen(None, cfg.listen[1])
         assert self.nodes is not None
         for node_id in self.nodes.node_ids:
@@ -356,6 +368,8 @@ class Gateway:
     async def stop(self) -> None:
         for server in self._servers.values():
             server.close()
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
         for session in list(self.sessions):
             session.close()
         if self._publish_task is not None:
@@ -423,6 +437,12 @@ class Gateway:
     # ------------------------------------------------------------------------- connections
 
     def admit(self, session: Session) -> None:
+        """A new client connection: within the caps, to its port's acceptor; else closed."""
+        refused = self.counts.admit(session.ip)
+        if refused is not None:
+            self.metrics.connection(refused)
+            session.close()
+            return
         self.sessions.add(session)
         self.metrics.open.set(len(self.sessions))
         acceptor = self._acceptors.get(session.node_id)
@@ -431,13 +451,16 @@ class Gateway:
         acceptor.arrive(session)
 
     def forget(self, session: Session) -> None:
-        self.sessions.discard(session)
-        self.metrics.open.set(len(self.sessions))
+        if session in self.sessions:
+            self.sessions.discard(session)
+            self.counts.release(session.ip)
+            self.metrics.open.set(len(self.sessions))
 
     def connect(self, session: Session) -> None:
-        asyncio.ensure_future(self._connect(session))
+        session.connecting = asyncio.ensure_future(self._connect(session))
 
     async def _connect(self, session: Session) -> None:
+        """The client's own connection to its broker (cancelled if the client leaves first)."""
         assert self.nodes is not None
         targets = self._bootstrap_targets if session.bootstrap else []
         address = self.nodes.upstream(session.node_id)
@@ -446,16 +469,38 @@ class Gateway:
         loop = asyncio.get_running_loop()
         for host, port in targets:
             try:
-                await loop.create_connection(session.broker_protocol, host, port,
-                                             ssl=self.config.upstream_tls)
-            except OSError as exc:
+                async with asyncio.timeout(self.config.connect_timeout):
+                    await loop.create_connection(session.broker_protocol, host, port,
+                                                 ssl=self.config.upstream_tls)
+            except (OSError, TimeoutError) as exc:
                 self.metrics.upstream_errors.inc()
                 logger.warning("cannot connect to broker %d at %s:%d: %s", session.node_id, host,
-                               port, exc)
+                               port, reason(exc))
                 continue
-            session.accepted()
+            session.connecting = None
+            if not session.closed:
+                session.accepted()
             return
+        session.connecting = None
         session.close()
+
+    # ------------------------------------------------------------------------- sweep
+
+    async def _sweep_loop(self) -> None:
+        interval = self.limits.sweep_interval()
+        while True:
+            await asyncio.sleep(interval)
+            self.sweep(time.perf_counter())
+
+    def sweep(self, now: float) -> None:
+        """Close the connections idle for longer than the idle timeout and those whose broker
+        left a request unanswered for longer than the request timeout (`now`: perf_counter)."""
+        idle = self.limits.idle_timeout_ms / 1000.0
+        timeout = self.limits.request_timeout_ms / 1000.0
+        for session in list(self.sessions):
+            why = session.expired(now, idle, timeout)
+            if why is not None:
+                session.close(why)
 
     # ------------------------------------------------------------------------- usage events
 

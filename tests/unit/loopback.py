@@ -29,9 +29,12 @@ ILLEGAL_SASL_STATE = ErrorCode(34)
 
 
 class FakeBroker:
-    """A loopback listener answering like a broker."""
+    """A loopback listener answering like a broker; counts the connections it has open."""
 
     def __init__(self) -> None:
+        self.open = 0
+        self.accepted = 0
+        self.changed = asyncio.Event()  # set whenever a connection opens or closes
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -50,10 +53,20 @@ class FakeBroker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    async def wait_open(self, count: int, timeout: float = 10.0) -> None:
+        """Until exactly `count` connections are open."""
+        async with asyncio.timeout(timeout):
+            while self.open != count:
+                self.changed.clear()
+                await self.changed.wait()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        self.open += 1
+        self.accepted += 1
+        self.changed.set()
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
@@ -66,6 +79,8 @@ class FakeBroker:
             pass
         finally:
             self._tasks.discard(task)
+            self.open -= 1
+            self.changed.set()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -88,7 +103,8 @@ class FakeBroker:
 
 
 async def start_gateway(broker: FakeBroker, limits: Limits | None = None,
-                        quotas: list[dict[str, Any]] | None = None) -> Gateway:
+                        quotas: list[dict[str, Any]] | None = None,
+                        gateway_class: type[Gateway] = Gateway) -> Gateway:
     """A gateway on an ephemeral loopback port in front of `broker` (bootstrap port only), with
     directives and, given `quotas`, its own quota engine (windows 11 x 100 ms); no Kafka."""
     config = GatewayConfig(upstream=(("127.0.0.1", broker.port),), listen=("127.0.0.1", 0),
@@ -101,7 +117,7 @@ async def start_gateway(broker: FakeBroker, limits: Limits | None = None,
         for q in quotas:
             local.engine.add_config(parse_config_record(
                 {"type": "quota_config", "v": 1, "ts": 0, **q}))
-    gateway = Gateway(config, directives=ActiveSet(None), local=local)
+    gateway = gateway_class(config, directives=ActiveSet(None), local=local)
     await gateway.serve(ClusterInfo([Node(1, "127.0.0.1", broker.port)], {},
                                     ("127.0.0.1", broker.port)))
     return gateway

@@ -5,14 +5,17 @@ charged and muted; what it cannot follow closes the connection, counted by reaso
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from app.gateway import apis
+from app.gateway.connection import Session
 from app.gateway.frames import SIZE, frame
 from app.gateway.limits import MUTATION_TOPICS, PRE_AUTH_FRAME, Limits
-from tests.unit.gateway_harness import Harness, answered, sent
+from app.subscriber.active_set import ActiveSet
+from tests.unit.gateway_harness import BROKER, FakeSocket, Harness, answered, sent
 from tests.unit.kafka_frames import (
     NONE,
     decode_response,
@@ -342,3 +345,69 @@ async def test_a_fetch_claiming_to_be_a_followers_is_throttled_like_a_consumers(
     assert (event["exempt"], event["bytes"]) == (False, len(empty))
 
 
+# ------------------------------------------------------------------------------- timeouts
+
+
+async def test_a_request_the_broker_leaves_unanswered_closes_after_the_request_timeout() -> None:
+    h = Harness(limits=Limits(request_timeout_ms=500, idle_timeout_ms=60_000))
+    start = time.perf_counter()
+    h.send(produce_request(1))
+    h.gateway.sweep(start + 0.4)
+    assert not h.session.closed
+    h.gateway.sweep(time.perf_counter() + 0.6)
+    assert h.session.closed and h.closed("request_timeout") == 1
+
+
+async def test_an_idle_connection_closes_after_the_idle_timeout_but_not_while_muted() -> None:
+    h = Harness(limits=Limits(idle_timeout_ms=1000))
+    h.send(produce_request(1))
+    h.answer(produce_response(1))
+    h.gateway.sweep(h.session.active + 0.9)
+    assert not h.session.closed
+    h.throttle("producer_byte_rate", 5000, client_id="app")
+    h.send(produce_request(2))
+    h.answer(produce_response(2))
+    assert h.session.muted
+    h.gateway.sweep(h.session.active + 1.5)
+    assert not h.session.closed  # waiting out its throttle
+    idle = Harness(limits=Limits(idle_timeout_ms=1000))
+    idle.gateway.sweep(idle.session.active + 1.1)
+    assert idle.session.closed and idle.closed("idle") == 1
+
+
+# ---------------------------------------------------------------------------------- admission
+
+
+async def test_connections_over_the_caps_are_closed_at_once_and_counted() -> None:
+    h = Harness(limits=Limits(max_connections=4, max_connections_per_ip=2))
+    gw = h.gateway  # its harness connection, from 10.0.0.7, is the first
+    same_ip, others = [FakeSocket(("10.0.0.7", 50001 + i)) for i in range(2)], \
+        [FakeSocket((f"10.0.0.{i}", 50000)) for i in range(20, 24)]
+    for sock in same_ip + others:
+        Session(gw, BROKER).client_made(sock)  # type: ignore[arg-type]
+    assert [s.closed for s in same_ip] == [False, True]
+    assert [s.closed for s in others] == [False, False, True, True]
+    assert len(gw.sessions) == 4 and gw.counts.of("10.0.0.7") == 2
+    outcomes = gw.metrics.registry.get_sample_value
+    assert outcomes("quota_streams_gateway_connections_total", {"outcome": "over_ip_limit"}) == 1
+    assert outcomes("quota_streams_gateway_connections_total", {"outcome": "over_limit"}) == 2
+    h.session.close()
+    assert len(gw.sessions) == 3 and gw.counts.of("10.0.0.7") == 1
+
+
+async def test_the_acceptor_queue_is_bounded_while_a_connection_delay_holds_it() -> None:
+    h = Harness(limits=Limits(max_queued_connections=2))
+    gw = h.gateway
+    active: ActiveSet = h.active
+    now = gw.now_ms()
+    active.apply({"v": 1, "ts": now, "scope": "cluster", "broker": None,
+                  "entity": {"broker": str(BROKER)}, "quota": "max_connection_creation_rate",
+                  "action": "delay_connection", "throttle_time_ms": 60_000, "until": now + 60_000})
+    socks = [FakeSocket((f"10.0.1.{i}", 50000)) for i in range(4)]
+    for sock in socks:
+        Session(gw, BROKER).client_made(sock)  # type: ignore[arg-type]
+    assert [s.closed for s in socks] == [False, False, True, True]  # the first two wait
+    assert gw.metrics.registry.get_sample_value(
+        "quota_streams_gateway_connections_total", {"outcome": "queue_full"}) == 2
+    for session in list(gw.sessions):
+        session.close()
