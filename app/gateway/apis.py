@@ -26,12 +26,13 @@ DESCRIBE_QUORUM, SHARE_FETCH, SHARE_ACKNOWLEDGE = 55, 78, 79
 #: to clients (they are for controllers, or for share groups the gateway does not proxy yet).
 HIDDEN_APIS: frozenset[int] = frozenset({DESCRIBE_QUORUM, SHARE_FETCH, SHARE_ACKNOWLEDGE})
 
-#: The APIs the gateway decodes or rewrites, with the versions it offers clients (kio's schemas).
-#: SaslHandshake v0 is left out: the gateway follows its raw tokens only for the mechanisms it
-#: can read, and every client that speaks v1 uses it when offered.
+#: The APIs the gateway decodes or rewrites, with the versions it offers clients (kio's schemas,
+#: and the old mutation versions read with a newer one's: `messages.OLD_MUTATIONS`). SaslHandshake
+#: v0 is left out: the gateway follows its raw tokens only for the mechanisms it can read, and
+#: every client that speaks v1 uses it when offered.
 DECODED: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 13), FETCH: (4, 18), METADATA: (0, 13), FIND_COORDINATOR: (0, 6),
-    SASL_HANDSHAKE: (1, 1), API_VERSIONS: (0, 4), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6),
+    SASL_HANDSHAKE: (1, 1), API_VERSIONS: (0, 4), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6),
     SASL_AUTHENTICATE: (0, 2), CREATE_PARTITIONS: (0, 3), DESCRIBE_CLUSTER: (0, 2),
 }
 

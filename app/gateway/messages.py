@@ -440,6 +440,15 @@ class MutationRequest:
     validate_only: bool
 
 
+#: Old mutation versions kio has no schema for, read with a version whose request has the same
+#: layout (Kafka's JSON definitions): CreateTopics v1 is v2's request, v0 is v1's without
+#: validateOnly, its last field (read as v2 with a false byte appended); DeleteTopics v0 is v1's.
+OLD_MUTATIONS: dict[tuple[int, int], tuple[int, bytes]] = {
+    (apis.CREATE_TOPICS, 0): (2, b"\x00"), (apis.CREATE_TOPICS, 1): (2, b""),
+    (apis.DELETE_TOPICS, 0): (1, b""),
+}
+
+
 def mutation_topic_count(api_key: int, version: int, payload: bytes, body: int) -> int:
     """How many topics a mutation request lists, read from its first field (every mutation
     request starts with its topics array) without decoding it."""
@@ -455,7 +464,11 @@ def mutation_topic_count(api_key: int, version: int, payload: bytes, body: int) 
 
 
 def mutation_request(api_key: int, version: int, payload: bytes, body: int) -> MutationRequest:
-    req = _request(api_key, version, payload, body)
+    old = OLD_MUTATIONS.get((api_key, version))
+    if old is not None:
+        req = _request(api_key, old[0], payload + old[1], body)
+    else:
+        req = _request(api_key, version, payload, body)
     if api_key == apis.CREATE_TOPICS:
         topics = tuple(MutationTopic(t.name, None, len(t.assignments) if t.assignments
                                      else int(t.num_partitions)) for t in req.topics)
@@ -482,6 +495,8 @@ class TopicResult:
 
 def mutation_results(api_key: int, version: int, payload: bytes) -> list[TopicResult]:
     """Per-topic outcome of a mutation response, in response order."""
+    if (api_key, version) in OLD_MUTATIONS:
+        return _old_mutation_results(api_key, version, payload)
     _schema, resp, _offset = _response(api_key, version, payload)
     if api_key == apis.CREATE_TOPICS:
         return [TopicResult(t.name, getattr(t, "topic_id", None), int(t.error_code),
@@ -490,6 +505,29 @@ def mutation_results(api_key: int, version: int, payload: bytes) -> list[TopicRe
         return [TopicResult(t.name, getattr(t, "topic_id", None), int(t.error_code), -1)
                 for t in resp.responses]
     return [TopicResult(t.name, None, int(t.error_code), -1) for t in resp.results]
+
+
+def _old_mutation_results(api_key: int, version: int, payload: bytes) -> list[TopicResult]:
+    """The results of CreateTopics v0-1 and DeleteTopics v0, read by hand: no throttle time, then
+    (name, error code) per topic, and CreateTopics v1 an error message after each."""
+    pos = _body_offset(api_key, version, payload)
+    message = api_key == apis.CREATE_TOPICS and version == 1
+    try:
+        (count,) = _I32.unpack_from(payload, pos)
+        pos += 4
+        if not 0 <= count <= len(payload):
+            raise MessageError(f"{count} results")
+        out = []
+        for _ in range(count):
+            name, pos = _read_string(payload, pos, False)
+            (error,) = _I16.unpack_from(payload, pos)
+            pos += 2
+            if message:
+                _message, pos = _read_string(payload, pos, False)
+            out.append(TopicResult(name, None, int(error), -1))
+    except (struct.error, FrameError) as exc:
+        raise MessageError(f"{apis.api_name(api_key)} v{version} response: {exc}") from None
+    return out
 
 
 def _rejections(schema: Any, api_key: int, topics: Iterable[MutationTopic]) -> list[Any]:

@@ -126,6 +126,19 @@ def old_request(api_key: int, version: int, like: int, body: Any, correlation_id
     return header + (encoded[:-drop_last] if drop_last else encoded)
 
 
+def old_mutation_response(results: list[tuple[str, int]], correlation_id: int = 7,
+                          messages: bool = False) -> bytes:
+    """CreateTopics v0-1 / DeleteTopics v0 results: (name, error code) per topic, and with
+    `messages` (CreateTopics v1) a null error message after each; no throttle time."""
+    out = struct.pack(">ii", correlation_id, len(results))
+    for name, error in results:
+        raw = name.encode()
+        out += struct.pack(">h", len(raw)) + raw + struct.pack(">h", error)
+        if messages:
+            out += struct.pack(">h", -1)
+    return out
+
+
 def fetch_response(corr: int, nbytes: int = 5000) -> bytes:
     part = nested(apis.FETCH, 12, "PartitionData")
     topic = nested(apis.FETCH, 12, "FetchableTopicResponse")

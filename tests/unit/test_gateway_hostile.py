@@ -8,11 +8,12 @@ import struct
 import time
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from app.gateway import apis
 from app.gateway.connection import Session
-from app.gateway.frames import SIZE, frame
+from app.gateway.frames import SIZE, frame, request_header
 from app.gateway.limits import MUTATION_TOPICS, PRE_AUTH_FRAME, Limits
 from app.subscriber.active_set import ActiveSet
 from tests.unit.gateway_harness import BROKER, FakeSocket, Harness, answered, sent
@@ -20,8 +21,10 @@ from tests.unit.kafka_frames import (
     NONE,
     decode_response,
     fetch_response,
+    metadata_response,
     ms,
     nested,
+    old_mutation_response,
     old_request,
     produce_request,
     produce_response,
@@ -311,6 +314,34 @@ def _create_topics_v2_body(partitions: int, names: tuple[str, ...]) -> Any:
     return request_body(apis.CREATE_TOPICS, 2, timeout=ms(1000), validate_only=False, topics=tuple(
         topic(name=n, num_partitions=partitions, replication_factor=1, assignments=(), configs=())
         for n in names))
+
+
+@pytest.mark.parametrize("version", [0, 1])
+async def test_create_topics_v0_and_v1_are_charged_and_throttled(version: int) -> None:
+    h = Harness(quotas=[{"entity": {"client_id": "ops"},
+                         "quotas": {"controller_mutation_rate": 10}}])
+    h.send(old_request(apis.CREATE_TOPICS, version, 2, _create_topics_v2_body(20, ("a", "b")),
+                       correlation_id=5, drop_last=1 if version == 0 else 0))
+    assert sent(h.broker.frames()) == [5]  # permissive: forwarded, then throttled
+    h.answer(old_mutation_response([("a", 0), ("b", 0)], correlation_id=5,
+                                   messages=version == 1))
+    assert answered(h.client.frames()) == [5]
+    assert h.session.muted  # 40 partitions against 10/s: no throttle field to carry it
+    assert [(m["api"], m["api_version"], m["partitions"]) for m in h.events("mutation")] == [
+        ("CreateTopics", version, 20), ("CreateTopics", version, 20)]
+
+
+async def test_delete_topics_v0_is_charged_the_partitions_it_deletes() -> None:
+    h = Harness()
+    body = request_body(apis.DELETE_TOPICS, 1, timeout=ms(1000), topic_names=("orders",))
+    h.send(old_request(apis.DELETE_TOPICS, 0, 1, body, correlation_id=9))
+    (lookup,) = h.broker.frames()
+    h.answer(metadata_response(h.gateway.metadata_version, [(BROKER, "b1", 9092)], {"orders": 12},
+                               correlation_id=request_header(lookup).correlation_id))
+    assert sent(h.broker.frames()) == [9]
+    h.answer(old_mutation_response([("orders", 0)], correlation_id=9))
+    assert answered(h.client.frames()) == [9]
+    assert [(m["api"], m["partitions"]) for m in h.events("mutation")] == [("DeleteTopics", 12)]
 
 
 async def test_a_mutation_the_gateway_cannot_read_is_never_forwarded() -> None:

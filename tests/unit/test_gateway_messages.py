@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import struct
 import uuid
 
 import orjson
@@ -21,6 +22,8 @@ from tests.unit.kafka_frames import (
     metadata_response,
     ms,
     nested,
+    old_mutation_response,
+    old_request,
     request,
     request_body,
     response,
@@ -406,6 +409,41 @@ def test_create_partitions_request_and_its_rejection(version: int) -> None:
     got = decode_response(apis.CREATE_PARTITIONS, version,
                           messages.reject_mutation(apis.CREATE_PARTITIONS, version, 7, req, 900))
     assert [(r.name, int(r.error_code)) for r in got.results] == [("a", 89)]
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_create_topics_v0_and_v1_are_read_with_v2s_layout(version: int) -> None:
+    topic = nested(apis.CREATE_TOPICS, 2, "CreatableTopic", response=False)
+    assignment = nested(apis.CREATE_TOPICS, 2, "CreatableReplicaAssignment", response=False)
+    body = request_body(apis.CREATE_TOPICS, 2, timeout=ms(1000), validate_only=False, topics=(
+        topic(name="a", num_partitions=6, replication_factor=1, assignments=(), configs=()),
+        topic(name="b", num_partitions=-1, replication_factor=-1, configs=(), assignments=tuple(
+            assignment(partition_index=i, broker_ids=(1,)) for i in range(3)))))
+    payload = old_request(apis.CREATE_TOPICS, version, 2, body, drop_last=1 if version == 0 else 0)
+    header = request_header(payload)
+    assert messages.mutation_topic_count(apis.CREATE_TOPICS, version, payload, header.body) == 2
+    req = messages.mutation_request(apis.CREATE_TOPICS, version, payload, header.body)
+    assert [(t.name, t.partitions) for t in req.topics] == [("a", 6), ("b", 3)]
+    results = messages.mutation_results(apis.CREATE_TOPICS, version, old_mutation_response(
+        [("a", 0), ("b", 36)], messages=version == 1))
+    assert [(r.name, r.error_code, r.partitions) for r in results] == [("a", 0, -1), ("b", 36, -1)]
+
+
+def test_delete_topics_v0_is_read_with_v1s_layout() -> None:
+    body = request_body(apis.DELETE_TOPICS, 1, timeout=ms(1000), topic_names=("a", "b"))
+    payload = old_request(apis.DELETE_TOPICS, 0, 1, body)
+    header = request_header(payload)
+    req = messages.mutation_request(apis.DELETE_TOPICS, 0, payload, header.body)
+    assert [t.name for t in req.topics] == ["a", "b"]
+    results = messages.mutation_results(apis.DELETE_TOPICS, 0, old_mutation_response([("a", 0)]))
+    assert [(r.name, r.error_code) for r in results] == [("a", 0)]
+
+
+def test_a_truncated_old_mutation_response_is_a_message_error() -> None:
+    with pytest.raises(messages.MessageError):
+        messages.mutation_results(apis.DELETE_TOPICS, 0, old_mutation_response([("a", 0)])[:-1])
+    with pytest.raises(messages.MessageError):
+        messages.mutation_results(apis.DELETE_TOPICS, 0, struct.pack(">ii", 7, 2**30))
 
 
 def test_create_topics_results_give_the_partitions_created() -> None:
