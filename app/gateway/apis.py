@@ -23,7 +23,8 @@ SASL_AUTHENTICATE, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 36, 37, 60
 DESCRIBE_QUORUM, SHARE_FETCH, SHARE_ACKNOWLEDGE = 55, 78, 79
 
 #: APIs whose responses hand out broker addresses the gateway does not rewrite: not advertised
-#: to clients (they are for controllers, or for share groups the gateway does not proxy yet).
+#: to clients, and refused if a client sends them anyway (they are for controllers, or for share
+#: groups the gateway does not proxy yet).
 HIDDEN_APIS: frozenset[int] = frozenset({DESCRIBE_QUORUM, SHARE_FETCH, SHARE_ACKNOWLEDGE})
 
 #: The APIs the gateway decodes or rewrites, with the versions it offers clients (kio's schemas,
@@ -35,6 +36,23 @@ DECODED: dict[int, tuple[int, int]] = {
     SASL_HANDSHAKE: (1, 1), API_VERSIONS: (0, 4), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6),
     SASL_AUTHENTICATE: (0, 2), CREATE_PARTITIONS: (0, 3), DESCRIBE_CLUSTER: (0, 2),
 }
+
+#: APIs whose answers carry broker addresses, with the versions whose answers the gateway can
+#: rewrite (Produce below v10 and Fetch below v16 carry none). A request of another version, or
+#: of a hidden API, is refused: its answer would send the client around the gateway.
+ADDRESSES: dict[int, tuple[int, int]] = {
+    PRODUCE: (0, 13), FETCH: (0, 18), METADATA: (0, 13), FIND_COORDINATOR: (0, 6),
+    DESCRIBE_CLUSTER: (0, 2),
+}
+
+
+def rewritable(api_key: int, version: int) -> bool:
+    """Whether the answer to this request can reach the client with every address rewritten."""
+    if api_key in HIDDEN_APIS:
+        return False
+    window = ADDRESSES.get(api_key)
+    return window is None or window[0] <= version <= window[1]
+
 
 #: SASL requests: on a SASL listener a broker's authenticator serves them, not KafkaApis, so
 #: they are neither charged nor throttled there (on other listeners KafkaApis answers them).

@@ -29,7 +29,8 @@ What is measured per request (`UsageRecorder`, flushed by the gateway every few 
 Nothing a client sends turns that off: a frame the gateway cannot decode is still charged,
 throttled and muted; what it cannot follow at all (framing it cannot read, a request before
 authentication on a SASL listener, raw SASL tokens it cannot count, a mutation it cannot read
-to charge) closes the connection, counted by reason (`limits.CLOSE_REASONS`). SASL is followed by
+to charge, a request or answer whose broker addresses it could not rewrite) closes the
+connection, counted by reason (`limits.CLOSE_REASONS`). SASL is followed by
 `Authentication`: a SASL request or raw token is served alone (nothing after it is read until it
 is answered), so raw tokens are read as such only after the broker accepted a SaslHandshake v0,
 and the requests after an exchange are charged to the principal it established.
@@ -342,6 +343,9 @@ class Session:
         if not self.auth.allows(key):
             self.close("unauthenticated_request", f"{apis.api_name(key)} before authenticating")
             return
+        if not apis.rewritable(key, version):
+            self.close("unrewritable_request", f"{apis.api_name(key)} v{version}")
+            return
         core.metrics.request(key)
         self._client_id = header.client_id
         if key in apis.SASL_APIS:
@@ -533,6 +537,9 @@ class Session:
         try:
             out, wait = self._rewrite(pending, payload)
         except MessageError as exc:
+            if key in apis.ADDRESSES:  # its addresses cannot be rewritten: never passed on
+                self.close("broker_protocol", f"a {apis.api_name(key)} v{version} answer: {exc}")
+                return
             core.metrics.undecoded(key)
             logger.debug("passing a %s v%d response through: %s", apis.api_name(key), version, exc)
             out, wait = payload, None
@@ -618,6 +625,7 @@ class Session:
             throttle = max(throttle, mutation.throttle_until - now,
                            mutation.plan.reject_ms if mutation.plan.rejected else 0)
             self._charge_mutations(header, payload, mutation, now)
+        unrewritten = ""  # why an answer that may name brokers could not be rewritten
         try:
             if mutation is not None and mutation.plan is not None and mutation.plan.rejected:
                 payload = messages.add_rejections(key, version, payload, mutation.request,
@@ -628,6 +636,8 @@ class Session:
                 payload = messages.patch_response(key, version, payload, throttle,
                                                   core.client_address) or payload
         except MessageError as exc:
+            if (key == apis.PRODUCE and version >= 10) or (key == apis.FETCH and version >= 16):
+                unrewritten = f"a {apis.api_name(key)} v{version} answer: {exc}"  # KIP-951 leaders
             core.metrics.undecoded(key)
             logger.debug("could not patch a %s v%d response: %s", apis.api_name(key), version, exc)
         if charged:
@@ -635,6 +645,9 @@ class Session:
                 nbytes = len(payload)  # what the client got: an empty response if throttled
             core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
                                apis.api_name(key), version, nbytes, round(thread_ms, 3), 0.0)
+        if unrewritten:  # charged, but never passed on
+            self.close("broker_protocol", unrewritten)
+            return
         if throttle > 0:
             core.metrics.throttled(key, throttle)
             self._mute_until(now + throttle)

@@ -37,10 +37,12 @@ CLOSE_REASONS: tuple[str, ...] = (
     "unauthenticated_frame_size",  # over 512 KiB before authentication, or a SASL frame over it
     "bad_header",  # a request shorter than its header, or a header that does not parse
     "unauthenticated_request",  # --upstream-sasl: not ApiVersions or SASL before authenticating
+    "unrewritable_request",  # its answer would carry broker addresses the gateway cannot rewrite
     "mutation_undecodable",  # a mutation request the gateway cannot read, or listing too much
     "sasl_unfollowable",  # raw tokens of a mechanism it cannot follow; a SASL message unreadable
     "sasl_failed",  # a raw SASL exchange the broker refused
-    "broker_protocol",  # a bad frame from the broker, an answer to no request, or out of order
+    "broker_protocol",  # a bad frame from the broker, an answer to no request, or out of order,
+    # or an answer whose addresses the gateway cannot read to rewrite
     "idle",  # nothing either way for --idle-timeout-ms
     "request_timeout",  # the broker left a request unanswered for --request-timeout-ms
 )

@@ -121,6 +121,45 @@ async def test_a_produce_the_gateway_cannot_decode_is_charged_its_size_and_muted
         "quota_streams_gateway_undecoded_total", {"api": "Produce"}) >= 4
 
 
+# ---------------------------------------------------------------------------------- addresses
+
+
+@pytest.mark.parametrize("key, version", [
+    (apis.METADATA, 14),  # a version whose answer the gateway cannot read to rewrite
+    (apis.DESCRIBE_CLUSTER, 3),
+    (apis.FIND_COORDINATOR, 7),
+    (apis.FETCH, 19),
+    (apis.SHARE_FETCH, 1),  # APIs it hides: their answers name brokers it does not rewrite
+    (apis.DESCRIBE_QUORUM, 2),
+])
+async def test_a_request_whose_answer_would_carry_unrewritten_addresses_is_refused(
+        key: int, version: int) -> None:
+    h = Harness()  # the client ignores the ApiVersions the gateway narrowed
+    h.send(struct.pack(">hhih", key, version, 1, 3) + b"app" + b"\x00" * 30)
+    assert h.session.closed and h.broker.written == b""
+    assert h.closed("unrewritable_request") == 1
+
+
+async def test_an_address_answer_it_cannot_read_is_never_passed_on() -> None:
+    h = Harness()
+    body = request_body(apis.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False)
+    h.send(request(apis.METADATA, 12, body, correlation_id=4))
+    h.answer(metadata_response(12, [(BROKER, "b1", 9092)], correlation_id=4)[:14])  # cut short
+    assert h.session.closed and h.client.written == b""
+    assert h.closed("broker_protocol") == 1
+
+
+async def test_a_fetch_answer_whose_leaders_it_cannot_read_is_charged_not_passed_on() -> None:
+    h = Harness()
+    h.send(request(apis.FETCH, 16, request_body(
+        apis.FETCH, 16, max_wait=ms(0), min_bytes=1, session_id=0, session_epoch=-1, topics=(),
+        forgotten_topics_data=()), correlation_id=4))
+    h.answer(struct.pack(">i", 4) + b"\x00" + b"\xff" * 40)  # no Fetch v16 body
+    assert h.session.closed and h.client.written == b""
+    assert [e["api"] for e in h.events()] == ["Fetch"]
+
+
 # ---------------------------------------------------------------------------------- SASL v0
 
 
