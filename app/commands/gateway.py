@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.cli_support import int_at_least, positive_float
+from app.gateway.limits import MAX_REQUEST_BYTES, PRE_AUTH_FRAME, Limits
 
 if TYPE_CHECKING:
     from app.gateway.server import Gateway, GatewayConfig
@@ -89,6 +90,33 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "each request as Kafka's quota managers would for its own traffic (the "
                    "QS_QUOTA_WINDOW_* and QS_CONTROLLER_WINDOW_* settings, configs from "
                    "QS_TOPIC_CONFIGS) and applies the larger throttle")
+    p.add_argument("--upstream-sasl", action="store_true",
+                   help="the upstream listener requires SASL: before a connection has "
+                   "authenticated, only ApiVersions and SASL requests are served (anything else "
+                   "closes it, as a broker does) and its frames are held to 512 KiB")
+    limits = p.add_argument_group("limits (what a connection is held to; docs/gateway.md)")
+    limits.add_argument("--max-request-bytes", type=int_at_least(PRE_AUTH_FRAME),
+                        default=MAX_REQUEST_BYTES, metavar="N",
+                        help="largest request frame, refused on its size prefix (Kafka's "
+                        "socket.request.max.bytes; default %(default)s)")
+    limits.add_argument("--max-connections", type=int_at_least(1), default=Limits.max_connections,
+                        metavar="N", help="client connections open at once; the newest past "
+                        "it is closed (default %(default)s)")
+    limits.add_argument("--max-connections-per-ip", type=int_at_least(1),
+                        default=Limits.max_connections_per_ip, metavar="N",
+                        help="client connections open at once from one IP (default %(default)s)")
+    limits.add_argument("--max-queued-connections", type=int_at_least(1),
+                        default=Limits.max_queued_connections, metavar="N",
+                        help="connections waiting for one broker port while a connection quota "
+                        "delays it; the newest past it is closed (default %(default)s)")
+    limits.add_argument("--idle-timeout-ms", type=int_at_least(1), default=Limits.idle_timeout_ms,
+                        metavar="MS", help="close a connection idle this long (Kafka's "
+                        "connections.max.idle.ms; default %(default)s)")
+    limits.add_argument("--request-timeout-ms", type=int_at_least(1),
+                        default=Limits.request_timeout_ms, metavar="MS",
+                        help="close a connection whose broker leaves a request unanswered this "
+                        "long; keep it above the consumers' max.poll.interval.ms, which a "
+                        "JoinGroup may wait (default %(default)s)")
     p.add_argument("--directives-timeout", type=positive_float, default=30.0, metavar="S",
                    help="how long to wait at start for the directives to be rebuilt (default %(default)s)")
     p.add_argument("--metrics-port", type=int_at_least(0), default=0, metavar="PORT",
@@ -225,7 +253,13 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         node_port_base=args.node_port_base, first_node_id=args.first_node_id,
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,
         flush_ms=args.flush_ms, aggregate=args.aggregate, max_in_flight=args.max_in_flight,
-        directives_timeout=args.directives_timeout,
+        directives_timeout=args.directives_timeout, upstream_sasl=args.upstream_sasl,
+        limits=Limits(max_request_bytes=args.max_request_bytes,
+                      max_connections=args.max_connections,
+                      max_connections_per_ip=args.max_connections_per_ip,
+                      max_queued_connections=args.max_queued_connections,
+                      idle_timeout_ms=args.idle_timeout_ms,
+                      request_timeout_ms=args.request_timeout_ms),
         client_tls=server_context(args.tls_cert, args.tls_key, args.tls_client_ca)
         if args.tls_cert else None,
         upstream_tls=client_context(args.upstream_ca, args.upstream_cert, args.upstream_key,

@@ -23,7 +23,17 @@ What is measured per request (`UsageRecorder`, flushed by the gateway every few 
   broker's queues). A Fetch may wait up to `max_wait_ms` for data; the gateway cannot tell waiting
   from work, so a Fetch is charged only what exceeds `max_wait_ms` (a lower bound: usually 0).
 - `network_time_ms`: 0 (the gateway's own time is not charged).
-- acks=0 Produce and follower fetches are `exempt`, as in Kafka. SASL requests are not events.
+- acks=0 Produce is `exempt` (charged its bytes, not its time), as in Kafka. SASL requests on a
+  SASL listener are not events (the broker's authenticator serves them, not KafkaApis).
+
+Nothing a client sends turns that off: a frame the gateway cannot decode is still charged,
+throttled and muted; what it cannot follow at all (framing it cannot read, a request before
+authentication on a SASL listener, raw SASL tokens it cannot count, a mutation it cannot read
+to charge, a request or answer whose broker addresses it could not rewrite) closes the
+connection, counted by reason (`limits.CLOSE_REASONS`). SASL is followed by
+`Authentication`: a SASL request or raw token is served alone (nothing after it is read until it
+is answered), so raw tokens are read as such only after the broker accepted a SaslHandshake v0,
+and the requests after an exchange are charged to the principal it established.
 """
 
 from __future__ import annotations
@@ -35,8 +45,17 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.gateway import apis, messages, policy, sasl
-from app.gateway.frames import SIZE, FrameError, FrameReader, RequestHeader, correlation_id, request_header
+from app.gateway import apis, messages, policy
+from app.gateway.authentication import REFUSED, UNFOLLOWABLE, Authentication
+from app.gateway.frames import (
+    SIZE,
+    FrameError,
+    FrameReader,
+    RequestHeader,
+    correlation_id,
+    request_header,
+)
+from app.gateway.limits import MUTATION_BYTES, MUTATION_TOPICS, PRE_AUTH_FRAME
 from app.gateway.messages import MessageError
 from app.gateway.mutations import MutationContext
 
@@ -45,9 +64,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Close reasons that are the broker's doing (logged as warnings; the clients' as debug).
+_BROKER_FAULTS = frozenset({"broker_protocol", "request_timeout"})
+
 #: What became of a request: FORWARDED to the broker, answered LOCALly by the gateway, HELD
-#: until a lookup answers, or an INTERNAL lookup of the gateway's own.
-FORWARDED, LOCAL, HELD, INTERNAL = 0, 1, 2, 3
+#: until a lookup answers, an INTERNAL lookup of the gateway's own, or a raw SASL TOKEN.
+FORWARDED, LOCAL, HELD, INTERNAL, TOKEN = 0, 1, 2, 3, 4
+#: The header a raw SASL token is filed under (it has none).
+RAW_TOKEN = RequestHeader(-1, 0, 0, "", -1)
 
 #: Client bytes read ahead of the request being served, at most (plus one frame).
 READ_AHEAD = 1 << 20
@@ -68,7 +92,7 @@ def _send(transport: asyncio.WriteTransport, payload: bytes) -> None:
 class Pending:
     """A request waiting for its response to be written back (in request order)."""
 
-    kind: int  # FORWARDED, LOCAL, HELD or INTERNAL
+    kind: int  # FORWARDED, LOCAL, HELD, INTERNAL or TOKEN
     header: RequestHeader
     size: int  # request bytes, without the size prefix
     sent: float = 0.0  # perf_counter when written to the broker
@@ -116,12 +140,16 @@ class Session:
         self.client: asyncio.Transport | None = None
         self.broker: asyncio.Transport | None = None
         self.ip = ""
-        self.user = sasl.ANONYMOUS
-        self.mechanism = ""
-        self.opaque = False  # a byte pipe from now on (raw SASL tokens, or not Kafka at all)
+        self.auth = Authentication(core.config.upstream_sasl)
         self.closed = False
-        self._from_client = FrameReader()
+        self.connecting: asyncio.Future[None] | None = None  # the broker connection being made
+        self.active = time.perf_counter()  # when bytes last came from either side
+        self._max_request = core.limits.max_request_bytes
+        self._from_client = FrameReader(self.auth.frame_limit(self._max_request),
+                                        held_keys=apis.AUTHENTICATOR_APIS,
+                                        held_frame=PRE_AUTH_FRAME)
         self._from_broker = FrameReader()
+        self._sasl_waiting = 0  # SASL requests and raw tokens at the broker (see _sasl_request)
         self._order: deque[Pending] = deque()  # every request, in order, until its response is written
         self._awaiting: deque[Pending] = deque()  # forwarded/internal, waiting for the broker
         self._muted_until = 0  # epoch ms
@@ -149,23 +177,56 @@ class Session:
         self._pause("accept")  # until the gateway admits it (connection quotas) and the broker is up
         self.core.admit(self)
 
+    @property
+    def buffered(self) -> int:
+        """Client bytes read and not yet handled: at most the frame limit of the connection's
+        state or READ_AHEAD, whichever is larger, plus one socket read."""
+        return self._from_client.buffered
+
+    @property
+    def user(self) -> str:
+        """The principal this connection's usage is charged to."""
+        return self.auth.user
+
     def upstream_made(self, transport: asyncio.Transport) -> None:
+        if self.closed:  # the client left while its broker connection was being made
+            transport.close()
+            return
         self.broker = transport
 
     def accepted(self) -> None:
         """Admitted and connected to the broker: start reading the client."""
         self._resume("accept")
 
-    def close(self) -> None:
+    def close(self, reason: str | None = None, detail: str = "") -> None:
+        """Close both sides. `reason` (one of `limits.CLOSE_REASONS`): the gateway refuses what
+        the connection did, counted; None: a side went away, or the gateway stops."""
         if self.closed:
             return
         self.closed = True
+        if reason is not None:
+            self.core.metrics.closed(reason)
+            logger.log(logging.WARNING if reason in _BROKER_FAULTS else logging.DEBUG,
+                       "closing the connection from %s to broker %d (%s): %s", self.ip,
+                       self.node_id, reason, detail)
         if self._unmute is not None:
             self._unmute.cancel()
+        if self.connecting is not None:
+            self.connecting.cancel()
         for transport in (self.client, self.broker):
             if transport is not None:
                 transport.close()
         self.core.forget(self)
+
+    def expired(self, now: float, idle_s: float, timeout_s: float) -> str | None:
+        """Why the gateway closes this connection at `now` (perf_counter seconds), if it does: the
+        broker left a request unanswered for `timeout_s`, or nothing came either way for
+        `idle_s` while nothing was outstanding (a muted connection waits for its throttle)."""
+        if self._awaiting:
+            return "request_timeout" if now - self._awaiting[0].sent > timeout_s else None
+        if self._order or self.muted:
+            return None
+        return "idle" if now - self.active > idle_s else None
 
     def lost(self, upstream: bool, exc: Exception | None) -> None:
         if upstream and not self.closed and self.client is not None:
@@ -198,11 +259,9 @@ class Session:
     # ------------------------------------------------------------------------- requests
 
     def client_data(self, data: bytes) -> None:
-        if self.closed or self.broker is None:  # not read before the broker is connected
+        if self.closed:
             return
-        if self.opaque:
-            self.broker.write(data)
-            return
+        self.active = time.perf_counter()
         self._from_client.feed(data)
         self._read_requests()
 
@@ -219,39 +278,57 @@ class Session:
             self._reading = False
 
     def _read_loop(self) -> None:
-        reader = self._from_client
-        while not self.closed and not self.opaque:
+        while not self.closed:
             if self._pauses - {"backlog"} or len(self._order) >= self._in_flight():
                 break
             if self._muted_until and self.core.now_ms() < self._muted_until:
                 self._mute_until(self._muted_until)
                 break
-            try:
-                payload = reader.next()
-            except FrameError as exc:
-                self._go_opaque(f"client framing: {exc}")
-                return
+            payload = self._next_frame()
             if payload is None:
                 break
+            if self.auth.raw:
+                self._token(payload)
+                continue
             try:
                 header = request_header(payload)
             except FrameError as exc:
-                self._go_opaque(f"request header: {exc}", payload)
+                self.close("bad_header", str(exc))
                 return
             self._request(header, payload)
+        if self.closed:
+            return
         # read ahead at most READ_AHEAD bytes: a pipelining client waits in its own socket
+        reader = self._from_client
         try:
             backlog = reader.buffered >= READ_AHEAD and reader.complete()
         except FrameError as exc:
-            self._go_opaque(f"client framing: {exc}")
+            self._refuse_frame(exc)
             return
         (self._pause if backlog else self._resume)("backlog")
+
+    def _next_frame(self) -> bytes | None:
+        """The client's next frame, held to the limit of the connection's state (its prefix is
+        checked before anything of it is kept); None when there is none yet, or it was refused."""
+        reader = self._from_client
+        reader.max_frame = self.auth.frame_limit(self._max_request)
+        try:
+            return reader.next()
+        except FrameError as exc:
+            self._refuse_frame(exc)
+            return None
+
+    def _refuse_frame(self, exc: FrameError) -> None:
+        fits = exc.size is not None and 0 <= exc.size <= self._max_request
+        self.close("unauthenticated_frame_size" if fits else "frame_size", str(exc))
 
     def _in_flight(self) -> int:
         """Requests this connection may have at the broker at once: one for a client with a
         quota, as a broker reads a connection's next request only once the last is answered
         (so a throttle holds back the very next request); up to `max_in_flight` for others,
-        whose pipelining then costs no throughput."""
+        whose pipelining then costs no throughput. A SASL request is served alone."""
+        if self._sasl_waiting:
+            return 1
         local = self.core.local
         if local is None:
             return self.core.max_in_flight
@@ -263,38 +340,79 @@ class Session:
 
     def _request(self, header: RequestHeader, payload: bytes) -> None:
         core, key, version = self.core, header.api_key, header.api_version
+        if not self.auth.allows(key):
+            self.close("unauthenticated_request", f"{apis.api_name(key)} before authenticating")
+            return
+        if not apis.rewritable(key, version):
+            self.close("unrewritable_request", f"{apis.api_name(key)} v{version}")
+            return
         core.metrics.request(key)
         self._client_id = header.client_id
+        if key in apis.SASL_APIS:
+            self._sasl_request(header, payload)
+            return
+        if key in apis.MUTATION_APIS:
+            self._mutation_request(header, payload)
+            return
         context: Any = None
         try:
             if key == apis.PRODUCE and header.body >= 0:
                 if messages.produce_acks(payload, version, header.body) == 0:
                     self._forward_without_response(header, payload)
                     return
-            elif key == apis.FETCH and header.body >= 0:
+            elif key == apis.FETCH:
                 context = messages.fetch_request(payload, version, header.body)
-                cap = None if core.local is None or context.follower else \
-                    core.local.fetch_cap(self.user, header.client_id)
+                cap = None if core.local is None else core.local.fetch_cap(self.user,
+                                                                           header.client_id)
                 if cap is not None and context.max_bytes > cap:
-                    payload = messages.cap_fetch(payload, version, header.body, cap)
-            elif key == apis.SASL_HANDSHAKE:
-                if version == 0:  # raw SASL tokens follow, outside Kafka framing
-                    self._forward(header, payload, None)
-                    self._go_opaque("SaslHandshake v0")
-                    return
-                self.mechanism = messages.sasl_mechanism(payload, version, header.body)
-            elif key == apis.SASL_AUTHENTICATE:
-                context = sasl.username(self.mechanism,
-                                        messages.sasl_auth_bytes(payload, version, header.body))
-            elif key in apis.MUTATION_APIS and header.body >= 0:
-                request = messages.mutation_request(key, version, payload, header.body)
-                self._mutation(header, MutationContext(key, version, request, payload, header.body))
-                return
+                    payload = messages.cap_fetch(payload, context, cap)
         except MessageError as exc:
             core.metrics.undecoded(key)
             logger.debug("passing %s v%d through undecoded: %s", apis.api_name(key), version, exc)
             context = None
         self._forward(header, payload, context)
+
+    def _sasl_request(self, header: RequestHeader, payload: bytes) -> None:
+        """A SASL request is served alone: nothing after it is read until the broker answered
+        it. So the bytes after a SaslHandshake v0 are read as raw tokens only once the broker
+        accepted it, and the requests after an exchange are read (and charged) knowing the
+        principal it established, however far the client pipelined."""
+        key, version = header.api_key, header.api_version
+        try:
+            if key == apis.SASL_HANDSHAKE:
+                self.auth.handshake(version, messages.sasl_mechanism(payload, version, header.body))
+            else:
+                self.auth.client_token(messages.sasl_auth_bytes(payload, version, header.body))
+        except MessageError as exc:
+            self.close("sasl_unfollowable", f"{apis.api_name(key)} v{version}: {exc}")
+            return
+        self._sasl_waiting += 1
+        self._forward(header, payload, None)
+
+    def _token(self, token: bytes) -> None:
+        """A raw SASL token: to the broker as it came; the next frame is read once the broker's
+        token answered it (a raw exchange is one token each way at a time)."""
+        assert self.broker is not None
+        self.auth.client_token(token)
+        pending = Pending(TOKEN, RAW_TOKEN, len(token), time.perf_counter())
+        self._order.append(pending)
+        self._awaiting.append(pending)
+        self._sasl_waiting += 1
+        _send(self.broker, token)
+
+    def _mutation_request(self, header: RequestHeader, payload: bytes) -> None:
+        """A mutation request is charged per topic, so one the gateway cannot read (or that
+        lists more than it reads: `limits.MUTATION_BYTES`, `MUTATION_TOPICS`) is refused."""
+        key, version = header.api_key, header.api_version
+        try:
+            count = messages.mutation_topic_count(key, version, payload, header.body)
+            if len(payload) > MUTATION_BYTES or not 0 <= count <= MUTATION_TOPICS:
+                raise MessageError(f"{len(payload)} bytes, {count} topics")
+            request = messages.mutation_request(key, version, payload, header.body)
+        except MessageError as exc:
+            self.close("mutation_undecodable", f"{apis.api_name(key)} v{version}: {exc}")
+            return
+        self._mutation(header, MutationContext(key, version, request, payload, header.body))
 
     def _forward(self, header: RequestHeader, payload: bytes, context: Any) -> None:
         assert self.broker is not None
@@ -381,29 +499,23 @@ class Session:
     def upstream_data(self, data: bytes) -> None:
         if self.closed:
             return
-        if self.opaque:
-            if self.client is not None:
-                self.client.write(data)
-            return
+        self.active = time.perf_counter()
         self._from_broker.feed(data)
         while not self.closed:
             try:
                 payload = self._from_broker.next()
             except FrameError as exc:
-                logger.warning("broker %d sent a bad frame (%s); closing the connection",
-                               self.node_id, exc)
-                self.close()
+                self.close("broker_protocol", f"a bad frame ({exc})")
                 return
             if payload is None:
                 return
             if not self._awaiting:
-                logger.warning("broker %d sent a response to no request; closing", self.node_id)
-                self.close()
+                self.close("broker_protocol", "a response to no request")
                 return
             pending = self._awaiting.popleft()
-            if len(payload) < 4 or correlation_id(payload) != pending.header.correlation_id:
-                logger.warning("broker %d answered out of order; closing the connection", self.node_id)
-                self.close()
+            if pending.kind != TOKEN and (len(payload) < 4 or
+                                          correlation_id(payload) != pending.header.correlation_id):
+                self.close("broker_protocol", "a response out of order")
                 return
             self._response(pending, payload)
 
@@ -414,12 +526,20 @@ class Session:
         if pending.kind == INTERNAL:
             self._lookup_answer(pending, payload)
             return
+        if pending.kind == TOKEN:
+            self._token_answer(pending, payload)
+            return
         core, header = self.core, pending.header
         key, version = header.api_key, header.api_version
+        if key in apis.SASL_APIS and not self._sasl_answer(header, payload):
+            return
         now = core.now_ms()
         try:
             out, wait = self._rewrite(pending, payload)
         except MessageError as exc:
+            if key in apis.ADDRESSES:  # its addresses cannot be rewritten: never passed on
+                self.close("broker_protocol", f"a {apis.api_name(key)} v{version} answer: {exc}")
+                return
             core.metrics.undecoded(key)
             logger.debug("passing a %s v%d response through: %s", apis.api_name(key), version, exc)
             out, wait = payload, None
@@ -442,10 +562,38 @@ class Session:
         if key == apis.DESCRIBE_CLUSTER:
             out2, nodes = messages.rewrite_describe_cluster(payload, version, core.client_address)
             return out2 or payload, core.learn(nodes)
-        if key == apis.SASL_AUTHENTICATE and pending.context:
-            if messages.sasl_authenticated(payload, version):
-                self.user = pending.context
         return payload, None
+
+    def _sasl_answer(self, header: RequestHeader, payload: bytes) -> bool:
+        """Follow the exchange with the broker's answer to a SASL request; False when that
+        closed the connection (an answer it cannot read, raw tokens it cannot follow)."""
+        key, version = header.api_key, header.api_version
+        self._sasl_waiting -= 1
+        try:
+            if key == apis.SASL_HANDSHAKE:
+                step = self.auth.handshake_answered(messages.sasl_handshake_accepted(payload, version))
+            else:
+                accepted, token = messages.sasl_authenticate_answer(payload, version)
+                step = self.auth.server_token(token, error=not accepted)
+        except MessageError as exc:
+            self.close("sasl_unfollowable", f"the broker's {apis.api_name(key)} answer: {exc}")
+            return False
+        if step == UNFOLLOWABLE:
+            self.close("sasl_unfollowable", "raw SASL tokens of a mechanism it cannot follow")
+            return False
+        return True
+
+    def _token_answer(self, pending: Pending, token: bytes) -> None:
+        """The broker's raw token: to the client; the exchange goes on, or Kafka framing resumes
+        (accepted), or the connection closes (refused, as the broker does)."""
+        self._sasl_waiting -= 1
+        step = self.auth.server_token(token)
+        pending.payload, pending.ready = token, True
+        if step == REFUSED:
+            self._write_ready()
+            self.close("sasl_failed", "the broker refused the raw SASL exchange")
+            return
+        self._flush()
 
     def _finish(self, pending: Pending, payload: bytes, now: int, service_ms: float) -> None:
         """Charge the request, apply the throttle in force, queue the response in order."""
@@ -456,10 +604,9 @@ class Session:
         context = pending.context
         fetch = context if isinstance(context, messages.FetchRequestInfo) else None
         mutation = context if isinstance(context, MutationContext) else None
-        follower = fetch is not None and fetch.follower
-        charged = key not in apis.UNCHARGED
+        charged = self.auth.charged(key)
         throttle = 0
-        if charged and not follower:
+        if charged:
             throttle = policy.response_throttle(core.directives, key, self.user, client_id,
                                                 self.node_id, now)
         thread_ms = max(0.0, service_ms - fetch.max_wait_ms) if fetch else service_ms
@@ -468,7 +615,7 @@ class Session:
             # a fetch the directives throttle sends no data: its bytes are not the consumer's
             served = 0 if fetch is not None and throttle > 0 else nbytes
             local = core.local.request(self.node_id, now, core.listener, self.user, client_id,
-                                       self.ip, apis.api_name(key), served, thread_ms, follower)
+                                       self.ip, apis.api_name(key), served, thread_ms, False)
             if local or throttle:
                 logger.debug("%s from %s/%s: throttle %d ms (local %d, %d B, %.1f ms)",
                              apis.api_name(key), self.user, client_id, max(throttle, local),
@@ -478,6 +625,7 @@ class Session:
             throttle = max(throttle, mutation.throttle_until - now,
                            mutation.plan.reject_ms if mutation.plan.rejected else 0)
             self._charge_mutations(header, payload, mutation, now)
+        unrewritten = ""  # why an answer that may name brokers could not be rewritten
         try:
             if mutation is not None and mutation.plan is not None and mutation.plan.rejected:
                 payload = messages.add_rejections(key, version, payload, mutation.request,
@@ -488,14 +636,18 @@ class Session:
                 payload = messages.patch_response(key, version, payload, throttle,
                                                   core.client_address) or payload
         except MessageError as exc:
+            if (key == apis.PRODUCE and version >= 10) or (key == apis.FETCH and version >= 16):
+                unrewritten = f"a {apis.api_name(key)} v{version} answer: {exc}"  # KIP-951 leaders
             core.metrics.undecoded(key)
             logger.debug("could not patch a %s v%d response: %s", apis.api_name(key), version, exc)
         if charged:
             if fetch is not None:
                 nbytes = len(payload)  # what the client got: an empty response if throttled
             core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
-                               apis.api_name(key), version, nbytes, round(thread_ms, 3), 0.0,
-                               exempt=follower)
+                               apis.api_name(key), version, nbytes, round(thread_ms, 3), 0.0)
+        if unrewritten:  # charged, but never passed on
+            self.close("broker_protocol", unrewritten)
+            return
         if throttle > 0:
             core.metrics.throttled(key, throttle)
             self._mute_until(now + throttle)
@@ -526,6 +678,11 @@ class Session:
 
     def _flush(self) -> None:
         """Write every response that is ready, in request order; then read the next request."""
+        if self._write_ready():
+            self._read_requests()
+
+    def _write_ready(self) -> bool:
+        """Write every response that is ready, in request order; True if any was."""
         order, client = self._order, self.client
         wrote = False
         while order and order[0].ready:
@@ -533,8 +690,7 @@ class Session:
             wrote = True
             if client is not None and not self.closed and pending.payload is not None:
                 _send(client, pending.payload)
-        if wrote:
-            self._read_requests()
+        return wrote
 
     # ------------------------------------------------------------------------- muting
 
@@ -554,25 +710,9 @@ class Session:
             self._mute_until(self._muted_until)
             return
         self._muted_until = 0
+        self.active = time.perf_counter()  # idle from the end of its throttle, at the earliest
         self._resume("mute")
 
     @property
     def muted(self) -> bool:
         return "mute" in self._pauses
-
-    # ------------------------------------------------------------------------- opaque mode
-
-    def _go_opaque(self, reason: str, first: bytes | None = None) -> None:
-        """From here on, a byte pipe: what cannot be read as Kafka is passed through as it is."""
-        logger.info("connection from %s: %s; passing its bytes through unread", self.ip, reason)
-        self.core.metrics.opaque()
-        self.opaque = True
-        self._flush()
-        rest = (SIZE.pack(len(first)) + first if first is not None else b"") + self._from_client.take_rest()
-        if rest and self.broker is not None:
-            self.broker.write(rest)
-        if self.client is not None:
-            pending = self._from_broker.take_rest()
-            if pending:
-                self.client.write(pending)
-

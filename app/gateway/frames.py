@@ -16,14 +16,19 @@ from app.gateway import apis
 
 _HEAD = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
+_SIZE_KEY = struct.Struct(">ih")
 SIZE = _I32
 
-#: Largest frame accepted, as Kafka's socket.request.max.bytes (100 MiB); larger is an error.
+#: Largest frame accepted by default, as Kafka's socket.request.max.bytes (100 MiB).
 MAX_FRAME = 100 * 1024 * 1024
 
 
 class FrameError(ValueError):
     """The byte stream is not Kafka framing (or a frame is larger than allowed)."""
+
+    def __init__(self, message: str, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size  # the refused frame's size, when its prefix was the problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,16 +114,23 @@ class FrameReader:
     frame or None. A frame is copied once, when it is joined out of the reads it arrived in (a
     frame that is exactly one read is not copied at all): megabyte Produce requests and Fetch
     responses are most of the gateway's bytes.
+
+    A frame's size is checked on its prefix, before any of it is buffered: over `max_frame`, or
+    over `held_frame` for a request whose api key is in `held_keys` (read from the two bytes
+    after the prefix), it raises `FrameError`, and the stream cannot be read any further.
     """
 
-    __slots__ = ("_chunks", "_first", "_size", "_need", "max_frame")
+    __slots__ = ("_chunks", "_first", "_need", "_size", "held_frame", "held_keys", "max_frame")
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, held_keys: frozenset[int] = frozenset(),
+                 held_frame: int = MAX_FRAME) -> None:
         self._chunks: deque[bytes] = deque()
         self._first = 0  # bytes of the first chunk already taken
         self._size = 0  # bytes buffered and not yet taken
         self._need = -1  # size of the frame being assembled, once its prefix was read
         self.max_frame = max_frame
+        self.held_keys = held_keys
+        self.held_frame = held_frame
 
     def feed(self, data: bytes) -> None:
         if data:
@@ -126,17 +138,37 @@ class FrameReader:
             self._size += len(data)
 
     def _frame_size(self) -> int:
-        """The size of the next frame (its prefix is consumed), or -1 before 4 bytes arrived."""
+        """The size of the next frame (its prefix is consumed), or -1 before its prefix (and,
+        for a frame over `held_frame`, its api key) arrived."""
         if self._need < 0 and self._size >= 4:
-            head = self._take(4)
-            (size,) = _I32.unpack(head)
+            head = self._peek(6)
+            (size,) = _I32.unpack_from(head, 0)
             if size < 0 or size > self.max_frame:
-                rest = self._take(self._size)  # left as it came, for an opaque pipe
-                self._chunks.append(head + rest)
-                self._size = len(head) + len(rest)
-                raise FrameError(f"frame of {size} bytes (limit {self.max_frame})")
+                raise FrameError(f"frame of {size} bytes (limit {self.max_frame})", size)
+            if size > self.held_frame and self.held_keys:
+                if len(head) < 6:
+                    return -1
+                if _SIZE_KEY.unpack(head)[1] in self.held_keys:
+                    raise FrameError(f"frame of {size} bytes (limit {self.held_frame} for its "
+                                     f"api)", size)
+            self._take(4)
             self._need = size
+        elif self._need > self.max_frame:  # read before the limit was lowered (raw SASL tokens)
+            raise FrameError(f"frame of {self._need} bytes (limit {self.max_frame})", self._need)
         return self._need
+
+    def _peek(self, n: int) -> bytes:
+        """Up to `n` buffered bytes, not consumed."""
+        first, start = self._chunks[0], self._first
+        if len(first) - start >= n or len(self._chunks) == 1:
+            return first[start:start + n]
+        out = bytearray()
+        for chunk in self._chunks:
+            out += chunk[start:start + n - len(out)]
+            start = 0
+            if len(out) >= n:
+                break
+        return bytes(out)
 
     def next(self) -> bytes | None:
         need = self._frame_size()
@@ -183,9 +215,3 @@ class FrameReader:
     def buffered(self) -> int:
         """Bytes received and not yet returned as frames (a frame's read prefix included)."""
         return self._size + (4 if self._need >= 0 else 0)
-
-    def take_rest(self) -> bytes:
-        """Everything buffered, for a connection that stops being framed (opaque mode)."""
-        prefix = _I32.pack(self._need) if self._need >= 0 else b""
-        self._need = -1
-        return prefix + self._take(self._size)

@@ -7,7 +7,8 @@ pure-Python writer, used only for small messages (ApiVersions, FindCoordinator, 
 rejections, an empty Fetch response) or rare ones (a response carrying new leader endpoints).
 Metadata responses can be large, so their brokers array alone is rewritten in place.
 
-Any decode failure raises `MessageError`; the caller then passes the frame through untouched.
+Any decode failure raises `MessageError`; the caller then passes the frame through untouched
+(still charged), or refuses it where it must read the message to charge it (mutations).
 """
 
 from __future__ import annotations
@@ -258,14 +259,17 @@ def _readdress(item: Any, id_field: str, addresses: Addresses) -> Any:
 
 
 def produce_acks(payload: bytes, version: int, body: int) -> int:
-    """The `acks` of a Produce request, read without decoding its records."""
+    """The `acks` of a Produce request, read without decoding its records (v0-2 start with it,
+    v3+ have the transactional id before it)."""
     try:
         if version >= 9:
             n, pos = read_uvarint(payload, body)
             pos += max(n - 1, 0)
-        else:
+        elif version >= 3:
             (n,) = _I16.unpack_from(payload, body)
             pos = body + 2 + max(n, 0)
+        else:
+            pos = body
         return int(_I16.unpack_from(payload, pos)[0])
     except (struct.error, FrameError) as exc:
         raise MessageError(f"Produce v{version}: {exc}") from None
@@ -273,27 +277,45 @@ def produce_acks(payload: bytes, version: int, body: int) -> int:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FetchRequestInfo:
-    """What the gateway needs of a Fetch request."""
+    """What the gateway needs of a Fetch request: all of it in the fixed fields before the
+    topics, so a request is never decoded, whatever it lists."""
 
     max_wait_ms: int
-    follower: bool  # a replica's fetch: exempt from client quotas
     incremental: bool  # part of an existing fetch session (epoch > 0)
     max_bytes: int
+    max_bytes_at: int  # offset of max_bytes in the payload
+
+
+#: Fetch v4-14 start with replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, and
+#: from v7 session_id, session_epoch; v15-18 moved replica_id into a tagged field (at the end).
+_FETCH_4 = struct.Struct(">iiiib")
+_FETCH_7 = struct.Struct(">iiiibii")
+_FETCH_15 = struct.Struct(">iiibii")
 
 
 def fetch_request(payload: bytes, version: int, body: int) -> FetchRequestInfo:
-    req = _request(apis.FETCH, version, payload, body)
-    replica = req.replica_state.replica_id if version >= 15 else req.replica_id
-    max_wait = int(req.max_wait.total_seconds() * 1000)
-    epoch = req.session_epoch if version >= 7 else -1
-    return FetchRequestInfo(max_wait, replica >= 0, epoch > 0, int(req.max_bytes))
+    """A Fetch request's wait, session and size, from its fixed fields (v4-18)."""
+    if not 4 <= version <= 18 or body < 0:
+        raise MessageError(f"Fetch v{version}: fields not known")
+    try:
+        if version >= 15:
+            max_wait, _min, max_bytes, _iso, _session, epoch = _FETCH_15.unpack_from(payload, body)
+            at = body + 8
+        elif version >= 7:
+            _replica, max_wait, _min, max_bytes, _iso, _session, epoch = _FETCH_7.unpack_from(
+                payload, body)
+            at = body + 12
+        else:
+            _replica, max_wait, _min, max_bytes, _iso = _FETCH_4.unpack_from(payload, body)
+            epoch, at = -1, body + 12
+    except struct.error as exc:
+        raise MessageError(f"Fetch v{version}: {exc}") from None
+    return FetchRequestInfo(max_wait, version >= 7 and epoch > 0, max_bytes, at)
 
 
-def cap_fetch(payload: bytes, version: int, body: int, max_bytes: int) -> bytes:
-    """A Fetch request asking for at most `max_bytes` (the request is small: re-encoded)."""
-    schema = apis.request_schema(apis.FETCH, version)
-    req = _request(apis.FETCH, version, payload, body)
-    return payload[:body] + _encode(schema, dataclasses.replace(req, max_bytes=max_bytes))
+def cap_fetch(payload: bytes, info: FetchRequestInfo, max_bytes: int) -> bytes:
+    """A Fetch request asking for at most `max_bytes`: the field set in place."""
+    return payload[:info.max_bytes_at] + _I32.pack(max_bytes) + payload[info.max_bytes_at + 4:]
 
 
 def patch_response(api_key: int, version: int, payload: bytes, throttle_ms: int,
@@ -418,8 +440,35 @@ class MutationRequest:
     validate_only: bool
 
 
+#: Old mutation versions kio has no schema for, read with a version whose request has the same
+#: layout (Kafka's JSON definitions): CreateTopics v1 is v2's request, v0 is v1's without
+#: validateOnly, its last field (read as v2 with a false byte appended); DeleteTopics v0 is v1's.
+OLD_MUTATIONS: dict[tuple[int, int], tuple[int, bytes]] = {
+    (apis.CREATE_TOPICS, 0): (2, b"\x00"), (apis.CREATE_TOPICS, 1): (2, b""),
+    (apis.DELETE_TOPICS, 0): (1, b""),
+}
+
+
+def mutation_topic_count(api_key: int, version: int, payload: bytes, body: int) -> int:
+    """How many topics a mutation request lists, read from its first field (every mutation
+    request starts with its topics array) without decoding it."""
+    flexible = apis.flexible_request_header(api_key, version)
+    if flexible is None or body < 0:
+        raise MessageError(f"no schema for request {api_key} v{version}")
+    try:
+        if flexible:
+            return read_uvarint(payload, body)[0] - 1
+        return int(_I32.unpack_from(payload, body)[0])
+    except (struct.error, FrameError) as exc:
+        raise MessageError(f"{apis.api_name(api_key)} v{version}: {exc}") from None
+
+
 def mutation_request(api_key: int, version: int, payload: bytes, body: int) -> MutationRequest:
-    req = _request(api_key, version, payload, body)
+    old = OLD_MUTATIONS.get((api_key, version))
+    if old is not None:
+        req = _request(api_key, old[0], payload + old[1], body)
+    else:
+        req = _request(api_key, version, payload, body)
     if api_key == apis.CREATE_TOPICS:
         topics = tuple(MutationTopic(t.name, None, len(t.assignments) if t.assignments
                                      else int(t.num_partitions)) for t in req.topics)
@@ -446,6 +495,8 @@ class TopicResult:
 
 def mutation_results(api_key: int, version: int, payload: bytes) -> list[TopicResult]:
     """Per-topic outcome of a mutation response, in response order."""
+    if (api_key, version) in OLD_MUTATIONS:
+        return _old_mutation_results(api_key, version, payload)
     _schema, resp, _offset = _response(api_key, version, payload)
     if api_key == apis.CREATE_TOPICS:
         return [TopicResult(t.name, getattr(t, "topic_id", None), int(t.error_code),
@@ -454,6 +505,29 @@ def mutation_results(api_key: int, version: int, payload: bytes) -> list[TopicRe
         return [TopicResult(t.name, getattr(t, "topic_id", None), int(t.error_code), -1)
                 for t in resp.responses]
     return [TopicResult(t.name, None, int(t.error_code), -1) for t in resp.results]
+
+
+def _old_mutation_results(api_key: int, version: int, payload: bytes) -> list[TopicResult]:
+    """The results of CreateTopics v0-1 and DeleteTopics v0, read by hand: no throttle time, then
+    (name, error code) per topic, and CreateTopics v1 an error message after each."""
+    pos = _body_offset(api_key, version, payload)
+    message = api_key == apis.CREATE_TOPICS and version == 1
+    try:
+        (count,) = _I32.unpack_from(payload, pos)
+        pos += 4
+        if not 0 <= count <= len(payload):
+            raise MessageError(f"{count} results")
+        out = []
+        for _ in range(count):
+            name, pos = _read_string(payload, pos, False)
+            (error,) = _I16.unpack_from(payload, pos)
+            pos += 2
+            if message:
+                _message, pos = _read_string(payload, pos, False)
+            out.append(TopicResult(name, None, int(error), -1))
+    except (struct.error, FrameError) as exc:
+        raise MessageError(f"{apis.api_name(api_key)} v{version} response: {exc}") from None
+    return out
 
 
 def _rejections(schema: Any, api_key: int, topics: Iterable[MutationTopic]) -> list[Any]:
@@ -578,7 +652,13 @@ def sasl_auth_bytes(payload: bytes, version: int, body: int) -> bytes:
     return bytes(_request(apis.SASL_AUTHENTICATE, version, payload, body).auth_bytes)
 
 
-def sasl_authenticated(payload: bytes, version: int) -> bool:
-    """True when a SaslAuthenticate response carries no error."""
-    _schema, resp, _offset = _response(apis.SASL_AUTHENTICATE, version, payload)
+def sasl_handshake_accepted(payload: bytes, version: int) -> bool:
+    """True when a SaslHandshake response carries no error."""
+    _schema, resp, _offset = _response(apis.SASL_HANDSHAKE, version, payload)
     return bool(resp.error_code == ErrorCode.none)
+
+
+def sasl_authenticate_answer(payload: bytes, version: int) -> tuple[bool, bytes]:
+    """Whether a SaslAuthenticate response carries no error, and the server's token in it."""
+    _schema, resp, _offset = _response(apis.SASL_AUTHENTICATE, version, payload)
+    return bool(resp.error_code == ErrorCode.none), bytes(resp.auth_bytes)

@@ -1,11 +1,13 @@
 """The gateway's Prometheus metrics, in a registry of its own (several gateways can share a
-process in tests). Entity names never appear in labels: those are unbounded."""
+process in tests). Every label has a bounded set of values: entity names never appear, an API is
+Kafka's name or `unknown` (a client picks the key), reasons and outcomes are fixed lists."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from app.gateway import apis
+from app.gateway.limits import CLOSE_REASONS, CONNECTION_OUTCOMES
 
 
 class GatewayMetrics:
@@ -25,12 +27,19 @@ class GatewayMetrics:
         self.connections = Counter("quota_streams_gateway_connections",
                                    "New client connections by outcome", ["outcome"], registry=r)
         self.open = Gauge("quota_streams_gateway_open_connections", "Client connections open", registry=r)
+        self.buffered = Gauge("quota_streams_gateway_buffered_bytes",
+                              "Client bytes read and not yet forwarded, over all connections",
+                              registry=r)
         self.undecoded_frames = Counter("quota_streams_gateway_undecoded",
                                         "Frames passed through because they could not be decoded",
                                         ["api"], registry=r)
-        self.opaque_connections = Counter("quota_streams_gateway_opaque_connections",
-                                          "Connections passed through as bytes (not Kafka framing, "
-                                          "or SASL v0 tokens)", registry=r)
+        self.closed_connections = Counter("quota_streams_gateway_closed_connections",
+                                          "Client connections the gateway closed, by reason",
+                                          ["reason"], registry=r)
+        for reason in CLOSE_REASONS:
+            self.closed_connections.labels(reason)
+        for outcome in CONNECTION_OUTCOMES:
+            self.connections.labels(outcome)
         self.events = Counter("quota_streams_gateway_events", "Usage events recorded", registry=r)
         self.events_dropped = Counter("quota_streams_gateway_events_dropped",
                                       "Usage events dropped (the event topics could not be written "
@@ -54,21 +63,28 @@ class GatewayMetrics:
                                        "restarted after a backoff", ["reader"], registry=r)
 
     def request(self, api_key: int) -> None:
-        self.requests.labels(apis.api_name(api_key)).inc()
+        self.requests.labels(apis.metric_label(api_key)).inc()
 
     def response(self, api_key: int, nbytes: int) -> None:
-        self.response_bytes.labels(apis.api_name(api_key)).inc(nbytes)
+        self.response_bytes.labels(apis.metric_label(api_key)).inc(nbytes)
 
     def throttled(self, api_key: int, ms: int) -> None:
-        name = apis.api_name(api_key)
+        name = apis.metric_label(api_key)
         self.throttles.labels(name).inc()
         self.throttle_ms.labels(name).inc(ms)
 
     def rejected(self, api_key: int, topics: int) -> None:
-        self.rejections.labels(apis.api_name(api_key)).inc(topics)
+        self.rejections.labels(apis.metric_label(api_key)).inc(topics)
 
     def undecoded(self, api_key: int) -> None:
-        self.undecoded_frames.labels(apis.api_name(api_key)).inc()
+        self.undecoded_frames.labels(apis.metric_label(api_key)).inc()
 
-    def opaque(self) -> None:
-        self.opaque_connections.inc()
+    def connection(self, outcome: str) -> None:
+        if outcome not in CONNECTION_OUTCOMES:
+            raise ValueError(f"not a connection outcome: {outcome}")
+        self.connections.labels(outcome).inc()
+
+    def closed(self, reason: str) -> None:
+        if reason not in CLOSE_REASONS:
+            raise ValueError(f"not a close reason: {reason}")
+        self.closed_connections.labels(reason).inc()

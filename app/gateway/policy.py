@@ -11,8 +11,9 @@ the larger of the two sources.
   (KIP-599: CreateTopics >= 6, DeleteTopics >= 5, CreatePartitions >= 3) under an active `reject`
   is answered THROTTLING_QUOTA_EXCEEDED without reaching the controller; otherwise it is forwarded
   and the response carries the larger of the mutation and request throttles.
-- Every other request: `request_percentage`.
-- SASL requests are the authenticator's, before any principal is known: never throttled.
+- Every other request: `request_percentage`, whatever the gateway could decode of it.
+- SASL requests on a SASL listener are the authenticator's, not KafkaApis': the session neither
+  charges nor throttles them (`Authentication.charged`).
 """
 
 from __future__ import annotations
@@ -64,8 +65,6 @@ def response_throttle(directives: Directives, api_key: int, user: str, client_id
                       broker: int, now: int) -> int:
     """Milliseconds the directives in force put in the response (0: none). The mutation quota
     of a mutation request is planned with the request (`plan_mutation`)."""
-    if api_key in apis.UNCHARGED:
-        return 0
     return directives.request_throttle(user, client_id, now, quotas_for(api_key), broker).throttle_ms
 
 

@@ -10,9 +10,12 @@ response that names it reaches the client.
 
 Admission (KIP-612, per broker port, as a broker's acceptor): a `delay_connection` in force for
 the broker or listener holds this port's acceptor for its throttle (later connections queue
-behind it), then the connection is accepted; an IP under `close_connection` gets its socket held,
-unread, and closed when the throttle ends, never reaching a broker. Only accepted connections are
-events.
+behind it, at most `max_queued_connections`: the newest past that is closed), then the
+connection is accepted; an IP under `close_connection` gets its socket held, unread, and closed
+when the throttle ends, never reaching a broker. Only accepted connections are events. Before
+any of that, a connection over the gateway's caps (`max_connections` in all, and per IP) is
+closed at once; every open one counts, admitted or not. A sweep closes idle connections and
+those whose broker left a request unanswered (`limits.Limits`).
 
 When the control topic cannot be read, the directives already known stay in force until their
 `until`, and nothing new is learned: the gateway fails open, as a broker without the quota
@@ -31,21 +34,22 @@ import struct
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from app.engine.engine import EngineSettings
+from app.errors import reason
 from app.gateway import messages
 from app.gateway.connection import Session
-from app.errors import reason
-from app.gateway.local import LocalQuotas
-from app.subscriber.allocations import AllocatedLimits
 from app.gateway.frames import SIZE, frame
+from app.gateway.limits import ConnectionCounts, Limits
+from app.gateway.local import LocalQuotas
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.policy import Directives
 from app.kafka_security import client_options
+from app.subscriber.allocations import AllocatedLimits
 from app.supervision import Supervision
 from app.usage.publisher import EventPublisher
 from app.usage.recorder import UsageRecorder
@@ -94,6 +98,11 @@ class GatewayConfig:
     max_pending: int = 1_000_000
     directives_timeout: float = 30.0
     probe_timeout: float = 10.0
+    connect_timeout: float = 10.0  # to open a client's connection to its broker
+    #: the upstream listener requires SASL: nothing but ApiVersions and SASL is served (or
+    #: decoded) before a connection authenticates, and its frames are held to 512 KiB until then
+    upstream_sasl: bool = False
+    limits: Limits = field(default_factory=Limits)
     client_tls: ssl.SSLContext | None = None
     upstream_tls: ssl.SSLContext | None = None
 
@@ -162,6 +171,10 @@ class Acceptor:
         self.busy = False
 
     def arrive(self, session: Session) -> None:
+        if len(self.queue) >= self.gateway.limits.max_queued_connections:
+            self.gateway.metrics.connection("queue_full")
+            session.close()
+            return
         self.queue.append([session, None])
         if not self.busy:
             self.run()
@@ -185,16 +198,16 @@ class Acceptor:
                 delay = max(decision.delay_ms, local_delay)
                 if delay > 0:
                     self.busy = True
-                    gw.metrics.connections.labels("delayed").inc()
+                    gw.metrics.connection("delayed")
                     asyncio.get_running_loop().call_later(delay / 1000.0, self.run)
                     return
             self.queue.popleft()
             close_ms = max(decision.close_ms, local_close)
             if close_ms > 0:  # Kafka closes an IP-throttled connection when its throttle ends
-                gw.metrics.connections.labels("closed").inc()
+                gw.metrics.connection("closed")
                 asyncio.get_running_loop().call_later(close_ms / 1000.0, session.close)
                 continue
-            gw.metrics.connections.labels("accepted").inc()
+            gw.metrics.connection("accepted")
             gw.usage.connection(self.node_id, now, gw.config.listener, session.ip)
             gw.connect(session)
 
@@ -210,7 +223,9 @@ class Gateway:
         self._follower: Any = None
         self.listener = config.listener
         self.max_in_flight = config.max_in_flight
+        self.limits = config.limits
         self.metrics = GatewayMetrics()
+        self.metrics.buffered.set_function(lambda: sum(s.buffered for s in self.sessions))
         self._events_waiting = asyncio.Event()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
                                    on_first=self._events_waiting.set, gateway=config.gateway_id)
@@ -220,6 +235,8 @@ class Gateway:
         self.metadata_version = 4
         self.bootstrap_node = 0
         self.sessions: set[Session] = set()
+        self.counts = ConnectionCounts(config.limits)
+        self._sweep_task: asyncio.Task[None] | None = None
         self._servers: dict[int | None, asyncio.base_events.Server] = {}
         self._binding: dict[int, asyncio.Future[None]] = {}
         self._acceptors: dict[int, Acceptor] = {}
@@ -238,6 +255,41 @@ class Gateway:
     async def start(self) -> None:
         cfg = self.config
         info = await probe_cluster(cfg.upstream, cfg.upstream_tls, cfg.probe_timeout)
+        self._learn_cluster(info)
+        if self._own_directives:
+            await self._start_directives()
+        self.metrics.directives.set_function(lambda: len(self.directives))
+        self.metrics.directives_ready.set_function(
+            lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
+        if self.local is not None and cfg.allocations:  # the subscriber reads allocations too
+            nodes = self.nodes
+            assert nodes is not None
+            live = (lambda: cfg.gateways) if cfg.gateway_id is not None else \
+                (lambda: len(nodes.node_ids))
+            self.local.obey(AllocatedLimits(self.directives.allocations,  # type: ignore[attr-defined]
+                                            live))
+        if self.local is not None and cfg.local is not None:
+            await self._start_configs()
+        await self._start_events()
+        await self.serve(info)
+
+    async def serve(self, info: ClusterInfo) -> None:
+        """Listen on the bootstrap port and each broker's, for the cluster `info` describes
+        (`start` does this after connecting to Kafka; tests call it alone)."""
+        cfg = self.config
+        if self.nodes is None:
+            self._learn_cluster(info)
+        self._sweep_task = asyncio.create_task(self._sweep_loop(), name="gateway-sweep")
+        await self._listen(None, cfg.listen[1])
+        assert self.nodes is not None
+        for node_id in self.nodes.node_ids:
+            await self._bind(node_id)
+        logger.info("gateway listening on %s:%d for %s; brokers: %s", cfg.listen[0], cfg.listen[1],
+                    ",".join(f"{h}:{p}" for h, p in cfg.upstream), self.describe_ports())
+
+    def _learn_cluster(self, info: ClusterInfo) -> None:
+        """The port rule, brokers and versions from the start-up probe."""
+        cfg = self.config
         self.metadata_version = min(info.versions.get(3, (0, 4))[1], 12)
         lowest = min(n.node_id for n in info.nodes)
         rule = PortRule(cfg.advertised_host,
@@ -252,25 +304,6 @@ class Gateway:
             named = [n.node_id for n in info.nodes if (n.host, n.port) == info.answered_by]
             self.bootstrap_node = named[0] if named else lowest
         self._bootstrap_targets = [info.answered_by] + [a for a in cfg.upstream if a != info.answered_by]
-        if self._own_directives:
-            await self._start_directives()
-        self.metrics.directives.set_function(lambda: len(self.directives))
-        self.metrics.directives_ready.set_function(
-            lambda: 1.0 if getattr(self.directives, "is_ready", True) else 0.0)
-        if self.local is not None and cfg.allocations:  # the subscriber reads allocations too
-            nodes = self.nodes
-            live = (lambda: cfg.gateways) if cfg.gateway_id is not None else \
-                (lambda: len(nodes.node_ids))
-            self.local.obey(AllocatedLimits(self.directives.allocations,  # type: ignore[attr-defined]
-                                            live))
-        if self.local is not None and cfg.local is not None:
-            await self._start_configs()
-        await self._start_events()
-        await self._listen(None, cfg.listen[1])
-        for node_id in self.nodes.node_ids:
-            await self._bind(node_id)
-        logger.info("gateway listening on %s:%d for %s; brokers: %s", cfg.listen[0], cfg.listen[1],
-                    ",".join(f"{h}:{p}" for h, p in cfg.upstream), self.describe_ports())
 
     def describe_ports(self) -> str:
         assert self.nodes is not None
@@ -367,6 +400,8 @@ class Gateway:
     async def stop(self) -> None:
         for server in self._servers.values():
             server.close()
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
         for session in list(self.sessions):
             session.close()
         if self._publish_task is not None:
@@ -390,6 +425,10 @@ class Gateway:
             lambda: self._session(node_id).client_protocol(), cfg.listen[0], port,
             ssl=cfg.client_tls, reuse_address=True)
         self._servers[node_id] = server
+
+    def listening_port(self, node_id: int | None = None) -> int:
+        """The port the gateway listens on for broker `node_id` (None: the bootstrap port)."""
+        return int(self._servers[node_id].sockets[0].getsockname()[1])
 
     def _session(self, node_id: int | None) -> Session:
         if node_id is None:
@@ -430,6 +469,12 @@ class Gateway:
     # ------------------------------------------------------------------------- connections
 
     def admit(self, session: Session) -> None:
+        """A new client connection: within the caps, to its port's acceptor; else closed."""
+        refused = self.counts.admit(session.ip)
+        if refused is not None:
+            self.metrics.connection(refused)
+            session.close()
+            return
         self.sessions.add(session)
         self.metrics.open.set(len(self.sessions))
         acceptor = self._acceptors.get(session.node_id)
@@ -438,13 +483,16 @@ class Gateway:
         acceptor.arrive(session)
 
     def forget(self, session: Session) -> None:
-        self.sessions.discard(session)
-        self.metrics.open.set(len(self.sessions))
+        if session in self.sessions:
+            self.sessions.discard(session)
+            self.counts.release(session.ip)
+            self.metrics.open.set(len(self.sessions))
 
     def connect(self, session: Session) -> None:
-        asyncio.ensure_future(self._connect(session))
+        session.connecting = asyncio.ensure_future(self._connect(session))
 
     async def _connect(self, session: Session) -> None:
+        """The client's own connection to its broker (cancelled if the client leaves first)."""
         assert self.nodes is not None
         targets = self._bootstrap_targets if session.bootstrap else []
         address = self.nodes.upstream(session.node_id)
@@ -453,16 +501,38 @@ class Gateway:
         loop = asyncio.get_running_loop()
         for host, port in targets:
             try:
-                await loop.create_connection(session.broker_protocol, host, port,
-                                             ssl=self.config.upstream_tls)
-            except OSError as exc:
+                async with asyncio.timeout(self.config.connect_timeout):
+                    await loop.create_connection(session.broker_protocol, host, port,
+                                                 ssl=self.config.upstream_tls)
+            except (OSError, TimeoutError) as exc:
                 self.metrics.upstream_errors.inc()
                 logger.warning("cannot connect to broker %d at %s:%d: %s", session.node_id, host,
-                               port, exc)
+                               port, reason(exc))
                 continue
-            session.accepted()
+            session.connecting = None
+            if not session.closed:
+                session.accepted()
             return
+        session.connecting = None
         session.close()
+
+    # ------------------------------------------------------------------------- sweep
+
+    async def _sweep_loop(self) -> None:
+        interval = self.limits.sweep_interval()
+        while True:
+            await asyncio.sleep(interval)
+            self.sweep(time.perf_counter())
+
+    def sweep(self, now: float) -> None:
+        """Close the connections idle for longer than the idle timeout and those whose broker
+        left a request unanswered for longer than the request timeout (`now`: perf_counter)."""
+        idle = self.limits.idle_timeout_ms / 1000.0
+        timeout = self.limits.request_timeout_ms / 1000.0
+        for session in list(self.sessions):
+            why = session.expired(now, idle, timeout)
+            if why is not None:
+                session.close(why)
 
     # ------------------------------------------------------------------------- usage events
 

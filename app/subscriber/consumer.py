@@ -17,6 +17,7 @@ default: restart after a backoff, counted in `stats["crashes"]`, `healthy` False
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time

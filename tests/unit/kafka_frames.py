@@ -5,6 +5,7 @@ as bytes."""
 from __future__ import annotations
 
 import io
+import struct
 import sys
 from datetime import timedelta
 from typing import Any
@@ -96,3 +97,52 @@ def metadata_response(version: int, brokers: list[tuple[int, str, int]],
     if "controller_id" in schema_fields:
         fields["controller_id"] = brokers[0][0]
     return response(apis.METADATA, version, correlation_id, **fields)
+
+
+def produce_request(corr: int, acks: int = 1, client_id: str = "app", size: int = 1000) -> bytes:
+    data = nested(apis.PRODUCE, 9, "PartitionProduceData", response=False)
+    topic = nested(apis.PRODUCE, 9, "TopicProduceData", response=False)
+    body = request_body(apis.PRODUCE, 9, transactional_id=None, acks=acks, timeout=ms(1000),
+                        topic_data=(topic(name="t", partition_data=(
+                            data(index=0, records=b"\x01" * size),)),))
+    return request(apis.PRODUCE, 9, body, correlation_id=corr, client_id=client_id)
+
+
+def produce_response(corr: int) -> bytes:
+    part = nested(apis.PRODUCE, 9, "PartitionProduceResponse")
+    topic = nested(apis.PRODUCE, 9, "TopicProduceResponse")
+    return response(apis.PRODUCE, 9, corr, throttle_time=ms(0), responses=(topic(
+        name="t", partition_responses=(part(index=0, error_code=NONE, base_offset=1,
+                                            log_append_time=None, record_errors=()),)),))
+
+
+def old_request(api_key: int, version: int, like: int, body: Any, correlation_id: int = 7,
+                client_id: str = "ops", drop_last: int = 0) -> bytes:
+    """A request of a version kio has no schema for, written with version `like`'s body (the same
+    layout, per Kafka's JSON definitions) minus its last `drop_last` bytes, under a v1 header."""
+    raw = client_id.encode()
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(raw)) + raw
+    encoded = _encode(apis.request_schema(api_key, like), body)
+    return header + (encoded[:-drop_last] if drop_last else encoded)
+
+
+def old_mutation_response(results: list[tuple[str, int]], correlation_id: int = 7,
+                          messages: bool = False) -> bytes:
+    """CreateTopics v0-1 / DeleteTopics v0 results: (name, error code) per topic, and with
+    `messages` (CreateTopics v1) a null error message after each; no throttle time."""
+    out = struct.pack(">ii", correlation_id, len(results))
+    for name, error in results:
+        raw = name.encode()
+        out += struct.pack(">h", len(raw)) + raw + struct.pack(">h", error)
+        if messages:
+            out += struct.pack(">h", -1)
+    return out
+
+
+def fetch_response(corr: int, nbytes: int = 5000) -> bytes:
+    part = nested(apis.FETCH, 12, "PartitionData")
+    topic = nested(apis.FETCH, 12, "FetchableTopicResponse")
+    return response(apis.FETCH, 12, corr, throttle_time=ms(0), error_code=NONE, session_id=0,
+                    responses=(topic(topic="t", partitions=(part(
+                        partition_index=0, error_code=NONE, high_watermark=1,
+                        aborted_transactions=None, records=b"\x02" * nbytes),)),))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from app.cli import main
+from app.commands.gateway import build_config, register
+from app.gateway.limits import Limits
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -30,6 +34,10 @@ from app.cli import main
      "--gateway-id and --gateways go together"),
     (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--gateway-id", str(2**31),
       "--gateways", "2"], "--gateway-id must be at most"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--max-request-bytes",
+      "1000"], "must be >= 524288"),  # below what a client may send before authenticating
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--max-connections-per-ip",
+      "0"], "must be >= 1"),
 ])
 def test_bad_arguments_are_one_line(argv: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,6 +47,20 @@ def test_bad_arguments_are_one_line(argv: list[str], message: str,
     assert exit_.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after argparse's usage, if any
     assert last.startswith("quota-streams gateway:") and message in last
+
+
+def test_the_limits_and_the_upstream_listener_reach_the_gateway() -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args([
+        "gateway", "--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--upstream-sasl",
+        "--max-request-bytes", "2000000", "--max-connections", "50", "--max-connections-per-ip", "5",
+        "--max-queued-connections", "7", "--idle-timeout-ms", "1000", "--request-timeout-ms", "2000"])
+    config = build_config(args)
+    assert config.upstream_sasl
+    assert config.limits == Limits(max_request_bytes=2_000_000, max_connections=50,
+                                   max_connections_per_ip=5, max_queued_connections=7,
+                                   idle_timeout_ms=1000, request_timeout_ms=2000)
 
 
 def test_an_unreachable_upstream_is_one_line_naming_it(capsys: pytest.CaptureFixture[str],

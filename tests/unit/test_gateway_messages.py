@@ -4,11 +4,14 @@ by decoding its output with kio (the schemas of Apache Kafka's message definitio
 from __future__ import annotations
 
 import base64
+import dataclasses
+import struct
 import uuid
 
 import orjson
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
 
 from app.gateway import apis, messages, sasl
 from app.gateway.frames import FrameError, FrameReader, correlation_id, frame, request_header
@@ -19,6 +22,8 @@ from tests.unit.kafka_frames import (
     metadata_response,
     ms,
     nested,
+    old_mutation_response,
+    old_request,
     request,
     request_body,
     response,
@@ -62,13 +67,72 @@ def test_frame_reader_splits_a_stream_cut_anywhere() -> None:
         assert got == frames and reader.buffered == 0
 
 
-def test_frame_reader_refuses_a_frame_over_its_limit() -> None:
+def test_frame_reader_refuses_a_frame_over_its_limit_on_its_size_prefix() -> None:
     reader = FrameReader(max_frame=100)
-    start = frame(b"x" * 101)[:8]
-    reader.feed(start)
+    reader.feed(frame(b"x" * 101)[:4])  # only the prefix: nothing of the frame is waited for
+    with pytest.raises(FrameError) as refused:
+        reader.next()
+    assert refused.value.size == 101
+    reader = FrameReader(max_frame=100)
+    reader.feed(b"\xff\xff\xff\xfe")
     with pytest.raises(FrameError):
         reader.next()
-    assert reader.take_rest() == start  # nothing lost: the bytes can still be passed through
+
+
+def test_frame_reader_holds_some_apis_to_a_smaller_limit_read_after_the_prefix() -> None:
+    held = frame(request(apis.SASL_HANDSHAKE, 1, request_body(apis.SASL_HANDSHAKE, 1,
+                                                              mechanism="P" * 200)))
+    other = frame(b"\x00\x00" + b"p" * 300)  # api key 0 (Produce), as large
+    reader = FrameReader(max_frame=1000, held_keys=frozenset({apis.SASL_HANDSHAKE}),
+                         held_frame=100)
+    reader.feed(other[:3])
+    assert reader.next() is None
+    reader.feed(other[3:])
+    assert reader.next() == other[4:]  # over 100 bytes, but not a held api
+    reader.feed(held[:5])
+    assert reader.next() is None  # its api key is not in yet
+    reader.feed(held[5:6])
+    with pytest.raises(FrameError) as refused:
+        reader.next()
+    assert refused.value.size == len(held) - 4
+
+
+def test_a_frame_whose_prefix_was_read_is_held_to_a_limit_lowered_since() -> None:
+    reader = FrameReader(max_frame=1000)
+    reader.feed(frame(b"x" * 500)[:10])
+    assert not reader.complete()  # its prefix is read
+    reader.max_frame = 100
+    with pytest.raises(FrameError):
+        reader.next()
+
+
+# ------------------------------------------------------------------------------- api table
+
+
+def test_made_up_keys_and_versions_grow_no_cache_and_share_one_metric_label() -> None:
+    apis.request_schema(apis.PRODUCE, 9)
+    before = (apis._request_schema.cache_info().currsize, apis._flexible_request.cache_info().currsize)
+    for key in range(1000, 3000):
+        assert apis.request_schema(key, 1) is None and apis.flexible_request_header(key, 1) is None
+    for version in range(100, 30000, 7):
+        assert apis.request_schema(apis.PRODUCE, version) is None
+        assert apis.flexible_request_header(apis.PRODUCE, version) is None
+        assert not apis.throttle_first(apis.PRODUCE, version)
+    after = (apis._request_schema.cache_info().currsize, apis._flexible_request.cache_info().currsize)
+    assert after == before
+    assert {apis.metric_label(k) for k in (999, 4242, -1)} == {"unknown"}
+    assert apis.metric_label(apis.PRODUCE) == "Produce"
+
+
+@pytest.mark.parametrize("key, version, flexible", [
+    (apis.PRODUCE, 2, False),  # below kio's v3, which has the old header: the old header
+    (apis.PRODUCE, 14, True),  # above kio's v13, which is flexible: flexible
+    (apis.CREATE_TOPICS, 0, False), (apis.DELETE_TOPICS, 0, False),
+    (apis.PRODUCE, 9, True), (apis.METADATA, 8, False),
+])
+def test_header_version_of_a_version_outside_kios_range(key: int, version: int,
+                                                         flexible: bool) -> None:
+    assert apis.flexible_request_header(key, version) is flexible
 
 
 # -------------------------------------------------------------------------------- ApiVersions
@@ -237,19 +301,57 @@ def test_produce_acks_are_read_without_decoding_the_records(version: int, transa
     assert messages.produce_acks(payload, version, request_header(payload).body) == acks
 
 
-@pytest.mark.parametrize("version", [11, 15, 17])
-@pytest.mark.parametrize("follower", [False, True])
-def test_fetch_request_wait_follower_and_session(version: int, follower: bool) -> None:
-    fields = {"max_wait": ms(500), "min_bytes": 1, "session_id": 9, "session_epoch": 3,
-              "topics": (), "forgotten_topics_data": ()}
+def test_produce_acks_of_versions_before_the_transactional_id() -> None:
+    for version in (0, 1, 2):  # kio has no schema: acks is the body's first field
+        payload = b"\x00\x00" + version.to_bytes(2, "big") + b"\x00\x00\x00\x07\x00\x03app" + \
+            b"\x00\x00" + b"\x00\x00\x03\xe8" + b"\x00\x00\x00\x00"
+        assert messages.produce_acks(payload, version, request_header(payload).body) == 0
+
+
+def _fetch(version: int, session_epoch: int, **more: object) -> bytes:
+    part = nested(apis.FETCH, version, "FetchPartition", response=False)
+    topic = nested(apis.FETCH, version, "FetchTopic", response=False)
+    partition = {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1 << 20}
+    if version >= 9:
+        partition["current_leader_epoch"] = 1
+    name = {"topic_id": uuid.uuid4()} if version >= 13 else {"topic": "t"}
+    fields: dict[str, object] = {"max_wait": ms(500), "min_bytes": 1, "max_bytes": 50 << 20,
+                                 "topics": (topic(**name, partitions=(part(**partition),)),),
+                                 **more}
+    if version >= 7:
+        fields.update(session_id=9, session_epoch=session_epoch, forgotten_topics_data=())
+    return request(apis.FETCH, version, request_body(apis.FETCH, version, **fields))
+
+
+@pytest.mark.parametrize("version", [4, 7, 11, 12, 15, 17, 18])
+def test_fetch_request_is_read_and_capped_in_its_fixed_fields(version: int) -> None:
+    payload = _fetch(version, session_epoch=3)
+    body = request_header(payload).body
+    info = messages.fetch_request(payload, version, body)
+    assert (info.max_wait_ms, info.incremental, info.max_bytes) == (500, version >= 7, 50 << 20)
+    capped = messages.cap_fetch(payload, info, 4096)
+    schema = apis.request_schema(apis.FETCH, version)
+    before, after = (entity_reader(schema)(p, body)[0] for p in (payload, capped))
+    assert after == dataclasses.replace(before, max_bytes=4096)
+
+
+@pytest.mark.parametrize("version", [11, 15])
+def test_a_fetch_claiming_to_be_a_followers_reads_like_a_consumers(version: int) -> None:
     if version >= 15:
         state = nested(apis.FETCH, version, "ReplicaState", response=False)
-        fields["replica_state"] = state(replica_id=2 if follower else -1)
+        payload = _fetch(version, 0, replica_state=state(replica_id=2))
     else:
-        fields["replica_id"] = 2 if follower else -1
-    payload = request(apis.FETCH, version, request_body(apis.FETCH, version, **fields))
+        payload = _fetch(version, 0, replica_id=2)
     info = messages.fetch_request(payload, version, request_header(payload).body)
-    assert (info.max_wait_ms, info.follower, info.incremental) == (500, follower, True)
+    assert (info.max_wait_ms, info.incremental) == (500, False)
+    assert not hasattr(info, "follower")  # the gateway proxies clients: none is exempt
+
+
+@pytest.mark.parametrize("version", [3, 19])
+def test_fetch_versions_whose_fields_are_not_known_are_not_read(version: int) -> None:
+    payload = _fetch(12, 0)
+    with pytest.raises(messages.MessageError):
+        messages.fetch_request(payload, version, request_header(payload).body)
 
 
 # ------------------------------------------------------------------------------- mutations
@@ -309,6 +411,41 @@ def test_create_partitions_request_and_its_rejection(version: int) -> None:
     assert [(r.name, int(r.error_code)) for r in got.results] == [("a", 89)]
 
 
+@pytest.mark.parametrize("version", [0, 1])
+def test_create_topics_v0_and_v1_are_read_with_v2s_layout(version: int) -> None:
+    topic = nested(apis.CREATE_TOPICS, 2, "CreatableTopic", response=False)
+    assignment = nested(apis.CREATE_TOPICS, 2, "CreatableReplicaAssignment", response=False)
+    body = request_body(apis.CREATE_TOPICS, 2, timeout=ms(1000), validate_only=False, topics=(
+        topic(name="a", num_partitions=6, replication_factor=1, assignments=(), configs=()),
+        topic(name="b", num_partitions=-1, replication_factor=-1, configs=(), assignments=tuple(
+            assignment(partition_index=i, broker_ids=(1,)) for i in range(3)))))
+    payload = old_request(apis.CREATE_TOPICS, version, 2, body, drop_last=1 if version == 0 else 0)
+    header = request_header(payload)
+    assert messages.mutation_topic_count(apis.CREATE_TOPICS, version, payload, header.body) == 2
+    req = messages.mutation_request(apis.CREATE_TOPICS, version, payload, header.body)
+    assert [(t.name, t.partitions) for t in req.topics] == [("a", 6), ("b", 3)]
+    results = messages.mutation_results(apis.CREATE_TOPICS, version, old_mutation_response(
+        [("a", 0), ("b", 36)], messages=version == 1))
+    assert [(r.name, r.error_code, r.partitions) for r in results] == [("a", 0, -1), ("b", 36, -1)]
+
+
+def test_delete_topics_v0_is_read_with_v1s_layout() -> None:
+    body = request_body(apis.DELETE_TOPICS, 1, timeout=ms(1000), topic_names=("a", "b"))
+    payload = old_request(apis.DELETE_TOPICS, 0, 1, body)
+    header = request_header(payload)
+    req = messages.mutation_request(apis.DELETE_TOPICS, 0, payload, header.body)
+    assert [t.name for t in req.topics] == ["a", "b"]
+    results = messages.mutation_results(apis.DELETE_TOPICS, 0, old_mutation_response([("a", 0)]))
+    assert [(r.name, r.error_code) for r in results] == [("a", 0)]
+
+
+def test_a_truncated_old_mutation_response_is_a_message_error() -> None:
+    with pytest.raises(messages.MessageError):
+        messages.mutation_results(apis.DELETE_TOPICS, 0, old_mutation_response([("a", 0)])[:-1])
+    with pytest.raises(messages.MessageError):
+        messages.mutation_results(apis.DELETE_TOPICS, 0, struct.pack(">ii", 7, 2**30))
+
+
 def test_create_topics_results_give_the_partitions_created() -> None:
     result = nested(apis.CREATE_TOPICS, 7, "CreatableTopicResult")
     payload = response(apis.CREATE_TOPICS, 7, throttle_time=ms(0), topics=(
@@ -351,6 +488,16 @@ def test_sasl_usernames_from_each_mechanism() -> None:
 ])
 def test_sasl_names_it_cannot_read_are_none(mechanism: str, auth: bytes) -> None:
     assert sasl.username(mechanism, auth) is None
+
+
+def test_sasl_answers_say_whether_the_broker_accepted() -> None:
+    for version in (0, 1):
+        for code, accepted in ((NONE, True), (ErrorCode(34), False)):
+            payload = response(apis.SASL_HANDSHAKE, version, error_code=code, mechanisms=("PLAIN",))
+            assert messages.sasl_handshake_accepted(payload, version) is accepted
+    payload = response(apis.SASL_AUTHENTICATE, 2, error_code=NONE, error_message=None,
+                       auth_bytes=b"v=abc", session_lifetime=ms(0))
+    assert messages.sasl_authenticate_answer(payload, 2) == (True, b"v=abc")
 
 
 def test_undecodable_responses_raise_message_error_for_pass_through() -> None:

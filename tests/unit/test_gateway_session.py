@@ -5,118 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
-
-import pytest
 
 from app.gateway import apis, messages
-from app.gateway.connection import Session
-from app.gateway.frames import SIZE, FrameReader, frame, request_header
-from app.gateway.messages import Node
-from app.gateway.nodes import NodeMap, PortRule
-from app.engine.configs import parse_config_record
-from app.engine.engine import EngineSettings
-from app.gateway.local import LocalQuotas
-from app.gateway.server import Gateway, GatewayConfig
-from app.subscriber.active_set import ActiveSet
+from app.gateway.frames import request_header
+from tests.unit.gateway_harness import BROKER, Harness, answered, sent
 from tests.unit.kafka_frames import (
     NONE,
     decode_response,
+    fetch_response,
     metadata_response,
     ms,
     nested,
+    produce_request,
+    produce_response,
     request,
     request_body,
     response,
 )
-
-BROKER = 111
-
-
-class FakeSocket:
-    """An asyncio transport that keeps what is written and whether reading is paused."""
-
-    def __init__(self, peer: tuple[str, int] = ("10.0.0.7", 50000)) -> None:
-        self.peer = peer
-        self.written = bytearray()
-        self.paused = False
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str) -> Any:
-        return self.peer if name == "peername" else None
-
-    def frames(self) -> list[bytes]:
-        """The frames written since the last call."""
-        reader = FrameReader()
-        reader.feed(bytes(self.written))
-        self.written.clear()
-        out = []
-        while (f := reader.next()) is not None:
-            out.append(f)
-        return out
-
-
-class Harness:
-    def __init__(self, max_in_flight: int = 1, quotas: list[dict[str, Any]] | None = None) -> None:
-        """A session on a gateway with directives only, or with `quotas` its own local engine
-        enforces (windows 11 x 100 ms, so tests wait little)."""
-        self.active = ActiveSet(None)
-        config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
-                               advertised_host="gw", kafka_bootstrap="", topics={},
-                               directives_topic="", max_in_flight=max_in_flight)
-        local = None
-        if quotas is not None:
-            local = LocalQuotas(EngineSettings(window_ms=100, controller_window_ms=100))
-            for q in quotas:
-                local.engine.add_config(parse_config_record(
-                    {"type": "quota_config", "v": 1, "ts": 0, **q}))
-        self.gateway = gw = Gateway(config, directives=self.active, local=local)
-        gw.nodes = NodeMap(PortRule("gw", 9193, BROKER))
-        gw.nodes.learn([Node(BROKER, "b1", 9092)])
-        self.client, self.broker = FakeSocket(), FakeSocket()
-        self.session = Session(gw, BROKER)
-        gw.connect = self._connect  # type: ignore[method-assign]
-        gw.learn = self._learn  # type: ignore[method-assign]
-        self.session.client_made(self.client)  # type: ignore[arg-type]
-
-    def _learn(self, nodes: list[Node]) -> None:
-        """Brokers named by a response; every one already has its port here."""
-        assert self.gateway.nodes is not None
-        self.gateway.nodes.learn(nodes)
-
-    def _connect(self, session: Session) -> None:
-        session.upstream_made(self.broker)  # type: ignore[arg-type]
-        session.accepted()
-
-    def send(self, payload: bytes) -> None:
-        self.session.client_data(frame(payload))
-
-    def answer(self, payload: bytes) -> None:
-        self.session.upstream_data(frame(payload))
-
-    def events(self, kind: str = "request") -> list[dict[str, Any]]:
-        """The usage events of `kind` recorded since the last call (a flush)."""
-        return [e for k, _, record in self.gateway.usage.flush() if k == kind
-                for e in record["events"]]
-
-    def throttle(self, quota: str, ms_: int, **entity: str) -> None:
-        now = Gateway.now_ms()
-        self.active.apply({"v": 1, "ts": now, "scope": "cluster", "broker": None,
-                           "entity": {"user": "", "client_id": "", **entity}, "quota": quota,
-                           "action": "reject" if quota == "controller_mutation_rate" else "throttle",
-                           "throttle_time_ms": ms_, "until": now + ms_})
 
 
 def api_versions_request(corr: int) -> bytes:
@@ -129,36 +34,10 @@ def api_versions_response(corr: int) -> bytes:
                     api_keys=(ver(api_key=0, min_version=0, max_version=11),))
 
 
-def produce_request(corr: int, acks: int = 1, client_id: str = "app", size: int = 1000) -> bytes:
-    data = nested(apis.PRODUCE, 9, "PartitionProduceData", response=False)
-    topic = nested(apis.PRODUCE, 9, "TopicProduceData", response=False)
-    body = request_body(apis.PRODUCE, 9, transactional_id=None, acks=acks, timeout=ms(1000),
-                        topic_data=(topic(name="t", partition_data=(
-                            data(index=0, records=b"\x01" * size),)),))
-    return request(apis.PRODUCE, 9, body, correlation_id=corr, client_id=client_id)
-
-
-def produce_response(corr: int) -> bytes:
-    part = nested(apis.PRODUCE, 9, "PartitionProduceResponse")
-    topic = nested(apis.PRODUCE, 9, "TopicProduceResponse")
-    return response(apis.PRODUCE, 9, corr, throttle_time=ms(0), responses=(topic(
-        name="t", partition_responses=(part(index=0, error_code=NONE, base_offset=1,
-                                            log_append_time=None, record_errors=()),)),))
-
-
 def fetch_request(corr: int, max_wait: int = 500) -> bytes:
     body = request_body(apis.FETCH, 12, max_wait=ms(max_wait), min_bytes=1, session_id=0,
                         session_epoch=-1, topics=(), forgotten_topics_data=())
     return request(apis.FETCH, 12, body, correlation_id=corr)
-
-
-def fetch_response(corr: int, nbytes: int = 5000) -> bytes:
-    part = nested(apis.FETCH, 12, "PartitionData")
-    topic = nested(apis.FETCH, 12, "FetchableTopicResponse")
-    return response(apis.FETCH, 12, corr, throttle_time=ms(0), error_code=NONE, session_id=0,
-                    responses=(topic(topic="t", partitions=(part(
-                        partition_index=0, error_code=NONE, high_watermark=1,
-                        aborted_transactions=None, records=b"\x02" * nbytes),)),))
 
 
 def create_topics_request(corr: int, version: int = 7, partitions: int = 4,
@@ -175,16 +54,6 @@ def create_topics_response(corr: int, names: tuple[str, ...], version: int = 7) 
     return response(apis.CREATE_TOPICS, version, corr, throttle_time=ms(0), topics=tuple(
         result(name=n, topic_id=None, error_code=NONE, error_message=None, configs=None)
         for n in names))
-
-
-def sent(frames: list[bytes]) -> list[int]:
-    """Correlation ids of request frames."""
-    return [request_header(f).correlation_id for f in frames]
-
-
-def answered(frames: list[bytes]) -> list[int]:
-    """Correlation ids of response frames."""
-    return [SIZE.unpack_from(f, 0)[0] for f in frames]
 
 
 # ----------------------------------------------------------------------------------- order
@@ -365,13 +234,12 @@ async def test_an_accepted_connection_is_an_event() -> None:
     assert h.gateway.usage.flush() == []
 
 
-async def test_bytes_that_are_not_kafka_pass_through_as_a_pipe() -> None:
+async def test_bytes_that_are_not_kafka_close_the_connection_and_are_counted() -> None:
     h = Harness()
-    garbage = b"\xff\xff\xff\xf0GET / HTTP/1.1\r\n\r\n"
-    h.session.client_data(garbage)
-    assert bytes(h.broker.written) == garbage
-    h.session.upstream_data(b"HTTP/1.1 400\r\n")
-    assert bytes(h.client.written) == b"HTTP/1.1 400\r\n"
+    h.session.client_data(b"\xff\xff\xff\xf0GET / HTTP/1.1\r\n\r\n")  # a negative size
+    assert h.session.closed and h.client.closed and h.broker.closed
+    assert h.broker.written == b""  # nothing reaches the broker unread
+    assert h.closed("frame_size") == 1
 
 
 def _sasl(h: Harness, mechanism: str, token: bytes, ok: bool) -> None:
@@ -384,17 +252,25 @@ def _sasl(h: Harness, mechanism: str, token: bytes, ok: bool) -> None:
     h.answer(response(apis.SASL_AUTHENTICATE, 2, 2, error_code=code, error_message=None,
                       auth_bytes=b"", session_lifetime=ms(0)))
     h.client.frames()
+    h.broker.frames()
 
 
-@pytest.mark.parametrize("ok, user", [(True, "alice"), (False, "ANONYMOUS")])
-async def test_sasl_plain_names_the_principal_once_the_broker_accepts_it(ok: bool, user: str) -> None:
-    h = Harness()
-    _sasl(h, "PLAIN", b"\x00alice\x00secret", ok)
+async def test_sasl_plain_names_the_principal_once_the_broker_accepts_it() -> None:
+    h = Harness(upstream_sasl=True)
+    _sasl(h, "PLAIN", b"\x00alice\x00secret", ok=True)
     h.send(produce_request(3))
     h.answer(produce_response(3))
     events = h.events()
-    assert [e["api"] for e in events] == ["Produce"]  # SASL requests are not charged
-    assert events[0]["user"] == user
+    assert [e["api"] for e in events] == ["Produce"]  # the authenticator's requests: not charged
+    assert events[0]["user"] == "alice"
+
+
+async def test_a_request_after_a_refused_authentication_closes_on_a_sasl_listener() -> None:
+    h = Harness(upstream_sasl=True)
+    _sasl(h, "PLAIN", b"\x00alice\x00secret", ok=False)
+    h.send(produce_request(3))
+    assert h.session.closed and h.broker.frames() == []  # as the broker's authenticator does
+    assert h.closed("unauthenticated_request") == 1
 
 
 # ---------------------------------------------------------------------- local quotas (engine)

@@ -1,0 +1,104 @@
+"""A connection's SASL state as the gateway follows it, without sockets: which requests a broker
+would serve, how large a frame may be, when an exchange ends and whom it names."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.gateway import apis
+from app.gateway.authentication import (
+    ACCEPTED,
+    CONTINUE,
+    REFUSED,
+    UNFOLLOWABLE,
+    Authentication,
+)
+from app.gateway.limits import PRE_AUTH_FRAME
+
+MAX = 100 << 20
+
+
+def test_a_sasl_listener_serves_only_the_authenticator_until_an_exchange_is_accepted() -> None:
+    auth = Authentication(sasl_listener=True)
+    assert [auth.allows(k) for k in (apis.API_VERSIONS, apis.SASL_HANDSHAKE, apis.PRODUCE)] == [
+        True, True, False]
+    assert auth.frame_limit(MAX) == PRE_AUTH_FRAME
+    assert not auth.charged(apis.SASL_AUTHENTICATE) and auth.charged(apis.PRODUCE)
+    auth.handshake(1, "PLAIN")
+    assert auth.handshake_answered(True) == CONTINUE and not auth.raw
+    auth.client_token(b"\x00alice\x00pw")
+    assert auth.server_token(b"") == ACCEPTED
+    assert auth.allows(apis.PRODUCE) and auth.frame_limit(MAX) == MAX and auth.user == "alice"
+
+
+def test_elsewhere_everything_is_served_and_sasl_requests_are_charged() -> None:
+    auth = Authentication(sasl_listener=False)
+    assert auth.allows(apis.PRODUCE) and auth.charged(apis.SASL_HANDSHAKE)
+    assert auth.frame_limit(MAX) == MAX
+
+
+@pytest.mark.parametrize("mechanism, tokens, user", [
+    ("PLAIN", [(b"\x00alice\x00pw", b"")], "alice"),
+    ("SCRAM-SHA-512", [(b"n,,n=bob,r=x", b"r=xy,s=c2FsdA==,i=4096"),
+                       (b"c=biws,r=xy,p=cA==", b"v=c2ln")], "bob"),
+    ("OAUTHBEARER", [(b"n,,\x01auth=Bearer e30.eyJzdWIiOiJjYXJvbCJ9.\x01\x01", b"")], "carol"),
+])
+def test_raw_tokens_follow_an_accepted_v0_handshake_for_the_mechanisms_round_trips(
+        mechanism: str, tokens: list[tuple[bytes, bytes]], user: str) -> None:
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(0, mechanism)
+    assert not auth.raw  # not before the broker accepted the handshake
+    assert auth.handshake_answered(True) == CONTINUE and auth.raw
+    assert auth.frame_limit(MAX) == PRE_AUTH_FRAME
+    steps = []
+    for client, server in tokens:
+        auth.client_token(client)
+        steps.append(auth.server_token(server))
+    assert steps == [CONTINUE] * (len(tokens) - 1) + [ACCEPTED]
+    assert not auth.raw and auth.authenticated and auth.user == user
+
+
+def test_a_refused_handshake_starts_no_raw_exchange() -> None:
+    auth = Authentication(sasl_listener=False)
+    auth.handshake(0, "PLAIN")
+    assert auth.handshake_answered(False) == REFUSED and not auth.raw
+
+
+def test_raw_tokens_it_cannot_count_are_unfollowable() -> None:
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(0, "GSSAPI")
+    assert auth.handshake_answered(True) == UNFOLLOWABLE
+
+
+def test_a_scram_server_final_without_its_signature_is_a_refusal() -> None:
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(0, "SCRAM-SHA-256")
+    auth.handshake_answered(True)
+    auth.client_token(b"n,,n=bob,r=x")
+    assert auth.server_token(b"r=xy,s=c2FsdA==,i=4096") == CONTINUE
+    auth.client_token(b"c=biws,r=xy,p=cA==")
+    assert auth.server_token(b"e=invalid-proof") == REFUSED
+    assert not auth.authenticated and auth.user == "ANONYMOUS"
+
+
+def test_gssapi_in_kafka_framing_counts_as_authenticated_anonymously() -> None:
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(1, "GSSAPI")
+    auth.handshake_answered(True)
+    auth.client_token(b"\x60kerberos")
+    assert auth.server_token(b"\x60reply") == CONTINUE
+    assert auth.authenticated and auth.user == "ANONYMOUS"
+
+
+def _exchange(auth: Authentication, name: str, accepted: bool) -> None:
+    auth.handshake(1, "PLAIN")
+    auth.handshake_answered(True)
+    auth.client_token(b"\x00" + name.encode() + b"\x00pw")
+    auth.server_token(b"", error=not accepted)
+
+
+def test_a_reauthentication_keeps_the_principal_until_the_broker_accepts_it() -> None:
+    auth = Authentication(sasl_listener=True)
+    _exchange(auth, "alice", accepted=True)
+    _exchange(auth, "mallory", accepted=False)
+    assert auth.authenticated and auth.user == "alice"
