@@ -32,6 +32,10 @@ LATENCY = Histogram("quota_streams_event_to_directive_latency_seconds",
                     registry=REGISTRY)
 LAG = Gauge("quota_streams_consumer_lag_records", "Records behind the end of each assigned partition",
             ["topic", "partition"], registry=REGISTRY)
+LAG_SECONDS = Gauge("quota_streams_consumer_lag_seconds",
+                    "How long the oldest unprocessed record of each assigned partition has "
+                    "waited at most (0: none waits): how far behind its input the worker is",
+                    ["topic", "partition"], registry=REGISTRY)
 WINDOWS_EXPIRED = Counter("quota_streams_windows_expired",
                           "Quota windows dropped after QS_IDLE_EXPIRY_MS of event time without "
                           "an event (a tombstone each on the table's changelog)",
@@ -82,6 +86,7 @@ METRIC_NAMES = (
     "quota_streams_events_total", "quota_streams_samples_total", "quota_streams_deadletter_total",
     "quota_streams_directives_total", "quota_streams_throttle_time_ms",
     "quota_streams_event_to_directive_latency_seconds", "quota_streams_consumer_lag_records",
+    "quota_streams_consumer_lag_seconds",
     "quota_streams_active_entities", "quota_streams_throttled_entities",
     "quota_streams_recovery_complete", "quota_streams_entity_observed",
     "quota_streams_entity_limit", "quota_streams_config_held_records_total",

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     from app.broker import create_topics_sync
     from app.cli import UserError
+    from app.demo.lag import LagProbe
     from app.demo.run import run_demo
     from app.demo.spec import load_demo
     from app.demo.view import DemoView
@@ -87,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
                         tty=tty, colour=colour)
         stderr_log(f"demo running: {len(spec.clients)} clients through {', '.join(gateways)}"
                    + ("; Ctrl-C stops it" if args.duration is None else f" for {args.duration:g} s"))
+        probe = LagProbe([cluster.ports[i] for i in sorted(cluster.procs)]) \
+            if cluster.procs else None
         run_ = asyncio.run(run_demo(spec, pipeline.bootstrap, str(pipeline.settings.topic_directives),
-                                    gateways, cluster.work_dir, view.refresh, args.duration))
+                                    gateways, cluster.work_dir, view.refresh, args.duration,
+                                    probe))
         if tty:
             print()
         print(view.summary(run_))

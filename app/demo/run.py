@@ -18,8 +18,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
+from app.demo.lag import Lag
 from app.demo.spec import DemoClient, DemoSpec
 
 FOREVER_S = 10**9
@@ -76,11 +77,15 @@ class DemoRun:
     """The clients of one demo run against gateways that are already up."""
 
     def __init__(self, spec: DemoSpec, gateways: list[str], log_dir: Path,
-                 on_second: Callable[[DemoRun, float], Any] | None = None) -> None:
+                 on_second: Callable[[DemoRun, float], Any] | None = None,
+                 lag_probe: Callable[[], Awaitable[Lag | None]] | None = None) -> None:
         self.spec = spec
         self.gateways = gateways
         self.log_dir = log_dir
         self.on_second = on_second
+        self.lag_probe = lag_probe
+        #: the workers' largest lag read in each run second (`app.demo.lag`)
+        self.lags: dict[int, Lag] = {}
         self.clients = [ClientRun(c) for c in spec.clients]
         self.start = 0.0  # monotonic
         self.start_ms = 0  # epoch ms
@@ -101,6 +106,10 @@ class DemoRun:
             while not self.stopping.is_set() and (duration is None or self.elapsed < duration):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), max(0.0, second - self.elapsed))
+                if self.lag_probe is not None and not self.stopping.is_set():
+                    lag = await self.lag_probe()
+                    if lag is not None:
+                        self.lags[int(self.elapsed)] = lag
                 if self.on_second is not None and not self.stopping.is_set():
                     result = self.on_second(self, time.time() * 1000)
                     if asyncio.iscoroutine(result):
@@ -139,7 +148,8 @@ class DemoRun:
 
 async def run_demo(spec: DemoSpec, bootstrap: str, directives_topic: str, gateways: list[str],
                    log_dir: Path, on_second: Callable[[DemoRun, Any, float], Any] | None,
-                   duration: float | None) -> DemoRun:
+                   duration: float | None,
+                   lag_probe: Callable[[], Awaitable[Lag | None]] | None = None) -> DemoRun:
     """Run the demo's clients until `duration` or SIGINT/SIGTERM (the first stops the run
     cleanly; a second one cancels it). `on_second(run, watcher, now_ms)` is called every second
     with the `DirectiveWatcher` of the control topic."""
@@ -149,7 +159,8 @@ async def run_demo(spec: DemoSpec, bootstrap: str, directives_topic: str, gatewa
     watcher = DirectiveWatcher(bootstrap, directives_topic, since_ms=int(time.time() * 1000))
     await watcher.start()
     run = DemoRun(spec, gateways, log_dir,
-                  None if on_second is None else (lambda r, now: on_second(r, watcher, now)))
+                  None if on_second is None else (lambda r, now: on_second(r, watcher, now)),
+                  lag_probe)
     try:
         with signals_stop(run.stop):
             await run.run(duration)

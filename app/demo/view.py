@@ -6,7 +6,10 @@ and a directive's `observed` describe the same stretch of time. Units are the qu
 partitions/s for the controller mutation quota (a directive's `observed` there is the token
 balance, and says so), new connections/s. Each entity names the config level its limit comes
 from, so a client limited by another level's quota (a client-id default, say) is visible as such.
-The closing summary is the same tables over the run after its warm-up.
+The closing summary is the same tables over the run after its warm-up, plus, per entity, its
+worst whole minute and whether it held: an entity its clients offer more than its quota must
+stay within `HOLD` of it in every minute, one offered less must get what it is offered; and the
+largest lag the workers had (`app.demo.lag`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from app.sim.report import BOLD, DIM, RESET, colour_for, fmt_amount, fmt_ratio, 
 from app.subscriber.watcher import DirectiveWatcher
 
 PRINCIPAL = "ANONYMOUS"  # Kafka's unauthenticated user: every demo client (no SASL)
+#: an entity over its quota holds when every minute is within this of the quota (x the limit)
+HOLD = (0.9, 1.1)
+#: an entity under its quota is served when every minute gets this much of what is offered
+SERVED = 0.95
+MINUTE_S = 60
 
 #: What each program's main counter is charged to, and its unit.
 _CHARGE = {"produce": (cfg.PRODUCE, "bytes", "B/s"), "consume": (cfg.FETCH, "bytes", "B/s"),
@@ -128,7 +136,8 @@ class DemoView:
     # ------------------------------------------------------------------------- summary
 
     def summary(self, run: DemoRun) -> str:
-        """The same tables over the run after its warm-up: what to compare with the quotas."""
+        """The same tables over the run after its warm-up: what to compare with the quotas;
+        then each entity's whole minutes, and the workers' largest lag."""
         end = int(run.elapsed)
         first = min(int(self.spec.warmup), max(0, end - 1))
         lines = [f"{self.spec.name}: {self.spec.scope} scope, {end} s run; rates per second over "
@@ -136,7 +145,65 @@ class DemoView:
         lines += self._entity_table(run, first, end)
         lines += ["", "clients (TOTAL: the whole run)"]
         lines += self._client_table(run, first, end)
+        lines += ["", *self._minutes_table(run, first, end), "", self._lag_line(run, first)]
         return "\n".join(lines)
+
+    def minutes(self, first: int, end: int) -> list[tuple[int, int]]:
+        """The whole minutes after `first` (run seconds); the whole stretch when it is shorter."""
+        spans = [(s, s + MINUTE_S) for s in range(first, end - MINUTE_S + 1, MINUTE_S)]
+        return spans or [(first, end)]
+
+    def offered(self, clients: list[ClientRun]) -> float | None:
+        """What the clients offer their window per second, in its unit (None: no bound, a
+        greedy consumer)."""
+        total = 0.0
+        for client in clients:
+            spec = client.spec
+            if spec.program == "consume":
+                return None
+            total += spec.rate * (spec.partitions if spec.program == "topic-storm" else 1)
+        return total
+
+    def held(self, run: DemoRun, first: int, end: int) -> list[list[Any]]:
+        """Per entity with a limit: its minutes' lowest and highest x the limit, whether its
+        clients offer more than the limit, and whether it held (see module docstring)."""
+        out = []
+        for entity, quota, charge, _rate, _ratio, clients in self._entity_rows(run, first, end):
+            if not charge.limit:
+                continue
+            rates = [sum(c.per_second(charge.counter, a, b) for c in clients)
+                     for a, b in self.minutes(first, end)]
+            low, high = min(rates) / charge.limit, max(rates) / charge.limit
+            offered = self.offered(clients)
+            over = offered is None or offered > charge.limit
+            ok = HOLD[0] <= low and high <= HOLD[1] if over else \
+                min(rates) >= SERVED * (offered or 0.0)
+            out.append([entity, quota, low, high, over, ok])
+        return out
+
+    def _minutes_table(self, run: DemoRun, first: int, end: int) -> list[str]:
+        spans = self.minutes(first, end)
+        rows = [[entity, quota, "more" if over else "less", fmt_ratio(low), fmt_ratio(high),
+                 "yes" if ok else "NO"]
+                for entity, quota, low, high, over, ok in self.held(run, first, end)]
+        what = f"{len(spans)} whole minutes" if spans[0][1] - spans[0][0] == MINUTE_S else \
+            f"the {spans[0][1] - spans[0][0]} s (shorter than a minute)"
+        return [f"each entity over {what} after the warm-up",
+                table(["ENTITY", "QUOTA", "OFFERED", "WORST LOW", "WORST HIGH", "HELD"], rows,
+                      self.colour, left=(0, 1, 2)),
+                self._dim(f"OFFERED: more or less than the quota by its clients; WORST: the "
+                          f"lowest and highest minute x the limit; HELD: every minute within "
+                          f"{HOLD[0]:.2f}-{HOLD[1]:.2f}x (offered more), or at least "
+                          f"{SERVED:.0%} of what is offered (offered less)")]
+
+    def _lag_line(self, run: DemoRun, first: int) -> str:
+        lags = {s: lag for s, lag in run.lags.items() if s >= first}
+        if not lags:
+            return "workers' lag: not read (no worker started here)"
+        second, worst = max(lags.items(), key=lambda item: item[1].seconds)
+        return (f"workers' largest lag after the warm-up: {worst.seconds:.2f} s "
+                f"({worst.where} at t={second} s; the oldest record not yet processed, read "
+                f"each second from the workers' /metrics)")
 
     # ------------------------------------------------------------------------- tables
 

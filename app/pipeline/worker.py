@@ -143,8 +143,10 @@ class Worker:
         self.seeder = ClockSeeder(bootstrap)
         self.stats: Counter[str] = Counter()  # for the periodic progress line in the log
         self._metrics_seen: Counter[str] = Counter()  # follower counters already exported
-        #: next offset to process per source/samples partition (the lag gauge)
+        #: next offset to process, and the append time (ms) of the last record processed, per
+        #: source/samples partition (the lag gauges)
         self.processed: dict[TP, int] = {}
+        self.processed_ms: dict[TP, int] = {}
         self._wire()
 
     def _wire(self) -> None:
@@ -213,12 +215,13 @@ class Worker:
     async def route(self, event: faust.EventT) -> None:
         """One source record's samples into the outbox, its bad ones to the dead-letter topic."""
         message = event.message
+        arrival = arrival_ms(event)
         self.processed[message.tp] = message.offset + 1
+        self.processed_ms[message.tp] = arrival
         clock = self.clocks.get((message.topic, message.partition))
         if clock is None:
             clock = self.clocks[(message.topic, message.partition)] = await self.seeded_clock(
                 message)
-        arrival = arrival_ms(event)
         decoded = decode_source(event.value, arrival, clock)
         self.outbox.add(decoded, self.router)
         self.follower.released(arrival, clock.time)
@@ -282,6 +285,7 @@ class Worker:
         async for event in stream.noack().events():
             partition = event.message.partition
             self.processed[event.message.tp] = event.message.offset + 1
+            self.processed_ms[event.message.tp] = arrival_ms(event)
             batch, rows = codec.decode(event.value)
             now, arrival = codec.latest(batch, rows)
             # known here already, unless another worker's ingest routed them
@@ -384,9 +388,9 @@ class Worker:
             if self.outbox.held:  # left by a take cut short (a rebalance or an error mid-take)
                 await self.send_outbox()
             await self.flush_all()
+            self.export_lag()
             elapsed = time.monotonic() - exported
             if elapsed >= 10.0:
-                self.export_lag()
                 self.top_entities.export()
                 exported = time.monotonic()
                 delta = self.stats - last
@@ -397,22 +401,32 @@ class Worker:
                          delta["directives"], delta["windows_written"], delta["expired"])
 
     def export_lag(self) -> None:
-        """Records behind the fetch high watermark (right even where ListOffsets under-reports)."""
+        """Records behind the last fetch's high watermark, and how long the oldest of them has
+        waited at most: it arrived after the last record processed, so no longer than that
+        record's age."""
         metrics.LAG.clear()
+        metrics.LAG_SECONDS.clear()
+        now_ms = time.time() * 1000.0
         for tp in self.app.consumer.assignment():
             try:
                 highwater = self.app.consumer.highwater(tp)
             except Exception:  # not fetched yet
                 continue
-            if highwater is not None and tp in self.processed:
-                metrics.LAG.labels(tp.topic, str(tp.partition)).set(
-                    max(0, highwater - self.processed[tp]))
+            if highwater is None or tp not in self.processed:
+                continue
+            behind = max(0, highwater - self.processed[tp])
+            labels = (tp.topic, str(tp.partition))
+            metrics.LAG.labels(*labels).set(behind)
+            metrics.LAG_SECONDS.labels(*labels).set(
+                max(0.0, now_ms - self.processed_ms[tp]) / 1000.0 if behind else 0.0)
 
     async def on_revoked(self, sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         """Forget windows of partitions this worker lost; their new owner restores the table."""
         async with self.state_lock:
             for tp in revoked:
                 self.clocks.pop((tp.topic, tp.partition), None)  # its next owner may move it on
+                self.processed.pop(tp, None)
+                self.processed_ms.pop(tp, None)
                 if tp.topic == self.samples_name:
                     self.caches.pop(tp.partition, None)
                     self.pending.pop(tp.partition, None)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from app.clients.__main__ import build_parser
+from app.demo.lag import Lag, largest_lag
 from app.demo.run import ClientRun, DemoRun, client_argv
 from app.demo.spec import DemoClient, load_demo, parse_demo
 from app.demo.view import DemoView, charge_of
@@ -102,7 +103,7 @@ def test_the_view_and_the_summary_give_the_same_rates_over_the_same_window(tmp_p
     assert "1.00x" in p_row and "/config/clients/p" in p_row
     summary = view.summary(run)
     assert "over the 15 s after the 5 s warm-up" in summary
-    (p_sum,) = [line for line in summary.splitlines() if line.startswith("client_id=p ")]
+    p_sum = [line for line in summary.splitlines() if line.startswith("client_id=p ")][0]
     assert "1.00x" in p_sum
     (s_sum,) = [line for line in summary.splitlines() if line.startswith("s ")]
     assert "60/180 accepted" in s_sum and "closed 120" in s_sum
@@ -116,3 +117,42 @@ def test_client_reports_land_in_the_run_seconds_they_happened(tmp_path: Path) ->
     client.record({"name": "x", "final": True, "bytes": 12})  # the totals line is not a second
     assert dict(client.seconds) == {10: {"bytes": 5}, 11: {"bytes": 7}}
     assert client.per_second("bytes", 10, 12) == 6.0 and client.totals["bytes"] == 12
+
+
+def test_the_summary_says_per_entity_whether_every_minute_held(tmp_path: Path) -> None:
+    """Three whole minutes after the warm-up: `p` (offers 4x its quota) is at its quota but for
+    one minute at 1.5x, so it did not hold; `q` stays at its default's limit all along."""
+    spec = parse_demo(spec_data(gateways=2, warmup=5))
+    run = DemoRun(spec, ["gw0", "gw1"], tmp_path)
+    run.start = time.monotonic() - 190.5  # 190 s ran: minutes 5-65, 65-125, 125-185
+    p, q, _storm = run.clients
+    for t in range(190):
+        p.record({"t": t, "bytes": 1500 if 70 <= t < 130 else 1000})
+        q.record({"t": t, "bytes": 500})
+    view = DemoView(spec, "127.0.0.1:9092", 1, ["gw0", "gw1"], True, tty=False, colour=False)
+    assert view.minutes(5, 190) == [(5, 65), (65, 125), (125, 185)]
+    held = {row[0]: row for row in view.held(run, 5, 190)}
+    entity, quota, low, high, over, ok = held["client_id=p"]
+    assert over and not ok and low == pytest.approx(1000 / 1000) and high > 1.4
+    assert held["client_id=q"][4:] == [True, True]
+    summary = view.summary(run)
+    assert "each entity over 3 whole minutes after the warm-up" in summary
+    (p_row,) = [line for line in summary.splitlines()
+                if line.startswith("client_id=p ") and line.rstrip().endswith(("yes", "NO"))]
+    assert p_row.rstrip().endswith("NO")
+    assert "workers' lag: not read" in summary
+
+
+def test_the_workers_largest_lag_is_read_from_their_metrics(tmp_path: Path) -> None:
+    page = ('# HELP quota_streams_consumer_lag_seconds ...\n'
+            'quota_streams_consumer_lag_seconds{partition="0",topic="quota.events.request"} 0.0\n'
+            'quota_streams_consumer_lag_seconds{partition="3",topic="quota.events.request"} 1.25\n'
+            'quota_streams_consumer_lag_records{partition="3",topic="quota.events.request"} 99.0\n')
+    assert largest_lag(page) == Lag(1.25, "quota.events.request/3")
+    assert largest_lag("quota_streams_events_total 3.0\n") is None
+    spec = parse_demo(spec_data(gateways=2, warmup=5))
+    run = DemoRun(spec, ["gw0", "gw1"], tmp_path)
+    run.start = time.monotonic() - 30.5
+    run.lags = {2: Lag(9.0, "a/0"), 12: Lag(0.4, "b/1"), 20: Lag(0.2, "b/1")}  # t=2: warm-up
+    view = DemoView(spec, "127.0.0.1:9092", 1, ["gw0", "gw1"], True, tty=False, colour=False)
+    assert "largest lag after the warm-up: 0.40 s (b/1 at t=12 s" in view.summary(run)
