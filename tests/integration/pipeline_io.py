@@ -8,10 +8,20 @@ from __future__ import annotations
 import asyncio
 import time
 
+from typing import Any
+
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from app.admin.config_topic import config_key
+from app.engine.configs import parse_config_record
 from app.kafka_io import end_offsets, partitions_of
+
+
+def config_record_key(record: dict[str, Any]) -> bytes:
+    """The key `quotas alter` writes a config record with: the compacted config topic keeps the
+    latest record per key, and refuses a record without one."""
+    return config_key(parse_config_record(record))
 
 
 async def read_directives(bootstrap: str, topic: str, expected: int, timeout: float,

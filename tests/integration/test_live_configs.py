@@ -32,9 +32,11 @@ from app.launcher import LocalCluster, isolated_env
 from app.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.pipeline_io import assert_same, read_directives, wait_committed
+    from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,
+                                               wait_committed)
 except ImportError:  # pragma: no cover
-    from pipeline_io import assert_same, read_directives, wait_committed  # type: ignore[no-redef]
+    from pipeline_io import (assert_same, config_record_key,  # type: ignore[no-redef]
+                             read_directives, wait_committed)
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +85,8 @@ class Writer:
         async with self._producer() as p:
             for record in records:
                 record = {**record, "ts": now_ms()}
-                await p.send_and_wait(self.topics["quota_config"], orjson.dumps(record), partition=0)
+                await p.send_and_wait(self.topics["quota_config"], orjson.dumps(record),
+                                      key=config_record_key(record), partition=0)
                 self.configs.append(record)
 
     async def run(self, rng: random.Random, seed: int, seconds: int, changes: int) -> None:
@@ -107,7 +110,7 @@ class Writer:
                 await _sleep_until(moment)
                 record = quota_change(rng, now_ms())  # stamped by the writer's clock
                 await p.send_and_wait(self.topics["quota_config"], orjson.dumps(record),
-                                      partition=0)
+                                      key=config_record_key(record), partition=0)
                 self.configs.append(record)
 
     def _producer(self) -> Any:

@@ -31,9 +31,11 @@ from app.launcher import LocalCluster, isolated_env
 from app.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.pipeline_io import assert_same, read_directives, wait_committed
+    from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,
+                                               wait_committed)
 except ImportError:  # pragma: no cover
-    from pipeline_io import assert_same, read_directives, wait_committed  # type: ignore[no-redef]
+    from pipeline_io import (assert_same, config_record_key,  # type: ignore[no-redef]
+                             read_directives, wait_committed)
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +72,9 @@ async def produce(bootstrap: str, env: dict[str, str], records: list[dict[str, A
             if isinstance(record, bytes):  # raw, possibly broken, input for the request topic
                 await producer.send(topics["request"], record, partition=0)
             else:
-                await producer.send(topics[topic_of(record)], orjson.dumps(record), partition=0)
+                topic = topic_of(record)
+                key = config_record_key(record) if topic == "quota_config" else None
+                await producer.send(topics[topic], orjson.dumps(record), key=key, partition=0)
         await producer.flush()
     finally:
         await producer.stop()

@@ -23,9 +23,9 @@ from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.pipeline_io import assert_same, read_records
+    from tests.integration.pipeline_io import assert_same, config_record_key, read_records
 except ImportError:  # pragma: no cover
-    from pipeline_io import assert_same, read_records  # type: ignore[no-redef]
+    from pipeline_io import assert_same, config_record_key, read_records  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.integration
 KEYS = "it1:integration-secret-0123456"
@@ -67,7 +67,8 @@ def test_forged_records_are_refused_and_real_ones_sealed(kafka_bootstrap: str,
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
     try:
         cluster.start()
-        asyncio.run(send_raw(kafka_bootstrap, env["QS_TOPIC_CONFIGS"], orjson.dumps(forged_config)))
+        asyncio.run(send_raw(kafka_bootstrap, env["QS_TOPIC_CONFIGS"], orjson.dumps(forged_config),
+                             key=config_record_key(forged_config)))
         proc_env = {**os.environ, **env, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
         subprocess.run([sys.executable, "-m", "app.cli", "produce", str(lines), "--partition",
                         "0", "--quiet"], env=proc_env, check=True, capture_output=True)

@@ -26,9 +26,11 @@ from app.replay import replay
 from app.kafka_io import partitions_of
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.pipeline_io import assert_same, read_directives, wait_committed
+    from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,
+                                               wait_committed)
 except ImportError:  # pragma: no cover
-    from pipeline_io import assert_same, read_directives, wait_committed  # type: ignore[no-redef]
+    from pipeline_io import (assert_same, config_record_key,  # type: ignore[no-redef]
+                             read_directives, wait_committed)
 
 pytestmark = pytest.mark.integration
 MARKER = "crash-here-7f3a"
@@ -40,12 +42,13 @@ def worker_env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "QS_STATE_DIR": str(tmp_path / "state"), **extra}
 
 
-async def send(bootstrap: str, topic: str, values: list[bytes]) -> None:
+async def send(bootstrap: str, topic: str, values: list[bytes],
+               keys: list[bytes] | None = None) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
-        for value in values:
-            await producer.send(topic, value, partition=0)
+        for i, value in enumerate(values):
+            await producer.send(topic, value, key=None if keys is None else keys[i], partition=0)
         await producer.flush()
     finally:
         await producer.stop()
@@ -54,7 +57,8 @@ async def send(bootstrap: str, topic: str, values: list[bytes]) -> None:
 def start_with_configs(cluster: LocalCluster, bootstrap: str, env: dict[str, str]) -> None:
     """The cluster's worker started and ready, the scenario's quota configs written."""
     cluster.start()
-    asyncio.run(send(bootstrap, env["QS_TOPIC_CONFIGS"], [orjson.dumps(c) for c in CONFIGS]))
+    asyncio.run(send(bootstrap, env["QS_TOPIC_CONFIGS"], [orjson.dumps(c) for c in CONFIGS],
+                     [config_record_key(c) for c in CONFIGS]))
     cluster.wait_ready()
 
 
@@ -103,7 +107,8 @@ def test_a_config_follower_that_dies_takes_the_worker_down(kafka_bootstrap: str,
         cluster.wait_ready()
         bad = orjson.dumps({"type": "quota_config", "v": 1, "ts": T0, "entity": {"user": MARKER},
                             "quotas": {"producer_byte_rate": 1000}})
-        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"], [bad]))
+        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_CONFIGS"], [bad],
+                         [config_record_key(orjson.loads(bad))]))
         code = wait_exit(cluster, 60)
         assert code is not None, "the worker ran on without its config follower"
         assert code != 0
@@ -170,9 +175,38 @@ def by_topic(env: dict[str, str], records: list[dict]) -> dict[str, list[bytes]]
     return out
 
 
+async def group_member(bootstrap: str, group: str) -> str | None:
+    """The one member id of a Stable consumer group (None: not Stable, or no single member)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    _error, _group, state, *_rest = response.groups[0]
+    members = response.groups[0][5]
+    return members[0][0] if state == "Stable" and len(members) == 1 else None
+
+
+def until_rejoined(bootstrap: str, group: str, before: str, timeout: float) -> None:
+    """Until the group is Stable again with a member other than `before`: a broker frozen for
+    longer than the session timeout expires the member when it resumes, and the worker rejoins."""
+    deadline = time.monotonic() + timeout
+    while asyncio.run(group_member(bootstrap, group)) in (None, before):
+        assert time.monotonic() < deadline, "the worker did not rejoin its group"
+        time.sleep(0.2)
+
+
 def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: Path) -> None:
     """SIGSTOP on the broker (a long GC pause, a stalled disk, a partition): the worker waits it
-    out, rejoins its group and goes on; every directive is the one `replay` publishes."""
+    out, rejoins its group and goes on; every directive is the one `replay` publishes.
+
+    The freeze outlasts the session timeout, so the coordinator expires the worker's membership
+    as it resumes and the worker rejoins; records sent in between that rebalance and the fenced
+    member's last commit would be applied twice (at-least-once), so the second half is sent
+    once the worker is back in its group."""
     env = worker_env(tmp_path)
     first = scenario(seed=13, start_ms=T0, seconds=6)
     second = scenario(seed=14, start_ms=T0 + 6000, seconds=6)
@@ -189,12 +223,15 @@ def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: 
             for topic, values in by_topic(env, first).items():
                 asyncio.run(send(bootstrap, topic, values))
             asyncio.run(wait_committed(bootstrap, env, timeout=120))
+            member = asyncio.run(group_member(bootstrap, env["QS_APP_ID"]))
+            assert member is not None
             os.kill(node.pid, signal.SIGSTOP)
             try:
                 time.sleep(30)
             finally:
                 os.kill(node.pid, signal.SIGCONT)
             assert cluster.procs[0].poll() is None, "the worker died while the broker was frozen"
+            until_rejoined(bootstrap, env["QS_APP_ID"], member, timeout=120)
             for topic, values in by_topic(env, second).items():
                 asyncio.run(send(bootstrap, topic, values))
             live = asyncio.run(read_directives(bootstrap, env["QS_TOPIC_DIRECTIVES"],
