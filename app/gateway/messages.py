@@ -662,3 +662,21 @@ def sasl_authenticate_answer(payload: bytes, version: int) -> tuple[bool, bytes]
     """Whether a SaslAuthenticate response carries no error, and the server's token in it."""
     _schema, resp, _offset = _response(apis.SASL_AUTHENTICATE, version, payload)
     return bool(resp.error_code == ErrorCode.none), bytes(resp.auth_bytes)
+
+
+#: Kafka's SASL_AUTHENTICATION_FAILED, what a broker answers an exchange it refuses with.
+SASL_AUTHENTICATION_FAILED = 58
+
+
+def sasl_authenticate_error(version: int, correlation_id: int, message: str) -> bytes:
+    """A SaslAuthenticate response refusing the exchange, as a broker's authenticator sends one
+    before it closes the connection."""
+    schema = apis.response_schema(apis.SASL_AUTHENTICATE, version)
+    if schema is None:
+        raise MessageError(f"no schema for SaslAuthenticate v{version}")
+    fields = {f.name for f in dataclasses.fields(schema)}
+    body = schema(error_code=ErrorCode(SASL_AUTHENTICATION_FAILED), error_message=message,
+                  auth_bytes=b"",
+                  **({"session_lifetime": timedelta(0)} if "session_lifetime" in fields else {}))
+    flexible = bool(apis.flexible_response_header(apis.SASL_AUTHENTICATE, version))
+    return response_header(correlation_id, flexible) + _encode(schema, body)
