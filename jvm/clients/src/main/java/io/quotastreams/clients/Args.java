@@ -17,10 +17,10 @@ public final class Args {
     static final Set<String> SECURITY = Set.of("security-protocol", "sasl-mechanism",
             "sasl-username", "sasl-password", "ssl-cafile");
     static final Map<String, Set<String>> ACCEPTED = Map.of(
-            "produce", Set.of("name", "seconds", "bootstrap", "topic", "client-id", "rate",
-                    "record-bytes", "window"),
-            "consume", Set.of("name", "seconds", "bootstrap", "topic", "client-id", "group",
-                    "fetch-bytes"));
+            "produce", Set.of("name", "seconds", "epoch", "bootstrap", "topic", "client-id",
+                    "rate", "record-bytes", "window"),
+            "consume", Set.of("name", "seconds", "epoch", "bootstrap", "topic", "client-id",
+                    "group", "fetch-bytes"));
     static final Map<String, List<String>> REQUIRED = Map.of(
             "produce", List.of("bootstrap", "topic", "client-id", "rate"),
             "consume", List.of("bootstrap", "topic", "client-id", "group"));

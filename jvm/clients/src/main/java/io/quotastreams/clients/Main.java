@@ -45,7 +45,16 @@ public final class Main {
             System.exit(BAD_ARGUMENTS);
             return;
         }
-        Reporter reporter = new Reporter(args.text("name", "client"), System.out, System::nanoTime);
+        Reporter reporter;
+        try {
+            reporter = new Reporter(args.text("name", "client"), System.out, System::nanoTime,
+                    start(args.number("epoch", -1, -1), System.nanoTime(),
+                            System.currentTimeMillis()));
+        } catch (IllegalArgumentException e) {
+            System.err.println(e.getMessage());
+            System.exit(BAD_ARGUMENTS);
+            return;
+        }
         try {
             if (args.program.equals("produce")) {
                 produce(args, security, reporter);
@@ -141,6 +150,12 @@ public final class Main {
                 reporter.add("records", records.count());
             }
         }
+    }
+
+    /** The nanoTime reading that is second 0: {@code epoch} (wall-clock seconds) if given
+     *  (not negative), else now. */
+    static long start(double epoch, long nanoNow, long wallMillis) {
+        return epoch < 0 ? nanoNow : nanoNow - (long) ((wallMillis / 1e3 - epoch) * 1e9);
     }
 
     private static long deadline(Args args) {

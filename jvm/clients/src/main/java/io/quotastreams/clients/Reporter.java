@@ -8,7 +8,8 @@ import java.util.function.LongSupplier;
 /**
  * One JSON line per second of run time, as app/clients/report.py prints them:
  * {@code {"name": ..., "t": <second>, "bytes": ..., "records": ...}}, the counters of that
- * second; then a last line with {@code "final": true} and the totals. Counters are added from
+ * second; then a last line with {@code "final": true} and the totals. Seconds count from the
+ * start, or from {@code --epoch} (wall-clock seconds), so clients started together line up. Counters are added from
  * the client's callback thread and the main thread alike, so every method is synchronized.
  */
 public final class Reporter {
@@ -21,11 +22,12 @@ public final class Reporter {
     private Map<String, Double> current = new TreeMap<>();
     private final Map<String, Double> totals = new TreeMap<>();
 
-    public Reporter(String name, PrintStream out, LongSupplier nanos) {
+    /** Seconds count from {@code start} (a {@code nanos} reading). */
+    public Reporter(String name, PrintStream out, LongSupplier nanos, long start) {
         this.name = name;
         this.out = out;
         this.nanos = nanos;
-        this.start = nanos.getAsLong();
+        this.start = start;
     }
 
     public synchronized void add(String counter, double amount) {
