@@ -379,7 +379,7 @@ class Session:
                 cap = None if core.local is None else core.local.fetch_cap(self.user,
                                                                            header.client_id)
                 if cap is not None and context.max_bytes > cap:
-                    payload = messages.cap_fetch(payload, context, cap)
+                    payload, context = messages.cap_fetch(payload, context, cap)
         except MessageError as exc:
             core.metrics.undecoded(key)
             logger.debug("passing %s v%d through undecoded: %s", apis.api_name(key), version, exc)
@@ -635,6 +635,8 @@ class Session:
         context = pending.context
         fetch = context if isinstance(context, messages.FetchRequestInfo) else None
         mutation = context if isinstance(context, MutationContext) else None
+        if fetch is not None and fetch.capped:  # only what the client can use is charged
+            payload = self._whole_batches(payload, version)
         charged = self.auth.charged(key)
         throttle = 0
         if charged:
@@ -686,6 +688,16 @@ class Session:
         pending.payload = payload
         pending.ready = True
         self._flush()
+
+    def _whole_batches(self, payload: bytes, version: int) -> bytes:
+        """A capped Fetch's answer without the partial record batches the broker cut at its
+        `max_bytes` (`messages.whole_batches`); as it came if it cannot be read."""
+        try:
+            return messages.whole_batches(payload, version) or payload
+        except MessageError as exc:
+            self.core.metrics.undecoded(apis.FETCH)
+            logger.debug("passing a Fetch v%d answer uncut: %s", version, exc)
+            return payload
 
     def _charge_mutations(self, header: RequestHeader, payload: bytes, context: MutationContext,
                           now: int) -> None:
