@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from app.clients.producers import aiokafka_start, confluent_refusals
+from app.clients.producers import aiokafka_start, confluent_refusals, kafka_python_start
 from app.clients.report import Reporter
-from app.clients.security import AuthenticationFailed, kafka_python_refusals
+from app.clients.security import AuthenticationFailed
 from app.kafka_security import KafkaSecurity
 
 
@@ -63,18 +63,12 @@ def _confluent(bootstrap: str, topic: str, client_id: str, group: str, seconds: 
 def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
                   fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from kafka import KafkaConsumer
-    from kafka.errors import KafkaTimeoutError
 
-    with kafka_python_refusals() as refusals:
-        try:
-            consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=client_id,
-                                     group_id=group, auto_offset_reset="earliest",
-                                     session_timeout_ms=6000, heartbeat_interval_ms=1000,
-                                     max_partition_fetch_bytes=fetch_bytes,
-                                     bootstrap_timeout_ms=10_000, **security.kafka_python())
-        except KafkaTimeoutError as exc:
-            refusals.check(exc)
-            raise
+    consumer = kafka_python_start(lambda timeout_ms: KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, client_id=client_id, group_id=group,
+        auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=1000,
+        max_partition_fetch_bytes=fetch_bytes, bootstrap_timeout_ms=timeout_ms,
+        **security.kafka_python()))
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:

@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from app.clients.report import Pace, Reporter
 from app.clients.security import AuthenticationFailed, aiokafka_refusals, kafka_python_refusals
 from app.kafka_security import KafkaSecurity
+
+T = TypeVar("T")
 
 #: The client libraries of the produce and consume programs.
 LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka", "java")
@@ -111,16 +114,10 @@ def _confluent(bootstrap: str, topic: str, client_id: str, rate: float, size: in
 def _kafka_python(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
                   seconds: float, window: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from kafka import KafkaProducer
-    from kafka.errors import KafkaTimeoutError
 
-    with kafka_python_refusals() as refusals:
-        try:
-            producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5,
-                                     max_block_ms=2000, bootstrap_timeout_ms=10_000,
-                                     **security.kafka_python())
-        except KafkaTimeoutError as exc:
-            refusals.check(exc)
-            raise
+    producer = kafka_python_start(lambda timeout_ms: KafkaProducer(
+        bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5, max_block_ms=2000,
+        bootstrap_timeout_ms=timeout_ms, **security.kafka_python()))
     state = _Window(reporter)
     value = b"x" * size
     pace = Pace(rate, max(size, rate / 20))
@@ -141,6 +138,24 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, rate: float, size:
         future.add_errback(lambda _exc: state.done(size, False))
     producer.flush(5)
     producer.close(5)
+
+
+def kafka_python_start(make: Callable[[int], T], seconds: float = 30.0) -> T:
+    """A kafka-python client, `make(bootstrap_timeout_ms)`, bootstrapped within `seconds`; a
+    refused authentication is `AuthenticationFailed`. kafka-python retries a refusal until its
+    bootstrap times out, so it is asked for short bootstraps, again until one succeeds, its log
+    shows a refusal, or `seconds` have passed."""
+    from kafka.errors import KafkaTimeoutError
+
+    deadline = time.monotonic() + seconds
+    with kafka_python_refusals() as refusals:
+        while True:
+            try:
+                return make(3000)
+            except KafkaTimeoutError as exc:
+                refusals.check(exc)
+                if time.monotonic() > deadline:
+                    raise
 
 
 async def aiokafka_start(client: Any) -> None:

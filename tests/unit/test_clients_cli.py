@@ -95,3 +95,33 @@ def test_a_refusal_a_library_only_logs_is_read_from_its_log() -> None:
     with LoggedRefusals("kafka", "SaslAuthenticationFailedError") as quiet:
         logging.getLogger("kafka").warning("Bootstrap connection failed: %s", OSError("refused"))
         quiet.check(TimeoutError())  # nothing refused: the caller re-raises its own error
+
+
+def test_kafka_python_is_asked_again_until_it_bootstraps_or_logs_a_refusal() -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    from app.clients.producers import kafka_python_start
+
+    calls: list[int] = []
+
+    def refused(timeout_ms: int) -> object:
+        calls.append(timeout_ms)
+        if len(calls) == 2:  # the first attempt timed out before the exchange was refused
+            logging.getLogger("kafka.net.manager").warning(
+                "Bootstrap connection to %s failed: %s", "bootstrap-0",
+                SaslAuthenticationFailedError("invalid credentials"))
+        raise KafkaTimeoutError("Unable to bootstrap")
+
+    with pytest.raises(AuthenticationFailed, match="invalid credentials"):
+        kafka_python_start(refused)
+    assert calls == [3000, 3000]
+
+    slow = iter([KafkaTimeoutError("Unable to bootstrap"), "client"])
+
+    def bootstraps_late(_timeout_ms: int) -> object:
+        got = next(slow)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    assert kafka_python_start(bootstraps_late) == "client"
