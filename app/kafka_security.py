@@ -71,6 +71,32 @@ class KafkaSecurity:
                        sasl_plain_password=self.sasl_password)
         return out
 
+    def confluent(self) -> dict[str, str]:
+        """librdkafka configs (confluent-kafka's producer and consumer)."""
+        out = {"security.protocol": self.protocol}
+        if self.tls:
+            out["ssl.endpoint.identification.algorithm"] = "https" if self.check_hostname else "none"
+            if self.ca_file:
+                out["ssl.ca.location"] = self.ca_file
+            if self.cert_file:
+                out.update({"ssl.certificate.location": self.cert_file,
+                            "ssl.key.location": self.key_file})
+        if self.sasl:
+            out.update({"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
+                        "sasl.password": self.sasl_password})
+        return out
+
+    def kafka_python(self) -> dict[str, Any]:
+        """kafka-python keyword arguments (its producer and consumer)."""
+        out: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.tls:
+            out.update(ssl_cafile=self.ca_file or None, ssl_certfile=self.cert_file or None,
+                       ssl_keyfile=self.key_file or None, ssl_check_hostname=self.check_hostname)
+        if self.sasl:
+            out.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+                       sasl_plain_password=self.sasl_password)
+        return out
+
     def faust(self) -> Any:
         """Faust's `broker_credentials` (None: plaintext)."""
         import faust

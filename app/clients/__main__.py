@@ -8,9 +8,11 @@ import sys
 import time
 
 from app.cli_support import int_at_least, positive_float
-from app.clients.report import Reporter
-
+from app.clients import security
 from app.clients.producers import LIBRARIES
+from app.clients.report import Reporter
+from app.errors import UserError
+from app.kafka_security import KafkaSecurity
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record-bytes", type=int_at_least(1), default=1000)
     p.add_argument("--window", type=int_at_least(1), default=256 * 1024,
                    help="unacknowledged bytes at most (default %(default)s)")
+    security.add_flags(p)
     c = sub.add_parser("consume", help="read a topic from the beginning in a group")
     c.add_argument("--library", choices=LIBRARIES, required=True)
     c.add_argument("--bootstrap", required=True)
@@ -42,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--group", required=True)
     c.add_argument("--fetch-bytes", type=int_at_least(1), default=65536,
                    help="max bytes per partition per fetch (default %(default)s)")
+    security.add_flags(c)
     s = sub.add_parser("connection-storm", help="new connections at RATE/s from SOURCES")
     s.add_argument("--host", required=True)
     s.add_argument("--port", type=int_at_least(1), required=True)
@@ -58,21 +62,61 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Exit status: 0 done, 2 bad arguments, 3 the broker refused the authentication (one line
+    on stderr: `authentication failed: <the library's report>`)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    kafka_security = None
+    if args.kind in ("produce", "consume"):
+        try:
+            kafka_security = security.from_args(args)
+        except ValueError as exc:
+            parser.error(str(exc))
     logging.basicConfig(level=logging.CRITICAL)  # the libraries' retries are not the report
     reporter = Reporter(args.name, epoch=args.epoch)
     if args.epoch is not None:
         time.sleep(max(0.0, args.epoch + args.start - time.time()))
+    try:
+        if kafka_security is not None and args.library == "java":
+            from app.clients import java
+
+            java.run(args.kind, _java_options(args), kafka_security)
+            return 0
+        _run(args, kafka_security, reporter)
+    except security.AuthenticationFailed as exc:
+        print(f"authentication failed: {exc}", file=sys.stderr)
+        return security.AUTHENTICATION_FAILED
+    except UserError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    reporter.finish()
+    return 0
+
+
+def _java_options(args: argparse.Namespace) -> dict[str, object]:
+    """The flags the Java program shares with this one (app/clients/java.py)."""
+    common = {"name": args.name, "seconds": args.seconds, "epoch": args.epoch,
+              "bootstrap": args.bootstrap, "topic": args.topic, "client-id": args.client_id}
+    if args.kind == "produce":
+        return {**common, "rate": args.rate, "record-bytes": args.record_bytes,
+                "window": args.window}
+    return {**common, "group": args.group, "fetch-bytes": args.fetch_bytes}
+
+
+def _run(args: argparse.Namespace, kafka_security: KafkaSecurity | None,
+         reporter: Reporter) -> None:
     if args.kind == "produce":
         from app.clients.producers import produce
 
+        assert kafka_security is not None
         produce(args.library, args.bootstrap, args.topic, args.client_id, args.rate,
-                args.record_bytes, args.seconds, args.window, reporter)
+                args.record_bytes, args.seconds, args.window, reporter, kafka_security)
     elif args.kind == "consume":
         from app.clients.consumers import consume
 
+        assert kafka_security is not None
         consume(args.library, args.bootstrap, args.topic, args.client_id, args.group,
-                args.seconds, args.fetch_bytes, reporter)
+                args.seconds, args.fetch_bytes, reporter, kafka_security)
     elif args.kind == "connection-storm":
         from app.clients.storms import connection_storm
 
@@ -83,8 +127,6 @@ def main(argv: list[str] | None = None) -> int:
 
         topic_storm(args.library, args.bootstrap, args.client_id, args.rate, args.partitions,
                     args.seconds, reporter, args.prefix)
-    reporter.finish()
-    return 0
 
 
 if __name__ == "__main__":

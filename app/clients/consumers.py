@@ -10,17 +10,21 @@ from __future__ import annotations
 import asyncio
 import time
 
+from app.clients.producers import aiokafka_start, confluent_refusals, kafka_python_start
 from app.clients.report import Reporter
+from app.clients.security import AuthenticationFailed
+from app.kafka_security import KafkaSecurity
 
 
 def consume(library: str, bootstrap: str, topic: str, client_id: str, group: str,
-            seconds: float, fetch_bytes: int, reporter: Reporter) -> None:
+            seconds: float, fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
     if library == "confluent-kafka":
-        _confluent(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter)
+        _confluent(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter, security)
     elif library == "kafka-python":
-        _kafka_python(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter)
+        _kafka_python(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter, security)
     elif library == "aiokafka":
-        asyncio.run(_aiokafka(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter))
+        asyncio.run(_aiokafka(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter,
+                              security))
     else:
         raise ValueError(f"unknown library {library!r}")
 
@@ -34,10 +38,12 @@ def _count(reporter: Reporter, values: list[bytes | None]) -> None:
 
 
 def _confluent(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
-               fetch_bytes: int, reporter: Reporter) -> None:
+               fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id,
+    refused: list[str] = []
+    consumer = Consumer({**security.confluent(), **confluent_refusals(refused),
+                         "bootstrap.servers": bootstrap, "client.id": client_id,
                          "group.id": group, "auto.offset.reset": "earliest",
                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
                          "max.partition.fetch.bytes": fetch_bytes,
@@ -46,6 +52,8 @@ def _confluent(bootstrap: str, topic: str, client_id: str, group: str, seconds: 
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
+            if refused:
+                raise AuthenticationFailed(refused[0])
             messages = consumer.consume(num_messages=500, timeout=0.2)
             _count(reporter, [m.value() for m in messages if m.error() is None])
     finally:
@@ -53,13 +61,14 @@ def _confluent(bootstrap: str, topic: str, client_id: str, group: str, seconds: 
 
 
 def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
-                  fetch_bytes: int, reporter: Reporter) -> None:
+                  fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=client_id,
-                             group_id=group, auto_offset_reset="earliest",
-                             session_timeout_ms=6000, heartbeat_interval_ms=1000,
-                             max_partition_fetch_bytes=fetch_bytes)
+    consumer = kafka_python_start(lambda timeout_ms: KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, client_id=client_id, group_id=group,
+        auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=1000,
+        max_partition_fetch_bytes=fetch_bytes, bootstrap_timeout_ms=timeout_ms,
+        **security.kafka_python()))
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
@@ -70,14 +79,14 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
 
 
 async def _aiokafka(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
-                    fetch_bytes: int, reporter: Reporter) -> None:
+                    fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=client_id,
                                 group_id=group, auto_offset_reset="earliest",
                                 session_timeout_ms=6000, heartbeat_interval_ms=1000,
-                                max_partition_fetch_bytes=fetch_bytes)
-    await consumer.start()
+                                max_partition_fetch_bytes=fetch_bytes, **security.aiokafka())
+    await aiokafka_start(consumer)
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:

@@ -6,7 +6,9 @@ waiting is not made up afterwards: it offers a load, it does not replay a backlo
 second: `bytes` and `records` acknowledged, `errors`.
 
 confluent-kafka (librdkafka) and aiokafka ignore `throttle_time_ms`; kafka-python honours it
-(gateway notes): only the connection being muted holds the first two back.
+(gateway notes): only the connection being muted holds the first two back. `java` is
+kafka-clients, run as its own program (`app.clients.java`). A broker refusing the client's
+authentication is `AuthenticationFailed` in every library (`app.clients.security`).
 """
 
 from __future__ import annotations
@@ -14,21 +16,31 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from app.clients.report import Pace, Reporter
+from app.clients.security import AuthenticationFailed, aiokafka_refusals, kafka_python_refusals
+from app.kafka_security import KafkaSecurity
 
-LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka")
+T = TypeVar("T")
+
+#: The client libraries of the produce and consume programs.
+LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka", "java")
 
 
 def produce(library: str, bootstrap: str, topic: str, client_id: str, rate: float,
-            record_bytes: int, seconds: float, window: int, reporter: Reporter) -> None:
+            record_bytes: int, seconds: float, window: int, reporter: Reporter,
+            security: KafkaSecurity) -> None:
     if library == "confluent-kafka":
-        _confluent(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter)
+        _confluent(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter,
+                   security)
     elif library == "kafka-python":
-        _kafka_python(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter)
+        _kafka_python(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter,
+                      security)
     elif library == "aiokafka":
         asyncio.run(_aiokafka(bootstrap, topic, client_id, rate, record_bytes, seconds, window,
-                              reporter))
+                              reporter, security))
     else:
         raise ValueError(f"unknown library {library!r}")
 
@@ -55,12 +67,25 @@ class _Window:
                 self.reporter.add("errors")
 
 
+def confluent_refusals(refused: list[str]) -> dict[str, object]:
+    """librdkafka's `error_cb`, keeping the reports of a refused authentication in `refused`."""
+    from confluent_kafka import KafkaError
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            refused.append(error.str())
+
+    return {"error_cb": on_error}
+
+
 def _confluent(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
-               seconds: float, window: int, reporter: Reporter) -> None:
+               seconds: float, window: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from confluent_kafka import KafkaException, Producer
 
+    refused: list[str] = []
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
-                         "queue.buffering.max.kbytes": max(64, window // 1024)})
+                         "queue.buffering.max.kbytes": max(64, window // 1024),
+                         **security.confluent(), **confluent_refusals(refused)})
     state = _Window(reporter)
     value = b"x" * size
     pace = Pace(rate, max(size, rate / 20))
@@ -70,6 +95,8 @@ def _confluent(bootstrap: str, topic: str, client_id: str, rate: float, size: in
         state.done(size, err is None)
 
     while time.monotonic() < deadline:
+        if refused:
+            raise AuthenticationFailed(refused[0])
         wait = pace.take(size) if state.outstanding + size <= window else 0.01
         if wait:
             producer.poll(min(wait, 0.05))
@@ -85,11 +112,12 @@ def _confluent(bootstrap: str, topic: str, client_id: str, rate: float, size: in
 
 
 def _kafka_python(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
-                  seconds: float, window: int, reporter: Reporter) -> None:
+                  seconds: float, window: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5,
-                             max_block_ms=2000)
+    producer = kafka_python_start(lambda timeout_ms: KafkaProducer(
+        bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5, max_block_ms=2000,
+        bootstrap_timeout_ms=timeout_ms, **security.kafka_python()))
     state = _Window(reporter)
     value = b"x" * size
     pace = Pace(rate, max(size, rate / 20))
@@ -112,12 +140,44 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, rate: float, size:
     producer.close(5)
 
 
+def kafka_python_start(make: Callable[[int], T], seconds: float = 30.0) -> T:
+    """A kafka-python client, `make(bootstrap_timeout_ms)`, bootstrapped within `seconds`; a
+    refused authentication is `AuthenticationFailed`. kafka-python retries a refusal until its
+    bootstrap times out, so it is asked for short bootstraps, again until one succeeds, its log
+    shows a refusal, or `seconds` have passed."""
+    from kafka.errors import KafkaTimeoutError
+
+    deadline = time.monotonic() + seconds
+    with kafka_python_refusals() as refusals:
+        while True:
+            try:
+                return make(3000)
+            except KafkaTimeoutError as exc:
+                refusals.check(exc)
+                if time.monotonic() > deadline:
+                    raise
+
+
+async def aiokafka_start(client: Any) -> None:
+    """Start an aiokafka client; a refused authentication is `AuthenticationFailed`."""
+    from aiokafka.errors import KafkaConnectionError
+
+    with aiokafka_refusals() as refusals:
+        try:
+            await client.start()
+        except KafkaConnectionError as exc:
+            await client.stop()
+            refusals.check(exc)
+            raise
+
+
 async def _aiokafka(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
-                    seconds: float, window: int, reporter: Reporter) -> None:
+                    seconds: float, window: int, reporter: Reporter, security: KafkaSecurity) -> None:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5)
-    await producer.start()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5,
+                                **security.aiokafka())
+    await aiokafka_start(producer)
     state = _Window(reporter)
     value = b"x" * size
     pace = Pace(rate, max(size, rate / 20))

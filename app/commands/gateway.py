@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 EPILOG = """\
 Ports: clients bootstrap at --listen; broker N is reached at
 --node-port-base + (N - --first-node-id) (defaults: the listen port + 1, and the lowest node
-id the cluster reports at start). Every address the cluster hands a client is rewritten to
+id the cluster reports first: at start, or with --upstream-sasl once a client has
+authenticated). Every address the cluster hands a client is rewritten to
 these, so clients never talk to a broker directly.
 
 The gateway's own Kafka connection (usage events out, directives in) uses
@@ -62,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--node-port-base", type=int_at_least(1), metavar="PORT",
                    help="gateway port of the first broker (default: listen port + 1)")
     p.add_argument("--first-node-id", type=int_at_least(0), metavar="N",
-                   help="node id reached at --node-port-base (default: the lowest at start)")
+                   help="node id reached at --node-port-base (default: the lowest the cluster "
+                   "names first)")
     p.add_argument("--max-nodes", type=int_at_least(1), default=64, metavar="N",
                    help="broker ports to use at most (default %(default)s)")
     p.add_argument("--bootstrap-node-id", type=int_at_least(0), metavar="N",
@@ -93,7 +95,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--upstream-sasl", action="store_true",
                    help="the upstream listener requires SASL: before a connection has "
                    "authenticated, only ApiVersions and SASL requests are served (anything else "
-                   "closes it, as a broker does) and its frames are held to 512 KiB")
+                   "closes it, as a broker does) and its frames are held to 512 KiB; the "
+                   "start-up probe asks ApiVersions only, and the brokers are learned once a "
+                   "client has authenticated unless --first-node-id and --bootstrap-node-id "
+                   "are given")
     limits = p.add_argument_group("limits (what a connection is held to; docs/gateway.md)")
     limits.add_argument("--max-request-bytes", type=int_at_least(PRE_AUTH_FRAME),
                         default=MAX_REQUEST_BYTES, metavar="N",

@@ -152,6 +152,7 @@ def _client(raw: Any, index: int, gateways: int, topics: Mapping[str, int]) -> D
         raise ScenarioError(f"{where} needs a client_id")
     if program in ("produce", "consume") and values.get("topic") not in topics:
         raise ScenarioError(f"{where}.topic must be one of the demo's topics")
-    if program == "topic-storm" and values.get("library", "confluent-kafka") == "aiokafka":
+    if program == "topic-storm" and values.get("library", "confluent-kafka") not in (
+            "kafka-python", "confluent-kafka"):
         raise ScenarioError(f"{where}: topic storms use kafka-python (strict) or confluent-kafka")
     return DemoClient(**values)

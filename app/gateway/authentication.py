@@ -16,6 +16,11 @@ Kafka's authenticator (SaslServerAuthenticator), as followed here:
 - The exchange ends after the mechanism's round trips (`MECHANISMS`): PLAIN and OAUTHBEARER take
   one, accepted when the server's token is empty; SCRAM-SHA-256/512 take two, accepted when the
   server-final message is `v=<signature>`. A broker closes the connection when it refuses one.
+- A SCRAM exchange that authenticates a delegation token (`sasl.delegation_token`) is refused
+  before it reaches the broker: its name is the token's id, Kafka's principal the token's
+  owner, which the gateway cannot see (it would need DescribeDelegationToken rights over
+  every user, and a token cache kept as fresh as the brokers'). Charged to the token id, its
+  usage would match no quota; so the client gets an authentication error instead.
 - GSSAPI and other mechanisms take a number of round trips the gateway cannot read from the
   tokens. In v1 the frames stay Kafka's, and the connection counts as authenticated, as
   `ANONYMOUS`, from the first token the broker accepts. Raw (v0), the gateway could not tell
@@ -32,6 +37,8 @@ from app.gateway.limits import PRE_AUTH_FRAME
 
 #: What a step of the exchange leads to.
 CONTINUE, ACCEPTED, REFUSED, UNFOLLOWABLE = "continue", "accepted", "refused", "unfollowable"
+#: A client token the gateway refuses: a SCRAM delegation token (see the module docstring).
+DELEGATION_TOKEN = "delegation_token"
 
 
 @dataclass(frozen=True)
@@ -82,9 +89,12 @@ class Authentication:
 
     def charged(self, api_key: int) -> bool:
         """Whether a request is charged and throttled: on a SASL listener the authenticator
-        serves the SASL requests, not KafkaApis, so they are not; elsewhere KafkaApis answers
-        them like any request."""
-        return not (self.sasl_listener and api_key in apis.SASL_APIS)
+        serves the SASL requests, and ApiVersions before authentication, not KafkaApis
+        (`SaslServerAuthenticator`), so they are not; elsewhere KafkaApis answers them like any
+        request."""
+        if not self.sasl_listener:
+            return True
+        return self.authenticated and api_key not in apis.SASL_APIS
 
     def frame_limit(self, max_request: int) -> int:
         """The largest frame the client may send next."""
@@ -111,13 +121,18 @@ class Authentication:
             self.raw = True
         return CONTINUE
 
-    def client_token(self, token: bytes) -> None:
-        """A token from the client: raw, or the bytes of a SaslAuthenticate request."""
+    def client_token(self, token: bytes) -> str:
+        """A token from the client: raw, or the bytes of a SaslAuthenticate request.
+        DELEGATION_TOKEN: it must not reach the broker (the exchange is over)."""
         if self._mechanism is None:
-            return
+            return CONTINUE
         if self._tokens == 0:
+            if sasl.delegation_token(self._mechanism, token):
+                self._end()
+                return DELEGATION_TOKEN
             self._claimed = sasl.username(self._mechanism, token)
         self._tokens += 1
+        return CONTINUE
 
     def server_token(self, token: bytes, error: bool = False) -> str:
         """A token from the broker: raw, or a SaslAuthenticate answer (`error`: it has one)."""

@@ -33,7 +33,11 @@ to charge, a request or answer whose broker addresses it could not rewrite) clos
 connection, counted by reason (`limits.CLOSE_REASONS`). SASL is followed by
 `Authentication`: a SASL request or raw token is served alone (nothing after it is read until it
 is answered), so raw tokens are read as such only after the broker accepted a SaslHandshake v0,
-and the requests after an exchange are charged to the principal it established.
+and the requests after an exchange are charged to the principal it established. A SCRAM
+exchange for a delegation token is answered by the gateway with an authentication error and
+closed (`authentication`). When an exchange is accepted before the gateway knows the cluster (in
+front of a SASL listener without the node flags), it asks for the brokers on that connection,
+an internal Metadata request answered before anything the client sends after it.
 """
 
 from __future__ import annotations
@@ -46,7 +50,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.gateway import apis, messages, policy
-from app.gateway.authentication import REFUSED, UNFOLLOWABLE, Authentication
+from app.gateway.authentication import (
+    ACCEPTED,
+    DELEGATION_TOKEN,
+    REFUSED,
+    UNFOLLOWABLE,
+    Authentication,
+)
 from app.gateway.frames import (
     SIZE,
     FrameError,
@@ -72,6 +82,10 @@ _BROKER_FAULTS = frozenset({"broker_protocol", "request_timeout"})
 FORWARDED, LOCAL, HELD, INTERNAL, TOKEN = 0, 1, 2, 3, 4
 #: The header a raw SASL token is filed under (it has none).
 RAW_TOKEN = RequestHeader(-1, 0, 0, "", -1)
+
+#: What a client authenticating with a delegation token is told.
+DELEGATION_TOKEN_REFUSED = ("Delegation tokens cannot be used through the quota-streams gateway: "
+                            "authenticate as the token's owner")
 
 #: Client bytes read ahead of the request being served, at most (plus one frame).
 READ_AHEAD = 1 << 20
@@ -365,7 +379,7 @@ class Session:
                 cap = None if core.local is None else core.local.fetch_cap(self.user,
                                                                            header.client_id)
                 if cap is not None and context.max_bytes > cap:
-                    payload = messages.cap_fetch(payload, context, cap)
+                    payload, context = messages.cap_fetch(payload, context, cap)
         except MessageError as exc:
             core.metrics.undecoded(key)
             logger.debug("passing %s v%d through undecoded: %s", apis.api_name(key), version, exc)
@@ -381,19 +395,32 @@ class Session:
         try:
             if key == apis.SASL_HANDSHAKE:
                 self.auth.handshake(version, messages.sasl_mechanism(payload, version, header.body))
-            else:
-                self.auth.client_token(messages.sasl_auth_bytes(payload, version, header.body))
+            elif self.auth.client_token(messages.sasl_auth_bytes(
+                    payload, version, header.body)) == DELEGATION_TOKEN:
+                self._refuse_token(header)
+                return
         except MessageError as exc:
             self.close("sasl_unfollowable", f"{apis.api_name(key)} v{version}: {exc}")
             return
         self._sasl_waiting += 1
         self._forward(header, payload, None)
 
+    def _refuse_token(self, header: RequestHeader) -> None:
+        """A delegation token's exchange: refused as a broker refuses one (an authentication
+        error, then the connection closes), without reaching the broker."""
+        pending = Pending(LOCAL, header, 0, ready=True, payload=messages.sasl_authenticate_error(
+            header.api_version, header.correlation_id, DELEGATION_TOKEN_REFUSED))
+        self._order.append(pending)
+        self._write_ready()
+        self.close("delegation_token", "SCRAM with tokenauth=true")
+
     def _token(self, token: bytes) -> None:
         """A raw SASL token: to the broker as it came; the next frame is read once the broker's
         token answered it (a raw exchange is one token each way at a time)."""
         assert self.broker is not None
-        self.auth.client_token(token)
+        if self.auth.client_token(token) == DELEGATION_TOKEN:
+            self.close("delegation_token", "raw SCRAM with tokenauth=true")
+            return
         pending = Pending(TOKEN, RAW_TOKEN, len(token), time.perf_counter())
         self._order.append(pending)
         self._awaiting.append(pending)
@@ -581,6 +608,8 @@ class Session:
         if step == UNFOLLOWABLE:
             self.close("sasl_unfollowable", "raw SASL tokens of a mechanism it cannot follow")
             return False
+        if step == ACCEPTED:
+            self._learn_cluster()
         return True
 
     def _token_answer(self, pending: Pending, token: bytes) -> None:
@@ -593,6 +622,8 @@ class Session:
             self._write_ready()
             self.close("sasl_failed", "the broker refused the raw SASL exchange")
             return
+        if step == ACCEPTED:
+            self._learn_cluster()
         self._flush()
 
     def _finish(self, pending: Pending, payload: bytes, now: int, service_ms: float) -> None:
@@ -604,6 +635,8 @@ class Session:
         context = pending.context
         fetch = context if isinstance(context, messages.FetchRequestInfo) else None
         mutation = context if isinstance(context, MutationContext) else None
+        if fetch is not None and fetch.capped:  # only what the client can use is charged
+            payload = self._whole_batches(payload, version)
         charged = self.auth.charged(key)
         throttle = 0
         if charged:
@@ -656,6 +689,16 @@ class Session:
         pending.ready = True
         self._flush()
 
+    def _whole_batches(self, payload: bytes, version: int) -> bytes:
+        """A capped Fetch's answer without the partial record batches the broker cut at its
+        `max_bytes` (`messages.whole_batches`); as it came if it cannot be read."""
+        try:
+            return messages.whole_batches(payload, version) or payload
+        except MessageError as exc:
+            self.core.metrics.undecoded(apis.FETCH)
+            logger.debug("passing a Fetch v%d answer uncut: %s", version, exc)
+            return payload
+
     def _charge_mutations(self, header: RequestHeader, payload: bytes, context: MutationContext,
                           now: int) -> None:
         """One mutation event per topic the broker admitted, with the partitions it charges."""
@@ -668,7 +711,35 @@ class Session:
                                      context.request.api, header.api_version, partitions,
                                      context.request.validate_only)
 
+    def _learn_cluster(self) -> None:
+        """Just authenticated, and the gateway does not know the cluster yet: an internal
+        Metadata request (no topics) for its brokers, answered before the client's next."""
+        core = self.core
+        if core.cluster_known:
+            return
+        version = core.metadata_version
+        self._internal_ids -= 1
+        payload = messages.metadata_request(version, self._internal_ids, "quota-streams-gateway", [])
+        lookup = RequestHeader(apis.METADATA, version, self._internal_ids, "", -1)
+        self._awaiting.append(Pending(INTERNAL, lookup, len(payload), time.perf_counter()))
+        assert self.broker is not None
+        _send(self.broker, payload)
+
+    def _cluster_answer(self, internal: Pending, payload: bytes) -> None:
+        try:
+            nodes, _start, _end = messages.metadata_brokers(payload, internal.header.api_version)
+        except MessageError as exc:
+            self.close("broker_protocol", f"the brokers' Metadata answer: {exc}")
+            return
+        if not nodes:
+            self.close("broker_protocol", "a Metadata answer naming no brokers")
+            return
+        self.core.learn(nodes)  # ports are bound before any answer naming them goes out
+
     def _lookup_answer(self, internal: Pending, payload: bytes) -> None:
+        if internal.context is None:
+            self._cluster_answer(internal, payload)
+            return
         held: Pending = internal.context
         try:
             held.context.learn(payload, internal.header.api_version)

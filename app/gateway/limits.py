@@ -41,6 +41,7 @@ CLOSE_REASONS: tuple[str, ...] = (
     "mutation_undecodable",  # a mutation request the gateway cannot read, or listing too much
     "sasl_unfollowable",  # raw tokens of a mechanism it cannot follow; a SASL message unreadable
     "sasl_failed",  # a raw SASL exchange the broker refused
+    "delegation_token",  # a SCRAM exchange for a delegation token (its owner cannot be seen)
     "broker_protocol",  # a bad frame from the broker, an answer to no request, or out of order,
     # or an answer whose addresses the gateway cannot read to rewrite
     "idle",  # nothing either way for --idle-timeout-ms

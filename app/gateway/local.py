@@ -83,9 +83,10 @@ class LocalQuotas:
         Kafka caps a consumer's fetch at what its quota allows in a window (`KafkaApis`:
         `getMaxValueInQuotaWindow` = limit x (N-1) x W), so one response never exceeds the
         window by itself: it would be throttled, sent empty, and fetched again forever. The
-        gateway asks for a fiftieth of that. A broker may return whole record batches past
-        `max_bytes` (Tansu does); and a throttled fetch returns nothing for its whole mute, so
-        a greedy consumer gets less than its quota the larger its fetches are. With the engine
+        gateway asks for a fiftieth of that. A broker returns a whole first record batch past
+        `max_bytes` (the session cuts the partial ones after it: `messages.whole_batches`); and
+        a throttled fetch returns nothing for its whole mute, so a greedy consumer gets less
+        than its quota the larger its fetches are. With the engine
         (11 x 500 ms windows, 3 ms round trips), fetches of the window's whole allowance get
         50% of the quota, a tenth of it 90%, a fiftieth 96%. At the quota that is 50 fetches
         per window, 5/s with Kafka's default windows.

@@ -284,6 +284,7 @@ class FetchRequestInfo:
     incremental: bool  # part of an existing fetch session (epoch > 0)
     max_bytes: int
     max_bytes_at: int  # offset of max_bytes in the payload
+    capped: bool = False  # max_bytes lowered by the gateway (`cap_fetch`)
 
 
 #: Fetch v4-14 start with replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, and
@@ -313,9 +314,10 @@ def fetch_request(payload: bytes, version: int, body: int) -> FetchRequestInfo:
     return FetchRequestInfo(max_wait, version >= 7 and epoch > 0, max_bytes, at)
 
 
-def cap_fetch(payload: bytes, info: FetchRequestInfo, max_bytes: int) -> bytes:
-    """A Fetch request asking for at most `max_bytes`: the field set in place."""
-    return payload[:info.max_bytes_at] + _I32.pack(max_bytes) + payload[info.max_bytes_at + 4:]
+def cap_fetch(payload: bytes, info: FetchRequestInfo, max_bytes: int) -> tuple[bytes, FetchRequestInfo]:
+    """A Fetch request asking for at most `max_bytes` (the field set in place), and its info."""
+    return (payload[:info.max_bytes_at] + _I32.pack(max_bytes) + payload[info.max_bytes_at + 4:],
+            dataclasses.replace(info, max_bytes=max_bytes, capped=True))
 
 
 def patch_response(api_key: int, version: int, payload: bytes, throttle_ms: int,
@@ -400,6 +402,45 @@ def _fetch_names_endpoints(version: int, payload: bytes) -> bool:
     except FrameError as exc:
         raise MessageError(f"Fetch v{version}: {exc}") from None
     return False
+
+
+def whole_batches(payload: bytes, version: int) -> bytes | None:
+    """A Fetch response with each partition's records cut after its last whole record batch
+    (None: nothing to cut). A broker fills `max_bytes` and cuts the last batch wherever the limit
+    falls (`LogSegment.read`); a client drops that partial batch and fetches it again. Fine with a
+    client's usual megabytes; with the small fetches the gateway asks for a consumer under a
+    quota it is a fifth of every response, bytes charged that the client cannot use. Decoded
+    and re-encoded: such responses are small (`LocalQuotas.fetch_cap`)."""
+    schema, resp, offset = _response(apis.FETCH, version, payload)
+    changed = False
+    topics = []
+    for topic in resp.responses:
+        partitions = []
+        for part in topic.partitions:
+            records = part.records
+            if records:
+                keep = _whole_batch_bytes(records)
+                if keep != len(records):
+                    part = dataclasses.replace(part, records=type(records)(records[:keep]))
+                    changed = True
+            partitions.append(part)
+        topics.append(dataclasses.replace(topic, partitions=tuple(partitions)))
+    if not changed:
+        return None
+    return payload[:offset] + _encode(schema, dataclasses.replace(resp, responses=tuple(topics)))
+
+
+def _whole_batch_bytes(records: bytes) -> int:
+    """Bytes of the whole batches `records` starts with. Every message format starts a batch
+    (or a v0/v1 message) with an 8-byte offset and a 4-byte length of what follows."""
+    pos = 0
+    while pos + 12 <= len(records):
+        (length,) = _I32.unpack_from(records, pos + 8)
+        end = pos + 12 + length
+        if length < 0 or end > len(records):
+            break
+        pos = end
+    return pos
 
 
 def empty_fetch_response(payload: bytes, version: int, throttle_ms: int, incremental: bool) -> bytes:
@@ -662,3 +703,21 @@ def sasl_authenticate_answer(payload: bytes, version: int) -> tuple[bool, bytes]
     """Whether a SaslAuthenticate response carries no error, and the server's token in it."""
     _schema, resp, _offset = _response(apis.SASL_AUTHENTICATE, version, payload)
     return bool(resp.error_code == ErrorCode.none), bytes(resp.auth_bytes)
+
+
+#: Kafka's SASL_AUTHENTICATION_FAILED, what a broker answers an exchange it refuses with.
+SASL_AUTHENTICATION_FAILED = 58
+
+
+def sasl_authenticate_error(version: int, correlation_id: int, message: str) -> bytes:
+    """A SaslAuthenticate response refusing the exchange, as a broker's authenticator sends one
+    before it closes the connection."""
+    schema = apis.response_schema(apis.SASL_AUTHENTICATE, version)
+    if schema is None:
+        raise MessageError(f"no schema for SaslAuthenticate v{version}")
+    fields = {f.name for f in dataclasses.fields(schema)}
+    body = schema(error_code=ErrorCode(SASL_AUTHENTICATION_FAILED), error_message=message,
+                  auth_bytes=b"",
+                  **({"session_lifetime": timedelta(0)} if "session_lifetime" in fields else {}))
+    flexible = bool(apis.flexible_response_header(apis.SASL_AUTHENTICATE, version))
+    return response_header(correlation_id, flexible) + _encode(schema, body)

@@ -2,9 +2,10 @@
 
 Rule ("port identifies node", as Kroxylicious' port-per-broker scheme): clients bootstrap on the
 listen port; broker `n` is reached at `node_port_base + (n - first_node_id)`. By default
-`node_port_base` is the listen port + 1 and `first_node_id` the lowest node id the cluster reported
-when the gateway started, so a cluster of brokers 1, 2, 3 behind `--listen :9192` is reached at
-9193, 9194, 9195. At most `max_nodes` ports are used; a broker whose id falls outside the range
+`node_port_base` is the listen port + 1 and `first_node_id` the lowest node id of the first answer
+that names brokers (the start-up probe's, or, in front of a SASL listener, the first the gateway
+reads after a client authenticated), so a cluster of brokers 1, 2, 3 behind `--listen :9192` is
+reached at 9193, 9194, 9195. Until then no broker has a port. At most `max_nodes` ports are used; a broker whose id falls outside the range
 cannot be reached through the gateway (its address is left as the cluster gave it, and logged).
 Give both explicitly when several gateway instances must agree whatever brokers are up.
 """
@@ -12,7 +13,7 @@ Give both explicitly when several gateway instances must agree whatever brokers 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.gateway.messages import Node
 
@@ -23,10 +24,12 @@ logger = logging.getLogger(__name__)
 class PortRule:
     advertised_host: str
     node_port_base: int
-    first_node_id: int
+    first_node_id: int | None  # None: not known yet (no broker has a port)
     max_nodes: int = 64
 
     def port(self, node_id: int) -> int | None:
+        if self.first_node_id is None:
+            return None
         index = node_id - self.first_node_id
         if not 0 <= index < self.max_nodes:
             return None
@@ -44,7 +47,13 @@ class NodeMap:
         self._unmapped: set[int] = set()
 
     def learn(self, nodes: list[Node]) -> list[int]:
-        """Record the brokers' real addresses; returns the node ids that are new or moved."""
+        """Record the brokers' real addresses; returns the node ids that are new or moved. The
+        first brokers learned fix the rule's first node id if nothing else did (their lowest)."""
+        if self.rule.first_node_id is None and nodes:
+            self.rule = replace(self.rule, first_node_id=min(n.node_id for n in nodes))
+            logger.info("first node id %d (the lowest the cluster named first): broker n is at "
+                        "port %d + (n - %d)", self.rule.first_node_id, self.rule.node_port_base,
+                        self.rule.first_node_id)
         changed = []
         for node in nodes:
             address = (node.host, node.port)

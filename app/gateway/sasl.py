@@ -6,7 +6,10 @@ once the broker has accepted the authentication (the SaslAuthenticate response h
 
 - PLAIN (RFC 4616): `[authzid] NUL authcid NUL password`; Kafka's principal is the authcid.
 - SCRAM-SHA-256/512 (RFC 5802): the client-first message `n,[a=authzid],n=<user>,r=<nonce>`,
-  with `=2C` and `=3D` standing for `,` and `=` in the name.
+  with `=2C` and `=3D` standing for `,` and `=` in the name. With the extension
+  `tokenauth=true` after the nonce (`delegation_token`) the name is a delegation token's id,
+  and Kafka's principal is the token's owner, which the exchange does not show
+  (`ScramSaslServer`: the owner comes from the broker's token cache).
 - OAUTHBEARER (RFC 7628): `n,,\\x01auth=Bearer <jwt>\\x01\\x01`; the principal is the token's
   `sub` claim (Kafka's default `sasl.oauthbearer.sub.claim.name`), read without verifying the
   token (the broker verifies it).
@@ -38,6 +41,23 @@ def username(mechanism: str, auth_bytes: bytes) -> str | None:
     except (UnicodeDecodeError, ValueError):
         return None
     return None
+
+
+def delegation_token(mechanism: str, auth_bytes: bytes) -> bool:
+    """Whether a client's first SCRAM message authenticates a delegation token: an extension
+    `tokenauth` after the nonce whose value is `true` in any case (Kafka's `ScramExtensions`
+    reads it with `Boolean.parseBoolean`)."""
+    if not mechanism.startswith("SCRAM-"):
+        return False
+    try:
+        attributes = auth_bytes.decode().split(",")
+    except UnicodeDecodeError:
+        return False
+    nonce = next((i for i, a in enumerate(attributes) if a.startswith("r=")), None)
+    if nonce is None:
+        return False
+    return any(a.partition("=")[0] == "tokenauth" and a.partition("=")[2].lower() == "true"
+               for a in attributes[nonce + 1:])
 
 
 def _scram_user(message: str) -> str | None:

@@ -2,7 +2,12 @@
 events it publishes.
 
 Start-up: probe the cluster (ApiVersions and Metadata on `--upstream`) to learn its brokers and
-the versions it speaks; rebuild the directives from the control topic (bounded by
+the versions it speaks. A SASL listener (`upstream_sasl`) answers nothing but ApiVersions and SASL
+before a connection authenticates, so there the probe asks ApiVersions only; the port rule's
+first node id and the bootstrap broker come from the flags or, left out, from the first answer
+naming brokers after a client authenticated (`Session` asks for one on its own connection, the
+client's principal, never shown to the client). Until then bootstrap connections are admitted
+with no broker named, and their connection is charged once it is known (`place`). Then rebuild the directives from the control topic (bounded by
 `directives_timeout`: the gateway serves without them rather than not at all, and says so);
 open the event producer; listen on the bootstrap port and one port per broker (`nodes.PortRule`).
 A broker that appears later (in a Metadata or DescribeCluster response) gets its port before the
@@ -107,9 +112,13 @@ class GatewayConfig:
     upstream_tls: ssl.SSLContext | None = None
 
 
+#: The node of a bootstrap connection accepted before the gateway knew which broker is there.
+UNKNOWN_NODE = -1
+
+
 @dataclass
 class ClusterInfo:
-    """What the start-up probe learned."""
+    """What the start-up probe learned (no nodes in front of a SASL listener)."""
 
     nodes: list[Node]
     versions: dict[int, tuple[int, int]]
@@ -117,20 +126,21 @@ class ClusterInfo:
 
 
 async def probe_cluster(upstream: tuple[Address, ...], tls: ssl.SSLContext | None,
-                        timeout: float) -> ClusterInfo:
-    """ApiVersions, then Metadata (no topics), on the first upstream address that answers."""
+                        timeout: float, sasl: bool = False) -> ClusterInfo:
+    """ApiVersions, then Metadata (no topics), on the first upstream address that answers;
+    ApiVersions only with `sasl` (a SASL listener refuses Metadata before authentication)."""
     reasons = []
     for host, port in upstream:
         try:
             async with asyncio.timeout(timeout):
-                return await _probe_one(host, port, tls)
+                return await _probe_one(host, port, tls, sasl)
         except (OSError, TimeoutError, MessageError, struct.error, asyncio.IncompleteReadError) as exc:
             reasons.append(f"{host}:{port}: {reason(exc)}")
     raise GatewayError("cannot reach the upstream cluster (" + "; ".join(reasons) + "); check "
                        "--upstream (and its TLS settings)")
 
 
-async def _probe_one(host: str, port: int, tls: ssl.SSLContext | None) -> ClusterInfo:
+async def _probe_one(host: str, port: int, tls: ssl.SSLContext | None, sasl: bool) -> ClusterInfo:
     reader, writer = await asyncio.open_connection(host, port, ssl=tls)
     try:
         client_id = b"quota-streams-gateway"
@@ -139,13 +149,19 @@ async def _probe_one(host: str, port: int, tls: ssl.SSLContext | None) -> Cluste
         versions = messages.api_version_ranges(await _read_frame(reader), 0)
         if 3 not in versions:
             raise MessageError("the upstream does not offer Metadata")
+        if sasl:
+            return ClusterInfo([], versions, (host, port))
         version = min(versions[3][1], 12)
         writer.write(frame(messages.metadata_request(version, 2, client_id.decode(), [])))
-        payload = await _read_frame(reader)
+        try:
+            payload = await _read_frame(reader)
+        except asyncio.IncompleteReadError:  # what a SASL listener does before authentication
+            raise MessageError("it answered ApiVersions, then closed on Metadata: a SASL "
+                               "listener? then give --upstream-sasl") from None
         nodes, _start, _end = messages.metadata_brokers(payload, version)
         if not nodes:
             raise MessageError("the upstream answered Metadata without brokers (does it require "
-                               "SASL? then give --first-node-id and --bootstrap-node-id)")
+                               "SASL? then give --upstream-sasl)")
         return ClusterInfo(nodes, versions, (host, port))
     finally:
         writer.close()
@@ -189,6 +205,11 @@ class Acceptor:
                 self.queue.popleft()
                 continue
             now = gw.now_ms()
+            if self.node_id == UNKNOWN_NODE:  # no broker to decide for yet: charged when placed
+                self.queue.popleft()
+                gw.metrics.connection("accepted")
+                gw.connect(session)
+                continue
             decision = gw.directives.connection(session.ip, gw.config.listener, now,
                                                 broker=self.node_id)
             if local_close is None:  # first time at the head: the local rates record it now
@@ -233,7 +254,7 @@ class Gateway:
         self.directives: Any = directives
         self.nodes: NodeMap | None = None  # set by start()
         self.metadata_version = 4
-        self.bootstrap_node = 0
+        self.bootstrap_node: int | None = None  # until known, bootstrap connections wait to be placed
         self.sessions: set[Session] = set()
         self.counts = ConnectionCounts(config.limits)
         self._sweep_task: asyncio.Task[None] | None = None
@@ -254,7 +275,8 @@ class Gateway:
 
     async def start(self) -> None:
         cfg = self.config
-        info = await probe_cluster(cfg.upstream, cfg.upstream_tls, cfg.probe_timeout)
+        info = await probe_cluster(cfg.upstream, cfg.upstream_tls, cfg.probe_timeout,
+                                   cfg.upstream_sasl)
         self._learn_cluster(info)
         if self._own_directives:
             await self._start_directives()
@@ -288,25 +310,57 @@ class Gateway:
                     ",".join(f"{h}:{p}" for h, p in cfg.upstream), self.describe_ports())
 
     def _learn_cluster(self, info: ClusterInfo) -> None:
-        """The port rule, brokers and versions from the start-up probe."""
+        """The port rule, brokers and versions from the flags and the start-up probe (which
+        names no brokers in front of a SASL listener: `learn` then fills in the rest)."""
         cfg = self.config
         self.metadata_version = min(info.versions.get(3, (0, 4))[1], 12)
-        lowest = min(n.node_id for n in info.nodes)
         rule = PortRule(cfg.advertised_host,
                         cfg.node_port_base if cfg.node_port_base is not None else cfg.listen[1] + 1,
-                        cfg.first_node_id if cfg.first_node_id is not None else lowest,
-                        cfg.max_nodes)
+                        cfg.first_node_id, cfg.max_nodes)
         self.nodes = NodeMap(rule)
-        self.nodes.learn(info.nodes)
-        if cfg.bootstrap_node_id is not None:
-            self.bootstrap_node = cfg.bootstrap_node_id
-        else:
-            named = [n.node_id for n in info.nodes if (n.host, n.port) == info.answered_by]
-            self.bootstrap_node = named[0] if named else lowest
         self._bootstrap_targets = [info.answered_by] + [a for a in cfg.upstream if a != info.answered_by]
+        self.bootstrap_node = cfg.bootstrap_node_id
+        self.nodes.learn(info.nodes)
+        self._name_bootstrap(info.nodes)
+
+    def _name_bootstrap(self, nodes: list[Node]) -> None:
+        """The broker bootstrap connections reach, from the first brokers learned: the one at
+        the address they go to first, else the lowest id."""
+        if self.bootstrap_node is not None or not nodes:
+            return
+        first = self._bootstrap_targets[0]
+        named = [n.node_id for n in nodes if (n.host, n.port) == first]
+        self.bootstrap_node = named[0] if named else min(n.node_id for n in nodes)
+        logger.info("bootstrap connections reach broker %d", self.bootstrap_node)
+        for session in list(self.sessions):
+            if session.node_id == UNKNOWN_NODE:
+                self.place(session, self.bootstrap_node)
+
+    def place(self, session: Session, node_id: int) -> None:
+        """A bootstrap connection accepted before its broker was known: from now on it is that
+        broker's, and its connection is charged (and judged by the connection quotas) now."""
+        session.node_id = node_id
+        now = self.now_ms()
+        decision = self.directives.connection(session.ip, self.config.listener, now, broker=node_id)
+        local_close = 0 if self.local is None else self.local.connection(
+            node_id, now, self.config.listener, session.ip)[1]
+        self.usage.connection(node_id, now, self.config.listener, session.ip)
+        close_ms = max(decision.close_ms, local_close)
+        if close_ms > 0:  # as the acceptor: closed when the IP's throttle ends
+            self.metrics.connection("closed")
+            asyncio.get_running_loop().call_later(close_ms / 1000.0, session.close)
+
+    @property
+    def cluster_known(self) -> bool:
+        """Whether the port rule and the bootstrap broker are known (else a client's first
+        authenticated connection asks the cluster, `Session`)."""
+        return (self.bootstrap_node is not None and self.nodes is not None
+                and self.nodes.rule.first_node_id is not None)
 
     def describe_ports(self) -> str:
         assert self.nodes is not None
+        if not self.nodes.node_ids:
+            return "learned once a client has authenticated"
         parts = []
         for node_id in self.nodes.node_ids:
             client = self.nodes.client_address(node_id)
@@ -432,7 +486,8 @@ class Gateway:
 
     def _session(self, node_id: int | None) -> Session:
         if node_id is None:
-            return Session(self, self.bootstrap_node, bootstrap=True)
+            bootstrap = UNKNOWN_NODE if self.bootstrap_node is None else self.bootstrap_node
+            return Session(self, bootstrap, bootstrap=True)
         return Session(self, node_id)
 
     async def _bind(self, node_id: int) -> None:
@@ -453,6 +508,7 @@ class Gateway:
         """Brokers a response named: a future to wait on when some need a port first."""
         assert self.nodes is not None
         self.nodes.learn(nodes)
+        self._name_bootstrap(nodes)
         missing = [n.node_id for n in nodes if n.node_id not in self._servers
                    and self.nodes.rule.port(n.node_id) is not None]
         if not missing:
@@ -563,4 +619,5 @@ class Gateway:
             logger.warning("usage events not sent: %r", exc)
 
 
-__all__ = ["Acceptor", "ClusterInfo", "Gateway", "GatewayConfig", "GatewayError", "probe_cluster"]
+__all__ = ["UNKNOWN_NODE", "Acceptor", "ClusterInfo", "Gateway", "GatewayConfig", "GatewayError",
+           "probe_cluster"]

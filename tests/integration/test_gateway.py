@@ -1,4 +1,5 @@
-"""The gateway with real clients (confluent-kafka, kafka-python, aiokafka) on the embedded broker.
+"""The gateway with real clients (confluent-kafka, kafka-python, aiokafka, Java's kafka-clients) on
+the session's Kafka.
 
 One worker (cluster scope, `served` accounting: the gateway reports what it served) and two
 gateway processes in front of the session's broker. The closed-loop checks run together, as
@@ -39,7 +40,7 @@ pytestmark = pytest.mark.integration
 
 QUOTA = 200_000  # bytes/s, every byte-rate quota here
 LOOP_S, WARMUP_S = 42.0, 8.0
-LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka")
+LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka", "java")
 DESCRIBE_CONFIGS = 32  # an API the gateway passes through without decoding
 
 
@@ -126,7 +127,7 @@ def rate_after(lines: list[dict[str, Any]], warmup: float, seconds: float,
 
 
 def test_clients_of_each_library_produce_consume_and_commit_through_the_gateway(stack: Stack) -> None:
-    for lib in LIBRARIES:
+    for lib in ROUND_TRIP:
         topic = f"{stack.env['QS_APP_ID']}-{lib}"
         _create_topic(stack.broker, topic, 2)
         sent = {f"k{i}".encode(): f"v{i}-{uuid.uuid4().hex}".encode() for i in range(300)}
@@ -217,6 +218,31 @@ ROUND_TRIP = {"confluent-kafka": _confluent_round_trip, "kafka-python": _kafka_p
               "aiokafka": _aiokafka_round_trip}
 
 
+def test_the_java_client_produces_consumes_in_a_group_and_commits_through_the_gateway(
+        stack: Stack) -> None:
+    """kafka-clients' producer, then its consumer in a group (committing when it closes), both
+    through the gateway: every record produced is consumed, and the group's committed offsets
+    (read from the broker) cover them."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic, group = f"{stack.env['QS_APP_ID']}-java", "group-java"
+    _create_topic(stack.broker, topic, 2)
+    common = ["--library", "java", "--bootstrap", stack.a.bootstrap, "--topic", topic,
+              "--client-id", "rt-java"]
+    produced = clients(("rt-p", ["produce", *common, "--rate", "100000"]), seconds=4)["rt-p"]
+    records = produced[-1]["records"]
+    assert records > 100 and not produced[-1].get("errors")
+    consumed = clients(("rt-c", ["consume", *common, "--group", group]), seconds=12)["rt-c"]
+    assert consumed[-1]["records"] == records
+    reader = KafkaConsumer(bootstrap_servers=stack.broker, group_id=group,
+                           enable_auto_commit=False)
+    try:
+        committed = sum(reader.committed(TopicPartition(topic, p)) or 0 for p in (0, 1))
+    finally:
+        reader.close()
+    assert committed == records
+
+
 def test_a_request_the_gateway_does_not_decode_passes_through_unchanged(stack: Stack) -> None:
     """DescribeConfigs is not decoded by the gateway: the same request gets the same answer,
     byte for byte, through the gateway as straight from the broker."""
@@ -253,7 +279,7 @@ def loop_results(stack: Stack) -> dict[str, list[dict[str, Any]]]:
     """Producers, consumers and the two-gateway pair, together for LOOP_S seconds."""
     source = f"{stack.env['QS_APP_ID']}-source"
     _create_topic(stack.broker, source, 2)
-    _fill(stack.broker, source, 16 * 1024 * 1024)
+    fill(stack.broker, source, 16 * 1024 * 1024)
     produce = lambda lib, client_id, gateway, rate: [  # noqa: E731
         "produce", "--library", lib, "--bootstrap", gateway.bootstrap, "--topic", stack.topic,
         "--client-id", client_id, "--rate", str(rate)]
@@ -267,7 +293,7 @@ def loop_results(stack: Stack) -> dict[str, list[dict[str, Any]]]:
         seconds=LOOP_S)
 
 
-def _fill(bootstrap: str, topic: str, nbytes: int) -> None:
+def fill(bootstrap: str, topic: str, nbytes: int) -> None:
     from aiokafka import AIOKafkaProducer
 
     async def run() -> None:

@@ -73,6 +73,7 @@ class Harness:
         self.gateway = gw = Gateway(config, directives=self.active, local=local)
         gw.nodes = NodeMap(PortRule("gw", 9193, BROKER))
         gw.nodes.learn([Node(BROKER, "b1", 9092)])
+        gw.bootstrap_node = BROKER
         self.client, self.broker = FakeSocket(), FakeSocket()
         self.session = Session(gw, BROKER)
         gw.connect = self._connect  # type: ignore[method-assign]

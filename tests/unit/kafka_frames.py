@@ -139,10 +139,17 @@ def old_mutation_response(results: list[tuple[str, int]], correlation_id: int = 
     return out
 
 
-def fetch_response(corr: int, nbytes: int = 5000) -> bytes:
+def record_batch(size: int) -> bytes:
+    """`size` bytes framed as one record batch: base offset, length of the rest, the rest."""
+    return struct.pack(">qi", 0, size - 12) + b"\x02" * (size - 12)
+
+
+def fetch_response(corr: int, nbytes: int = 5000, records: bytes | None = None) -> bytes:
+    """A Fetch v12 answer: one partition of `records` (default: one batch of `nbytes`)."""
     part = nested(apis.FETCH, 12, "PartitionData")
     topic = nested(apis.FETCH, 12, "FetchableTopicResponse")
     return response(apis.FETCH, 12, corr, throttle_time=ms(0), error_code=NONE, session_id=0,
                     responses=(topic(topic="t", partitions=(part(
                         partition_index=0, error_code=NONE, high_watermark=1,
-                        aborted_transactions=None, records=b"\x02" * nbytes),)),))
+                        aborted_transactions=None,
+                        records=record_batch(nbytes) if records is None else records),)),))

@@ -9,6 +9,7 @@ from app.gateway import apis
 from app.gateway.authentication import (
     ACCEPTED,
     CONTINUE,
+    DELEGATION_TOKEN,
     REFUSED,
     UNFOLLOWABLE,
     Authentication,
@@ -23,12 +24,39 @@ def test_a_sasl_listener_serves_only_the_authenticator_until_an_exchange_is_acce
     assert [auth.allows(k) for k in (apis.API_VERSIONS, apis.SASL_HANDSHAKE, apis.PRODUCE)] == [
         True, True, False]
     assert auth.frame_limit(MAX) == PRE_AUTH_FRAME
-    assert not auth.charged(apis.SASL_AUTHENTICATE) and auth.charged(apis.PRODUCE)
+    # the authenticator answers ApiVersions and SASL before authentication, not KafkaApis
+    assert not auth.charged(apis.SASL_AUTHENTICATE) and not auth.charged(apis.API_VERSIONS)
     auth.handshake(1, "PLAIN")
     assert auth.handshake_answered(True) == CONTINUE and not auth.raw
-    auth.client_token(b"\x00alice\x00pw")
+    assert auth.client_token(b"\x00alice\x00pw") == CONTINUE
     assert auth.server_token(b"") == ACCEPTED
     assert auth.allows(apis.PRODUCE) and auth.frame_limit(MAX) == MAX and auth.user == "alice"
+    assert auth.charged(apis.API_VERSIONS) and auth.charged(apis.PRODUCE)
+    assert not auth.charged(apis.SASL_AUTHENTICATE)  # a re-authentication: the authenticator's
+
+
+@pytest.mark.parametrize("token, refused", [
+    (b"n,,n=tok1,r=abc,tokenauth=true", True),
+    (b"n,,n=tok1,r=abc,tokenauth=TRUE", True),  # Boolean.parseBoolean ignores case
+    (b"n,a=tok1,n=tok1,r=abc,other=1,tokenauth=true", True),
+    (b"n,,n=tok1,r=abc,tokenauth=false", False),
+    (b"n,,n=tokenauth=3Dtrue,r=abc", False),  # a user name, not an extension
+    (b"n,,n=alice,r=abc", False),
+])
+def test_a_scram_exchange_for_a_delegation_token_is_refused_before_the_broker(
+        token: bytes, refused: bool) -> None:
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(1, "SCRAM-SHA-256")
+    auth.handshake_answered(True)
+    assert auth.client_token(token) == (DELEGATION_TOKEN if refused else CONTINUE)
+    assert not auth.authenticated and auth.user == "ANONYMOUS"
+
+
+def test_plain_has_no_delegation_tokens() -> None:
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(1, "PLAIN")
+    auth.handshake_answered(True)
+    assert auth.client_token(b"\x00n,,n=x,r=y,tokenauth=true\x00pw") == CONTINUE
 
 
 def test_elsewhere_everything_is_served_and_sasl_requests_are_charged() -> None:

@@ -16,6 +16,7 @@ from kio.serial import entity_reader
 from app.gateway import apis, messages, sasl
 from app.gateway.frames import FrameError, FrameReader, correlation_id, frame, request_header
 from tests.unit.kafka_frames import (
+    record_batch,
     NONE,
     decode_response,
     header_size,
@@ -329,10 +330,11 @@ def test_fetch_request_is_read_and_capped_in_its_fixed_fields(version: int) -> N
     body = request_header(payload).body
     info = messages.fetch_request(payload, version, body)
     assert (info.max_wait_ms, info.incremental, info.max_bytes) == (500, version >= 7, 50 << 20)
-    capped = messages.cap_fetch(payload, info, 4096)
+    capped, capped_info = messages.cap_fetch(payload, info, 4096)
     schema = apis.request_schema(apis.FETCH, version)
     before, after = (entity_reader(schema)(p, body)[0] for p in (payload, capped))
     assert after == dataclasses.replace(before, max_bytes=4096)
+    assert capped_info.capped and capped_info.max_bytes == 4096 and not info.capped
 
 
 @pytest.mark.parametrize("version", [11, 15])
@@ -505,3 +507,26 @@ def test_undecodable_responses_raise_message_error_for_pass_through() -> None:
         messages.rewrite_metadata(b"\x00\x00\x00\x07\x00\x00\x00\x00\xff\xff\xff", 4, addresses)
     with pytest.raises(messages.MessageError):
         messages.narrow_api_versions(b"\x00\x00\x00\x07\x00", 3)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 17])
+def test_a_fetch_answer_is_cut_after_its_last_whole_record_batch(version: int) -> None:
+    """What a broker cut at max_bytes goes; whole batches, other partitions and fields stay."""
+    part = nested(apis.FETCH, version, "PartitionData")
+    topic = nested(apis.FETCH, version, "FetchableTopicResponse")
+    cut = record_batch(300) + record_batch(200) + record_batch(400)[:150]
+    parts = tuple(part(partition_index=i, error_code=NONE, high_watermark=10, records=records,
+                       aborted_transactions=None)
+                  for i, records in enumerate((cut, record_batch(100), None)))
+    name = {"topic_id": uuid.uuid4()} if version >= 13 else {"topic": "t"}
+    fields = {"throttle_time": ms(5), "error_code": NONE, "session_id": 77,
+              "responses": (topic(**name, partitions=parts),)}
+    known = apis.response_schema(apis.FETCH, version).__dataclass_fields__
+    payload = response(apis.FETCH, version, **{k: v for k, v in fields.items() if k in known})
+    out = messages.whole_batches(payload, version)
+    assert out is not None
+    before, after = (decode_response(apis.FETCH, version, p) for p in (payload, out))
+    assert [p.records for p in after.responses[0].partitions] == [
+        record_batch(300) + record_batch(200), record_batch(100), None]
+    assert dataclasses.replace(after, responses=()) == dataclasses.replace(before, responses=())
+    assert messages.whole_batches(out, version) is None  # nothing left to cut

@@ -18,6 +18,7 @@ from tests.unit.kafka_frames import (
     nested,
     produce_request,
     produce_response,
+    record_batch,
     request,
     request_body,
     response,
@@ -167,6 +168,22 @@ async def test_a_throttled_fetch_gets_an_empty_response_and_is_charged_what_it_g
     assert got.responses == () and got.throttle_time > ms(150)
     fetches = [e for e in h.events() if e["api"] == "Fetch"]
     assert [e["bytes"] for e in fetches] == [len(full), len(empty)]
+
+
+async def test_a_capped_fetch_is_answered_and_charged_in_whole_record_batches() -> None:
+    """A consumer with a quota asks for little (the cap); the batch the broker cut at that limit
+    is not passed on, nor charged: the client could not use it."""
+    h = Harness(quotas=[{"entity": {"client_id": "app"},
+                         "quotas": {"consumer_byte_rate": 1_000_000}}])
+    h.send(fetch_request(1))
+    (forwarded,) = h.broker.frames()
+    asked = messages.fetch_request(forwarded, 12, request_header(forwarded).body)
+    assert asked.max_bytes == 20_000  # 1 MB/s x 10 x 100 ms / 50
+    h.answer(fetch_response(1, records=record_batch(3000) + record_batch(3000)[:1500]))
+    (answer,) = h.client.frames()
+    (partition,) = decode_response(apis.FETCH, 12, answer).responses[0].partitions
+    assert partition.records == record_batch(3000)
+    assert [e["bytes"] for e in h.events() if e["api"] == "Fetch"] == [len(answer)]
 
 
 async def test_request_quota_throttles_other_apis_in_place() -> None:

@@ -88,3 +88,18 @@ def test_the_password_is_never_in_a_message(tmp_path: Path) -> None:
     assert "hunter2" not in str(info.value)
     assert "hunter2" not in repr(KafkaSecurity("SASL_PLAINTEXT", sasl_username="u",
                                                sasl_password="hunter2"))
+
+
+def test_the_client_programs_libraries_get_the_same_settings() -> None:
+    scram = KafkaSecurity("SASL_SSL", "/ca.pem", sasl_mechanism="SCRAM-SHA-256",
+                          sasl_username="alice", sasl_password="pw")
+    assert scram.confluent() == {
+        "security.protocol": "SASL_SSL", "ssl.endpoint.identification.algorithm": "https",
+        "ssl.ca.location": "/ca.pem", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "alice", "sasl.password": "pw"}
+    assert scram.kafka_python() == {
+        "security_protocol": "SASL_SSL", "ssl_cafile": "/ca.pem", "ssl_certfile": None,
+        "ssl_keyfile": None, "ssl_check_hostname": True, "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": "alice", "sasl_plain_password": "pw"}
+    assert KafkaSecurity().confluent() == {"security.protocol": "PLAINTEXT"}
+    assert KafkaSecurity().kafka_python() == {"security_protocol": "PLAINTEXT"}

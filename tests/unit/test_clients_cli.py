@@ -1,0 +1,127 @@
+"""`python -m app.clients`: its security flags, the Java program's command line, and the one way
+every library reports a refused authentication (exit 3, one line)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.clients import java
+from app.clients.__main__ import main
+from app.clients.security import AUTHENTICATION_FAILED, AuthenticationFailed, LoggedRefusals
+from app.errors import UserError
+from app.kafka_security import KafkaSecurity
+
+SCRAM = KafkaSecurity("SASL_SSL", "/ca.pem", sasl_mechanism="SCRAM-SHA-512",
+                      sasl_username="alice", sasl_password="pw")
+
+
+def built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "libs").mkdir()
+    (tmp_path / "quota-streams-clients.jar").touch()
+    (tmp_path / "libs" / "kafka-clients-4.1.1.jar").touch()
+    monkeypatch.setenv("QS_JAVA_CLIENTS", str(tmp_path))
+    return tmp_path
+
+
+def test_the_java_program_gets_the_same_flags(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    build = built(tmp_path, monkeypatch)
+    argv = java.command("produce", {"name": "p", "rate": 2000.0, "epoch": None}, SCRAM)
+    cp = argv[argv.index("-cp") + 1]
+    assert cp.split(":") == [f"{build}/quota-streams-clients.jar", f"{build}/libs/*"]
+    assert argv[argv.index(java.MAIN) + 1:] == [
+        "produce", "--name", "p", "--rate", "2000.0", "--security-protocol", "SASL_SSL",
+        "--ssl-cafile", "/ca.pem", "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", "alice",
+        "--sasl-password", "pw"]
+
+
+def test_an_unbuilt_java_program_says_how_to_build_it(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QS_JAVA_CLIENTS", str(tmp_path))
+    with pytest.raises(UserError, match="make setup"):
+        java.classpath()
+
+
+def test_the_java_programs_lines_are_relayed_and_its_refusal_is_one_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    script = ("import sys; print('{\"name\": \"j\", \"t\": 0, \"bytes\": 5}', flush=True); "
+              "sys.stderr.write('authentication failed: Invalid username or password\\n'); "
+              f"sys.exit({AUTHENTICATION_FAILED})")
+    monkeypatch.setattr(java, "command", lambda *_: [sys.executable, "-c", script])
+    with pytest.raises(AuthenticationFailed, match="^Invalid username or password$"):
+        java.run("produce", {}, SCRAM)
+    assert capsys.readouterr().out == '{"name": "j", "t": 0, "bytes": 5}\n'
+
+
+def test_a_refusal_makes_the_program_exit_3_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def refused(*_args: object) -> None:
+        raise AuthenticationFailed("Authentication failed: Invalid username or password")
+
+    monkeypatch.setattr(java, "run", refused)
+    code = main(["produce", "--library", "java", "--bootstrap", "127.0.0.1:1", "--topic", "t",
+                 "--client-id", "c", "--rate", "1000", "--security-protocol", "SASL_PLAINTEXT",
+                 "--sasl-username", "alice", "--sasl-password", "wrong"])
+    assert code == AUTHENTICATION_FAILED
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "authentication failed: Authentication failed: Invalid username or password"]
+
+
+def test_sasl_without_credentials_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["consume", "--library", "aiokafka", "--bootstrap", "127.0.0.1:1", "--topic", "t",
+              "--client-id", "c", "--group", "g", "--security-protocol", "SASL_SSL"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "SASL_SSL needs --sasl-username and --sasl-password")
+
+
+class SaslAuthenticationFailedError(Exception):
+    """Named as kafka-python's, which the refusal is recognised by."""
+
+
+def test_a_refusal_a_library_only_logs_is_read_from_its_log() -> None:
+    with LoggedRefusals("kafka", "SaslAuthenticationFailedError") as refusals:
+        logging.getLogger("kafka.net.manager").warning(
+            "Bootstrap connection to %s failed: %s", "bootstrap-0",
+            SaslAuthenticationFailedError("invalid credentials"))
+        with pytest.raises(AuthenticationFailed, match="invalid credentials"):
+            refusals.check(TimeoutError())
+    assert logging.getLogger("kafka").propagate  # put back as it was
+    with LoggedRefusals("kafka", "SaslAuthenticationFailedError") as quiet:
+        logging.getLogger("kafka").warning("Bootstrap connection failed: %s", OSError("refused"))
+        quiet.check(TimeoutError())  # nothing refused: the caller re-raises its own error
+
+
+def test_kafka_python_is_asked_again_until_it_bootstraps_or_logs_a_refusal() -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    from app.clients.producers import kafka_python_start
+
+    calls: list[int] = []
+
+    def refused(timeout_ms: int) -> object:
+        calls.append(timeout_ms)
+        if len(calls) == 2:  # the first attempt timed out before the exchange was refused
+            logging.getLogger("kafka.net.manager").warning(
+                "Bootstrap connection to %s failed: %s", "bootstrap-0",
+                SaslAuthenticationFailedError("invalid credentials"))
+        raise KafkaTimeoutError("Unable to bootstrap")
+
+    with pytest.raises(AuthenticationFailed, match="invalid credentials"):
+        kafka_python_start(refused)
+    assert calls == [3000, 3000]
+
+    slow = iter([KafkaTimeoutError("Unable to bootstrap"), "client"])
+
+    def bootstraps_late(_timeout_ms: int) -> object:
+        got = next(slow)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    assert kafka_python_start(bootstraps_late) == "client"
