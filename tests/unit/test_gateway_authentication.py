@@ -14,6 +14,7 @@ from app.gateway.authentication import (
     Authentication,
 )
 from app.gateway.limits import PRE_AUTH_FRAME
+from app.usage.names import charged_name
 
 MAX = 100 << 20
 
@@ -29,6 +30,16 @@ def test_a_sasl_listener_serves_only_the_authenticator_until_an_exchange_is_acce
     auth.client_token(b"\x00alice\x00pw")
     assert auth.server_token(b"") == ACCEPTED
     assert auth.allows(apis.PRODUCE) and auth.frame_limit(MAX) == MAX and auth.user == "alice"
+
+
+def test_a_user_name_longer_than_the_workers_take_is_charged_under_its_bounded_form() -> None:
+    long_user = "u" * 5000
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(1, "PLAIN")
+    auth.handshake_answered(True)
+    auth.client_token(b"\x00" + long_user.encode() + b"\x00pw")
+    assert auth.server_token(b"") == ACCEPTED
+    assert auth.user == charged_name(long_user) and len(auth.user) == 1024
 
 
 def test_elsewhere_everything_is_served_and_sasl_requests_are_charged() -> None:
