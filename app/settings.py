@@ -43,6 +43,16 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _record_bytes(raw: str) -> int:
+    """A usage record's size bound: room for the largest single event (names bounded to 1024
+    characters, escaped in JSON) and below Kafka's default 1 MB message size with the record's
+    own overhead."""
+    value = int(raw)
+    if not 65_536 <= value <= 1_000_000:
+        raise ValueError("must be an integer from 65536 to 1000000")
+    return value
+
+
 def _scope(raw: str) -> str:
     if raw not in ("broker", "cluster"):
         raise ValueError("must be 'broker' or 'cluster'")
@@ -151,6 +161,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_WEB_HOST", "127.0.0.1", "address the HTTP server binds (0.0.0.0 in containers)"),
     Setting("QS_WEB_PORT", "6066", "HTTP port for /metrics and /ready", _port),
     Setting("QS_EVENT_FORMAT", "json", "how the gateway and the simulator write request events: `json` batches, or `columnar` batches (half the bytes, decoded several times faster by the workers: docs/contract.md); workers read both", _choice("json", "columnar")),
+    Setting("QS_EVENT_RECORD_BYTES", "524288", "largest usage record the gateway and the simulator write (its encoded value): a flush is one record per event kind, split only past this; keep it below the event topics' max.message.bytes (65536-1000000)", _record_bytes),
     Setting("QS_INGEST_LINGER_MS", "10", "how long the ingest gathers source records before re-keying them together (fewer, larger internal records; adds up to this much latency)", _positive_int),
     Setting("QS_CONFIG_GRACE_MS", "20", "an event is judged once the config topic is read past its arrival plus this; a config record reaching Kafka more than half of it after its ts is in force from its arrival (set audit/replay --config-grace-ms the same)", _non_negative_int),
     Setting("QS_CONFIG_POLL_MS", "10", "how long a fetch of the config topic waits for new records: when no config is written, the watermark events are held for advances about this often, so it adds up to about twice this to their latency (lower: less latency, more idle fetches, 1000/this a second per worker, and more load on the broker)", _positive_int),

@@ -254,6 +254,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
             allocation_sample_ms=int(settings.allocation_sample_ms)),  # type: ignore[call-overload]
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
         columnar_events=settings.event_format == "columnar",
+        max_record_bytes=int(settings.event_record_bytes),  # type: ignore[call-overload]
         gateway_id=args.gateway_id, gateways=args.gateways or 1, listener=args.listener_name,
         node_port_base=args.node_port_base, first_node_id=args.first_node_id,
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,

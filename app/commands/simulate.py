@@ -103,6 +103,7 @@ def _live(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -> i
         latency = {f"p{int(q * 100)}": watcher.latency_ms(q) for q in (0.5, 0.9, 0.99)}
         extra = {"mode": "live", "bootstrap": pipeline.bootstrap, "workers": pipeline.workers,
                  "events_sent": run.events_sent, "records_sent": run.records_sent,
+                 "events_dropped": {why: n for why, n in run.drops.events.items() if n},
                  "directives_seen": watcher.total, "directives": dict(sorted(watcher.counts.items())),
                  "loop_latency_ms": latency,
                  "worker_logs": str(pipeline.cluster.work_dir)}

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from app.gateway import apis, sasl
 from app.gateway.limits import PRE_AUTH_FRAME
+from app.usage.names import charged_name
 
 #: What a step of the exchange leads to.
 CONTINUE, ACCEPTED, REFUSED, UNFOLLOWABLE = "continue", "accepted", "refused", "unfollowable"
@@ -150,7 +151,8 @@ class Authentication:
         accepted = known.accepted(token)
         if accepted:
             self.authenticated = True
-            self.user = self._claimed or sasl.ANONYMOUS
+            # bounded as the workers bound names, or a long name would escape its quotas
+            self.user = charged_name(self._claimed) if self._claimed else sasl.ANONYMOUS
         self._end()
         return ACCEPTED if accepted else REFUSED
 

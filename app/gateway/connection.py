@@ -455,7 +455,7 @@ class Session:
         _send(self.broker, payload)
         core, now = self.core, self.core.now_ms()
         core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
-                           "Produce", header.api_version, len(payload), 0.0, 0.0, exempt=True)
+                           "Produce", len(payload), 0.0, 0.0, exempt=True)
         ms = policy.response_throttle(core.directives, apis.PRODUCE, self.user, header.client_id,
                                       self.node_id, now)
         if core.local is not None:
@@ -677,7 +677,7 @@ class Session:
             if fetch is not None:
                 nbytes = len(payload)  # what the client got: an empty response if throttled
             core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
-                               apis.api_name(key), version, nbytes, round(thread_ms, 3), 0.0)
+                               apis.api_name(key), nbytes, round(thread_ms, 3), 0.0)
         if unrewritten:  # charged, but never passed on
             self.close("broker_protocol", unrewritten)
             return

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from app.gateway import apis
+from app.usage.names import charged_name
 
 _HEAD = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
@@ -78,7 +79,9 @@ def request_header(frame: bytes) -> RequestHeader:
     if n > 0:
         if pos + n > len(frame):
             raise FrameError("truncated client_id")
-        client_id = frame[pos:pos + n].decode("utf-8", "replace")
+        # the name the client is charged and throttled under: bounded as the workers bound
+        # names (a longer one would be dead-lettered there, escaping its quotas)
+        client_id = charged_name(frame[pos:pos + n].decode("utf-8", "replace"))
         pos += n
     flexible = apis.flexible_request_header(api_key, version)
     if flexible is None:

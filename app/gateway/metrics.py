@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from app.gateway import apis
 from app.gateway.limits import CLOSE_REASONS, CONNECTION_OUTCOMES
+from app.usage.drops import REASONS as DROP_REASONS
 
 
 class GatewayMetrics:
@@ -42,12 +43,17 @@ class GatewayMetrics:
             self.connections.labels(outcome)
         self.events = Counter("quota_streams_gateway_events", "Usage events recorded", registry=r)
         self.events_dropped = Counter("quota_streams_gateway_events_dropped",
-                                      "Usage events dropped (the event topics could not be written "
-                                      "fast enough)", registry=r)
+                                      "Usage events dropped, by reason: buffer_full (the event "
+                                      "topics could not be written fast enough), send_failed (the "
+                                      "producer failed on their record), too_large (an event "
+                                      "alone over the record size bound)", ["reason"], registry=r)
+        for reason in DROP_REASONS:
+            self.events_dropped.labels(reason)
         self.records = Counter("quota_streams_gateway_event_records", "Batch records sent to the event topics",
                                registry=r)
-        self.send_errors = Counter("quota_streams_gateway_event_send_errors", "Failed sends of event batches",
-                                   registry=r)
+        self.send_errors = Counter("quota_streams_gateway_event_send_errors",
+                                   "Records of usage events the producer refused or failed to "
+                                   "deliver", registry=r)
         self.upstream_errors = Counter("quota_streams_gateway_upstream_connect_errors",
                                        "Failed connections to a broker", registry=r)
         self.directives = Gauge("quota_streams_gateway_directives_active", "Directives in force", registry=r)

@@ -25,8 +25,8 @@ those whose broker left a request unanswered (`limits.Limits`).
 When the control topic cannot be read, the directives already known stay in force until their
 `until`, and nothing new is learned: the gateway fails open, as a broker without the quota
 processor would. When the event topics cannot be written, usage is kept up to `max_pending`
-events, then dropped and counted (`quota_streams_gateway_events_dropped_total`); requests are
-never held back for it.
+events, then dropped and counted (`quota_streams_gateway_events_dropped_total{reason}`, with the
+records the producer failed on); requests are never held back for it.
 """
 
 from __future__ import annotations
@@ -56,8 +56,10 @@ from app.gateway.policy import Directives
 from app.kafka_security import client_options
 from app.subscriber.allocations import AllocatedLimits
 from app.supervision import Supervision
-from app.usage.publisher import EventPublisher
+from app.usage.drops import Drops
+from app.usage.publisher import EventPublisher, Source
 from app.usage.recorder import UsageRecorder
+from app.usage.records import DEFAULT_RECORD_BYTES, RecordEncoder
 
 if TYPE_CHECKING:
     from app.pipeline.config_follower import ConfigFollower
@@ -99,6 +101,8 @@ class GatewayConfig:
     aggregate: bool = False
     #: request events as columnar batches (QS_EVENT_FORMAT=columnar), else JSON
     columnar_events: bool = False
+    #: bound on a usage record's value (QS_EVENT_RECORD_BYTES)
+    max_record_bytes: int = DEFAULT_RECORD_BYTES
     max_in_flight: int = 5  # requests of a connection without a quota at the broker at once
     max_pending: int = 1_000_000
     directives_timeout: float = 30.0
@@ -248,8 +252,10 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.metrics.buffered.set_function(lambda: sum(s.buffered for s in self.sessions))
         self._events_waiting = asyncio.Event()
+        self.drops = Drops()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
-                                   on_first=self._events_waiting.set, gateway=config.gateway_id)
+                                   on_first=self._events_waiting.set, gateway=config.gateway_id,
+                                   span_ms=config.flush_ms, drops=self.drops)
         self._own_directives = directives is None
         self.directives: Any = directives
         self.nodes: NodeMap | None = None  # set by start()
@@ -264,6 +270,7 @@ class Gateway:
         self._bootstrap_targets: list[Address] = list(config.upstream)
         self._producer: Any = None
         self._publisher: EventPublisher | None = None
+        self._source = Source.gateway(config.gateway_id)
         self._publish_task: asyncio.Task[None] | None = None
         self._recorded = 0
 
@@ -448,7 +455,8 @@ class Gateway:
             raise GatewayError(f"cannot reach Kafka at {cfg.kafka_bootstrap} for the usage events "
                                f"({type(exc).__name__}); check KAFKA_BOOTSTRAP_SERVERS") from None
         self._producer = producer
-        self._publisher = EventPublisher(producer, cfg.topics, columnar=cfg.columnar_events)
+        self._publisher = EventPublisher(producer, cfg.topics, RecordEncoder(
+            cfg.columnar_events, cfg.max_record_bytes, self.drops))
         self._publish_task = asyncio.create_task(self._publish_loop(), name="gateway-events")
 
     async def stop(self) -> None:
@@ -602,21 +610,19 @@ class Gateway:
             await self._publish()
 
     async def _publish(self) -> None:
+        """One flush: every span recorded since the last, one record per event kind each
+        (split only by the record size bound), keyed by this gateway; then the drops counted."""
         usage = self.usage
         self.metrics.events.inc(usage.recorded - self._recorded)
         self._recorded = usage.recorded
-        if usage.dropped:
-            self.metrics.events_dropped.inc(usage.dropped)
-            usage.dropped = 0
-        batches = usage.flush()
-        if not batches or self._publisher is None:
-            return
-        try:
-            self.metrics.records.inc(await self._publisher.send(batches))
-        except Exception as exc:  # the producer retries by itself; a batch it gave up on is lost
-            self.metrics.send_errors.inc()
-            self.metrics.events_dropped.inc(sum(len(r["events"]) for _, _, r in batches))
-            logger.warning("usage events not sent: %r", exc)
+        spans = usage.flush()
+        if spans and self._publisher is not None:
+            self.metrics.records.inc(await self._publisher.send(self._source, spans))
+        dropped, failed = self.drops.take()
+        for why, events in dropped.items():
+            if events:
+                self.metrics.events_dropped.labels(why).inc(events)
+        self.metrics.send_errors.inc(failed)
 
 
 __all__ = ["UNKNOWN_NODE", "Acceptor", "ClusterInfo", "Gateway", "GatewayConfig", "GatewayError",

@@ -58,6 +58,11 @@ _SOURCE_LAYOUT = (("ts", "q"), ("broker", "i"), ("gateway", "i"), ("listener", "
 _INTERNAL_LAYOUT = _SOURCE_LAYOUT + (("arrival", "q"), ("only", "B"))
 _NAME_COLUMNS = ("listener", "user", "client_id", "ip", "api")
 _SWAP = sys.byteorder != "little"
+#: bytes of a source record before its names: the header
+HEADER_BYTES = _HEADER.size
+#: bytes of one row of a source record, all columns (names: 4 bytes of length each, plus
+#: their UTF-8, once per record)
+SOURCE_ROW_BYTES = sum(array(code).itemsize for _, code in _SOURCE_LAYOUT)
 MAX_TIME_NS = MAX_TIME_MS * 1_000_000
 #: names per batch at most (five per row is the most a batch can use)
 MAX_NAMES = 5 * MAX_BATCH
@@ -82,8 +87,8 @@ def encode(batch: RequestColumns, internal: bool = False) -> bytes:
 
 
 def encode_events(events: Sequence[RequestEvent]) -> bytes:
-    """Validated request events as a columnar record: what a writer (the gateway, `produce`,
-    the simulator) sends instead of a JSON batch."""
+    """Validated request events as a columnar record: what `produce` sends instead of a JSON
+    batch (the gateway and the simulator encode their recorder's columns directly)."""
     batch = RequestColumns()
     for e in events:
         batch.append(e.ts, e.broker, e.gateway, e.listener, e.user, e.client_id, e.ip, e.api,

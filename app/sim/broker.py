@@ -13,9 +13,10 @@ What the broker does with a directive (wire contract, docs/simulator.md):
   ends (later connections queue behind it), then the connection is accepted; an IP under
   `close_connection` has the connection closed. Only accepted connections are events.
 
-Events are recorded by a `UsageRecorder` (the gateway's too) and leave in `flush()`: one `batch`
-record per (topic, contract key) per flush interval, with requests of one (user, client id, api,
-listener, ip) pre-aggregated into one event with `count` unless the scenario turns that off.
+Events are recorded by a `UsageRecorder` (the gateway's too) and leave in `flush()`, as the
+spans the publisher sends as one record per event kind per flush interval (`app.usage`), with
+requests of one (user, client id, api, listener, ip) pre-aggregated into one event with `count`
+unless the scenario turns that off.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ from app.sim.meter import Meter
 from app.sim.scenario import Listener
 from app.subscriber.active_set import ConnectionDecision, MutationDecision, Throttle
 from app.subscriber.directive import FETCH_QUOTAS, PRODUCE_QUOTAS
-from app.usage.recorder import CONNECTION, MUTATION, REQUEST, Batch, UsageRecorder
+from app.usage.drops import Drops
+from app.usage.recorder import CONNECTION, MUTATION, REQUEST, Span, UsageRecorder
 
 __all__ = ["CONNECTION", "MUTATION", "REQUEST", "Acceptor", "Connection", "Directives", "SimBroker"]
-
-API_VERSIONS = {"Produce": 9, "Fetch": 13}
 
 #: Called with an outcome ("accepted", "delayed", "closed") and the time it happened.
 Outcome = Callable[[str, float], None]
@@ -109,8 +109,11 @@ class SimBroker:
 
     def __init__(self, broker_id: int, listeners: Sequence[Listener], directives: Directives,
                  meter: Meter, schedule: Schedule, aggregate: bool = True,
-                 local: LocalQuotas | None = None) -> None:
-        """`local`: the broker's own quota managers (allocations), applied with the directives."""
+                 local: LocalQuotas | None = None, flush_ms: int = 100,
+                 drops: Drops | None = None) -> None:
+        """`local`: the broker's own quota managers (allocations), applied with the directives;
+        `flush_ms`: how often its events are sent (the span of a record); `drops`: where the
+        events it could not keep are counted."""
         self.id = broker_id
         self.directives = directives
         self.local = local
@@ -119,10 +122,10 @@ class SimBroker:
         protected = len(listeners) > 1
         self.acceptors = {lst.name: Acceptor(self, lst, protected and lst.inter_broker)
                           for lst in listeners}
-        self.usage = UsageRecorder(aggregate)
+        self.usage = UsageRecorder(aggregate, span_ms=flush_ms, drops=drops)
 
-    def flush(self) -> list[Batch]:
-        """The batch records recorded since the last flush: (topic kind, key, record)."""
+    def flush(self) -> list[Span]:
+        """The events recorded since the last flush."""
         return self.usage.flush()
 
     # -- connections ---------------------------------------------------------------------------
@@ -158,7 +161,7 @@ class SimBroker:
                 nbytes = 0
             throttle = max(throttle, local)
         self.usage.request(self.id, now, conn.listener, conn.user, conn.client_id, conn.ip, api,
-                           API_VERSIONS[api], nbytes, thread_ms, network_ms)
+                           nbytes, thread_ms, network_ms)
         self.meter.request(self.id, t, api, conn.user, conn.client_id, nbytes, thread_ms, throttle > 0)
         if throttle > 0:
             conn.muted_until = t + throttle

@@ -1,7 +1,8 @@
 """The live run: the simulated world against the real pipeline, in real time.
 
-Thin Kafka I/O around the pure model: the brokers' batch records go to the event topics with an
-`AIOKafkaProducer` every flush interval, and each simulated broker answers its clients from its
+Thin Kafka I/O around the pure model: every flush interval, each broker's events go to the event
+topics with an `AIOKafkaProducer`, one record per event kind keyed by the broker
+(`app.usage.publisher`), and each simulated broker answers its clients from its
 own `DirectiveSubscriber` (broker_id = its id) reading the control topic, exactly as a real
 broker embedding the subscriber would. The world's clock is the wall clock (epoch ms), the time
 base of events and directives.
@@ -30,7 +31,9 @@ from app.sim.broker import CONNECTION, MUTATION, REQUEST
 from app.sim.scenario import Scenario
 from app.sim.world import World
 from app.subscriber.consumer import DirectiveSubscriber, wall_clock_ms
-from app.usage.publisher import EventPublisher
+from app.usage.drops import Drops
+from app.usage.publisher import EventPublisher, Source
+from app.usage.records import RecordEncoder
 
 TICK_S = 0.01  # how often due actions run; actions keep their own exact times
 
@@ -60,6 +63,8 @@ class LiveRun:
     end_ms: float = 0.0
     records_sent: int = 0
     events_sent: int = 0
+    #: events the brokers or the producer dropped, by reason
+    drops: Drops = field(default_factory=Drops)
     subscribers: dict[int, DirectiveSubscriber] = field(default_factory=dict)
     _end: float | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -75,8 +80,9 @@ class LiveRun:
         async with producer(self.bootstrap, acks=1) as p:
             try:
                 await self._start_subscribers()
-                await self._loop(EventPublisher(p, topics,
-                                                columnar=s.event_format == "columnar"))
+                await self._loop(EventPublisher(p, topics, RecordEncoder(
+                    s.event_format == "columnar", int(s.event_record_bytes),  # type: ignore[call-overload]
+                    self.drops)))
                 await p.flush()
             finally:
                 for sub in self.subscribers.values():
@@ -117,7 +123,7 @@ class LiveRun:
     async def _loop(self, publisher: EventPublisher) -> None:
         sc = self.scenario
         self.start_ms = start = float(wall_clock_ms())
-        world = self.world = World(sc, self.subscribers, start, self._engine())
+        world = self.world = World(sc, self.subscribers, start, self._engine(), self.drops)
         end = self._end = None if sc.duration is None else start + sc.duration * 1000.0
         flush_ms = sc.flush_interval_ms
         next_flush, next_second = start + flush_ms, start + 1000.0
@@ -142,7 +148,8 @@ class LiveRun:
         self.end_ms = world.now
 
     async def _send(self, publisher: EventPublisher, world: World) -> None:
-        """Send the brokers' batches (merged per topic, broker and partition: `EventPublisher`)."""
+        """Send each broker's events, keyed by the broker (`EventPublisher`)."""
         before = publisher.events
-        self.records_sent += await publisher.send(world.flush())
+        for broker, spans in world.flush():
+            self.records_sent += await publisher.send(Source.broker(broker), spans)
         self.events_sent += publisher.events - before

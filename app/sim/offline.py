@@ -1,10 +1,10 @@
 """The closed loop without Kafka: the simulated world against the pure engine, in simulated time.
 
-Each flush interval the brokers' batch records go through the intake and the engine (what a
-worker runs), and the directives reach every broker's `ActiveSet` `latency_ms`
-later. It runs a minute of scenario in well under a second, deterministically, so tests can
-check the model and the loop's dynamics, and `simulate --offline` can show what a given pipeline
-latency alone does to enforcement.
+Each flush interval the brokers' records (the ones the live run sends, `app.usage.records`) go
+through the intake and the engine (what a worker runs), and the directives reach every broker's
+`ActiveSet` `latency_ms` later. It runs a minute of scenario in well under a second,
+deterministically, so tests can check the model and the loop's dynamics, and `simulate --offline`
+can show what a given pipeline latency alone does to enforcement.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.timeline import FOREVER
 from app.intake.apply import apply
 from app.intake.clock import StreamClock
-from app.intake.records import decode_json
+from app.intake.records import decode_source
 from app.sim.scenario import Scenario
 from app.sim.world import World
 from app.subscriber.active_set import ActiveSet
+from app.usage.records import RecordEncoder
 
 T0 = 1_763_800_000_000
 
@@ -56,6 +57,7 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
     next_flush = start_ms + scenario.flush_interval_ms
     events = 0
     clock = StreamClock()
+    encoder = RecordEncoder(columnar=True, drops=world.drops)
     while t < end:
         t = min(t + step_ms, end)
         while in_flight and in_flight[0][0] <= t:
@@ -68,10 +70,11 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
             if t >= workers_stop:
                 world.flush()  # nobody reads the events: no directive or allocation comes
                 continue
-            for _, _, record in world.flush():
-                decoded = decode_json(record, FOREVER, clock, archive=False)
-                events += len(decoded.requests) + len(decoded.others)
-                for directive in apply(engine, decoded)[0]:
-                    published.append(directive)
-                    in_flight.append((t + latency_ms, directive))
+            for _, spans in world.flush():
+                for record in encoder.records(spans):
+                    decoded = decode_source(record.value, FOREVER, clock)
+                    events += len(decoded.requests) + len(decoded.others)
+                    for directive in apply(engine, decoded)[0]:
+                        published.append(directive)
+                        in_flight.append((t + latency_ms, directive))
     return OfflineRun(world, float(start_ms), end, published, events)

@@ -19,6 +19,8 @@ from app.sim.clients import Client
 from app.sim.meter import Meter
 from app.sim.scenario import Scenario
 from app.subscriber.allocations import AllocatedLimits
+from app.usage.drops import Drops
+from app.usage.recorder import Span
 
 
 class Actor(Protocol):
@@ -27,10 +29,13 @@ class Actor(Protocol):
 
 class World:
     def __init__(self, scenario: Scenario, directives: Mapping[int, Directives],
-                 start_ms: float, engine: EngineSettings | None = None) -> None:
+                 start_ms: float, engine: EngineSettings | None = None,
+                 drops: Drops | None = None) -> None:
         """`engine`: the workers' settings; with allocations, each broker enforces its
-        allocation itself (`LocalQuotas` over the allocations its `directives` read)."""
+        allocation itself (`LocalQuotas` over the allocations its `directives` read).
+        `drops`: where the brokers count the events they could not keep."""
         self.scenario = scenario
+        self.drops = Drops() if drops is None else drops
         self.start_ms = start_ms
         self.now = start_ms
         self.meter = Meter(scenario.quota_configs(), start_ms)
@@ -38,7 +43,8 @@ class World:
         self._seq = itertools.count()
         self.brokers = {b: SimBroker(b, scenario.listeners, directives[b], self.meter,
                                      self.schedule, scenario.aggregate,
-                                     self._local(engine, directives[b]))
+                                     self._local(engine, directives[b]),
+                                     scenario.flush_interval_ms, self.drops)
                         for b in scenario.brokers}
         self.clients = [Client(spec, self) for spec in scenario.clients]
         for client in self.clients:
@@ -71,11 +77,14 @@ class World:
             self.now = now
         return ran
 
-    def flush(self) -> list[tuple[str, bytes, dict[str, Any]]]:
-        """Every broker's batch records since the last flush: (topic kind, key, record)."""
-        out: list[tuple[str, bytes, dict[str, Any]]] = []
-        for broker in self.brokers.values():
-            out.extend(broker.flush())
+    def flush(self) -> list[tuple[int, list[Span]]]:
+        """Every broker's events since the last flush: (broker id, its spans), for the brokers
+        that recorded any."""
+        out = []
+        for broker_id, broker in self.brokers.items():
+            spans = broker.flush()
+            if spans:
+                out.append((broker_id, spans))
         return out
 
     def client(self, name: str) -> Client:

@@ -1,78 +1,100 @@
-"""`EventPublisher`: a recorder's batches onto the event topics, merged per partition.
+"""`EventPublisher`: a recorder's flushes onto the event topics, keyed by their source.
 
-Each event lands on the partition of its contract key (murmur2, as any producer keyed by it would
-pick), so one principal's events stay in order. The batches of one flush that share a (topic,
-broker, partition) are merged into one record keyed by its first event's key, as `quota-streams
-produce` keys a batch: a storm from many IPs is then a few records per flush instead of one per
-IP, and the workers' cost is per record far more than per event. A record holds at most
-`max_events` events, so it stays well under a broker's message size limit. With `columnar`,
-request records are columnar batches (`app.intake.columnar`: about half the bytes, and what a
-worker decodes fastest); connections and mutations stay JSON.
+Records are keyed by their **source**, the component that measured them (`gateway/<id>`,
+`broker/<id>`), and all of one source's records of a topic go to one partition, `number %
+partitions`: Kafka keeps a partition in the order it was written, and the producer sends one
+batch per partition at a time, so a source's records reach the workers in the order it recorded
+them, and each worker's stream clock (per source partition, `app.intake.clock`) follows a few
+sources' time, not a mix of every source's. Sources with consecutive numbers (named gateways,
+brokers) spread evenly over the partitions. The key also names the source in a dead letter.
+
+A record the producer refuses, or fails to deliver, loses its own events only (counted:
+`send_failed`); the rest of the flush is still sent. Records are not awaited: the producer
+retries by itself, and a gateway never holds requests back for its usage events.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 from collections.abc import Iterable, Mapping
-from typing import Any
+from functools import partial
+from typing import NamedTuple
 
-import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import DefaultPartitioner
 
-from app.engine.events import RequestEvent, parse_event
-from app.intake import columnar
-from app.usage.recorder import REQUEST, Batch
+from app.errors import reason
+from app.usage.drops import SEND_FAILED
+from app.usage.recorder import Span
+from app.usage.records import RecordEncoder
 
-_PARTITIONER = DefaultPartitioner()
+logger = logging.getLogger(__name__)
+
+
+class Source(NamedTuple):
+    """Who measured the events: the records' key, and the number that picks their partition."""
+
+    key: bytes
+    number: int
+
+    @classmethod
+    def gateway(cls, gateway_id: int | None) -> Source:
+        """A gateway: `--gateway-id`, or for an unnamed one a random number drawn at start
+        (its own partition for as long as it runs)."""
+        if gateway_id is None:
+            number = random.SystemRandom().randrange(2**31)
+            return cls(f"gateway/unnamed-{number}".encode(), number)
+        return cls(f"gateway/{gateway_id}".encode(), gateway_id)
+
+    @classmethod
+    def broker(cls, broker_id: int) -> Source:
+        return cls(f"broker/{broker_id}".encode(), broker_id)
 
 
 class EventPublisher:
-    """Sends batches with one producer; `topics` maps an event kind to its topic."""
+    """Sends flushes with one producer; `topics` maps an event kind to its topic."""
 
     def __init__(self, producer: AIOKafkaProducer, topics: Mapping[str, str],
-                 max_events: int = 2000, columnar: bool = False) -> None:
+                 encoder: RecordEncoder) -> None:
         self.producer = producer
-        self.columnar = columnar
         self.topics = dict(topics)
-        self.max_events = max_events
+        self.encoder = encoder
+        self.drops = encoder.drops
         self.records = 0
         self.events = 0
-        self._partitions: dict[str, list[int]] = {}
-        self._partition: dict[tuple[str, bytes], int] = {}
+        self._partitions: dict[str, int] = {}
 
-    async def _partition_of(self, topic: str, key: bytes) -> int:
-        partition = self._partition.get((topic, key))
-        if partition is None:
-            parts = self._partitions.get(topic)
-            if parts is None:
-                parts = self._partitions[topic] = sorted(await self.producer.partitions_for(topic))
-            if len(self._partition) >= 100_000:
-                self._partition.clear()
-            partition = self._partition[(topic, key)] = _PARTITIONER(key, parts, parts)
-        return partition
+    async def _partition(self, topic: str, source: Source) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = self._partitions[topic] = len(await self.producer.partitions_for(topic))
+        return source.number % count
 
-    async def send(self, batches: Iterable[Batch]) -> int:
-        """Queue the records on the producer (not waiting for acks); returns how many."""
-        merged: dict[tuple[str, int, int], tuple[bytes, list[dict[str, Any]]]] = {}
-        for kind, key, record in batches:
-            topic = self.topics[kind]
-            partition = await self._partition_of(topic, key)
-            slot = merged.setdefault((topic, record["broker"], partition), (key, []))
-            slot[1].extend(record["events"])
+    async def send(self, source: Source, spans: Iterable[Span]) -> int:
+        """Queue a flush's records on the producer (not waiting for acks); returns how many
+        were queued."""
         sent = 0
-        for (topic, broker, partition), (key, events) in merged.items():
-            for start in range(0, len(events), self.max_events):
-                chunk = events[start:start + self.max_events]
-                value = self._encode(topic, broker, chunk)
-                await self.producer.send(topic, value, key=key, partition=partition)
-                sent += 1
-                self.events += len(chunk)
+        for record in self.encoder.records(spans):
+            topic = self.topics[record.kind]
+            try:
+                partition = await self._partition(topic, source)
+                delivery = await self.producer.send(topic, record.value, key=source.key,
+                                                    partition=partition)
+            except Exception as exc:
+                self._failed(record.events, exc)
+                continue
+            delivery.add_done_callback(partial(self._delivered, record.events))
+            sent += 1
+            self.events += record.events
         self.records += sent
         return sent
 
-    def _encode(self, topic: str, broker: int, events: list[dict[str, Any]]) -> bytes:
-        if self.columnar and topic == self.topics.get(REQUEST):
-            parsed = [parse_event(e, broker) for e in events]
-            if all(type(e) is RequestEvent for e in parsed):
-                return columnar.encode_events(parsed)  # type: ignore[arg-type]
-        return orjson.dumps({"type": "batch", "v": 1, "broker": broker, "events": events})
+    def _delivered(self, events: int, delivery: asyncio.Future[object]) -> None:
+        exc = asyncio.CancelledError() if delivery.cancelled() else delivery.exception()
+        if exc is not None:
+            self._failed(events, exc)
+
+    def _failed(self, events: int, exc: BaseException) -> None:
+        self.drops.add(SEND_FAILED, events)
+        logger.warning("a usage record of %d events was not sent: %s", events, reason(exc))

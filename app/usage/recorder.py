@@ -1,119 +1,164 @@
 """`UsageRecorder`: the contract events a broker-side component records between two flushes.
 
-Pure (no clock, no I/O): callers pass each event's time. `flush()` hands back one `batch` record
-per (event kind, contract key, broker), events in the order they were recorded, and forgets them.
-Keys are the contract's: canonical JSON of `{"user", "client_id"}` for request and mutation
-events, of `{"ip"}` for connection events (what `quota-streams produce` writes).
+Pure (no clock, no I/O): callers pass each event's time. `flush()` hands back what was recorded
+since the last one, as `Span`s, and forgets it. A span holds at most `span_ms` of event time
+(the flush interval): when an event comes `span_ms` or more after its span's first, it opens
+the next span, so a publisher that fell behind still sends records that each cover one flush
+interval, and aggregation never merges requests further apart than that.
 
-With `aggregate`, the requests of one (broker, user, client id, api, version, listener, ip,
-exempt) within a flush become one event with `count` > 1 and summed amounts, at the time of the
-last one: what a busy broker sends instead of one event per request (the contract's `count`).
-Broker scope stays exact per event only without it.
+Request events are kept as columns (`RequestColumns`, what the columnar record encodes and the
+workers' engine reads), one row per request, never one object per event. With `aggregate`,
+the requests of one (broker, user, client id, api, listener, ip, exempt) within a span are one
+row with `count` > 1 and summed amounts, at the time of the last one: what a busy broker sends
+instead of one event per request (the contract's `count`). Broker scope stays exact per event
+only without it. Request times are summed in whole nanoseconds, the unit Kafka's request quota
+counts each request in. Connections and mutations are rows of their own (tuples, rarer).
+
+User names and client ids are charged under their bounded form (`app.usage.names`), so the
+workers never dead-letter them for their length.
 
 `gateway` names the gateway instance recording (`--gateway-id`): its request events carry it, so
 allocations are divided among gateways (`RequestEvent.enforcer`).
 
 `max_pending` bounds memory while the events cannot be sent (a broker down): past it, new events
-are dropped and counted in `dropped`, never queued without end.
+are dropped and counted (`drops`, reason `buffer_full`), never queued without end.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import NamedTuple
 
-from app.admin.config_topic import canonical_json
+from app.engine.batch import RequestColumns
+from app.engine.engine import nanos
+from app.usage.drops import BUFFER_FULL, Drops
+from app.usage.names import charged_name
 
 REQUEST, CONNECTION, MUTATION = "request", "connection", "mutation"
 KINDS = (REQUEST, CONNECTION, MUTATION)
 
-#: One batch record: (event kind, contract key, the `{"type": "batch", ...}` record).
-Batch = tuple[str, bytes, dict[str, Any]]
+_AggKey = tuple[int, str, str, str, str, str, bool]
 
-_AggKey = tuple[int, str, str, str, int, str, str, bool]
+
+class Connection(NamedTuple):
+    """One accepted connection."""
+
+    broker: int
+    ts: int
+    listener: str
+    ip: str
+    inter_broker: bool
+
+
+class Mutation(NamedTuple):
+    """The partitions of one topic of a CreateTopics & co. request."""
+
+    broker: int
+    ts: int
+    user: str
+    client_id: str
+    api: str
+    api_version: int
+    partitions: int
+    validate_only: bool
+
+
+class Span:
+    """The events of at most `span_ms` of event time, from `start` on, in recording order."""
+
+    __slots__ = ("connections", "mutations", "requests", "rows", "start")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.requests = RequestColumns()
+        self.connections: list[Connection] = []
+        self.mutations: list[Mutation] = []
+        #: aggregation: the row of each request key in `requests`
+        self.rows: dict[_AggKey, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.requests) + len(self.connections) + len(self.mutations)
 
 
 class UsageRecorder:
-    """Events recorded since the last `flush()`, grouped by (kind, key, broker)."""
+    """Events recorded since the last `flush()`, in spans of at most `span_ms` of event time."""
 
     def __init__(self, aggregate: bool = False, max_pending: int = 1_000_000,
-                 on_first: Callable[[], None] | None = None, gateway: int | None = None) -> None:
+                 on_first: Callable[[], None] | None = None, gateway: int | None = None,
+                 span_ms: int = 5, drops: Drops | None = None) -> None:
         """`on_first` is called when an event is recorded while none is pending: a publisher
         can sleep until there is something to send."""
         self.aggregate = aggregate
-        self.gateway = gateway
+        self.gateway = -1 if gateway is None else gateway
         self.max_pending = max_pending
         self.on_first = on_first
+        self.span_ms = span_ms
+        self.drops = Drops() if drops is None else drops
         self.pending = 0
         self.recorded = 0
-        self.dropped = 0
-        self._groups: dict[tuple[str, bytes, int], list[dict[str, Any]]] = {}
-        self._agg: dict[_AggKey, dict[str, Any]] = {}
-        self._keys: dict[tuple[str, str], bytes] = {}
+        self._spans: list[Span] = []
+        self._span: Span | None = None
+        self._span_end = 0
 
-    def _client_key(self, user: str, client_id: str) -> bytes:
-        key = self._keys.get((user, client_id))
-        if key is None:
-            if len(self._keys) >= 100_000:  # principals come and go: keep the cache bounded
-                self._keys.clear()
-            key = self._keys[(user, client_id)] = canonical_json(
-                {"user": user, "client_id": client_id})
-        return key
-
-    def _add(self, kind: str, key: bytes, broker: int, event: dict[str, Any]) -> bool:
+    def _space(self, ts: int) -> Span | None:
+        """The span an event at `ts` goes to, if one more event may wait; else None (counted)."""
         if self.pending >= self.max_pending:
-            self.dropped += 1
-            return False
+            self.drops.add(BUFFER_FULL, 1)
+            return None
         if not self.pending and self.on_first is not None:
             self.on_first()
-        group = self._groups.get((kind, key, broker))
-        if group is None:
-            group = self._groups[(kind, key, broker)] = []
-        group.append(event)
         self.pending += 1
         self.recorded += 1
-        return True
+        span = self._span
+        if span is None or ts >= self._span_end:
+            span = self._span = Span(ts)
+            self._span_end = ts + self.span_ms
+            self._spans.append(span)
+        return span
 
     def request(self, broker: int, ts: int, listener: str, user: str, client_id: str, ip: str,
-                api: str, api_version: int, nbytes: int, thread_ms: float, network_ms: float,
+                api: str, nbytes: int, thread_ms: float, network_ms: float,
                 exempt: bool = False) -> None:
         """One request: `nbytes` (Produce request / Fetch response size), thread and network time."""
-        agg_key: _AggKey | None = None
         if self.aggregate:
-            agg_key = (broker, user, client_id, api, api_version, listener, ip, exempt)
-            event = self._agg.get(agg_key)
-            if event is not None:
-                event["ts"] = ts
-                event["bytes"] += nbytes
-                event["thread_time_ms"] += thread_ms
-                event["network_time_ms"] += network_ms
-                event["count"] += 1
-                self.recorded += 1
-                return
-        event = {"type": REQUEST, "v": 1, "ts": ts, "listener": listener, "user": user,
-                 "client_id": client_id, "ip": ip, "api": api, "api_version": api_version,
-                 "bytes": nbytes, "thread_time_ms": thread_ms, "network_time_ms": network_ms,
-                 "exempt": exempt, "count": 1}
-        if self.gateway is not None:
-            event["gateway"] = self.gateway
-        if self._add(REQUEST, self._client_key(user, client_id), broker, event) and agg_key:
-            self._agg[agg_key] = event
+            span = self._span
+            if span is not None and ts < self._span_end:
+                key = (broker, user, client_id, api, listener, ip, exempt)
+                row = span.rows.get(key)
+                if row is not None:
+                    rows = span.requests
+                    rows.ts[row] = ts
+                    rows.bytes[row] += nbytes
+                    rows.thread_ns[row] += nanos(thread_ms)
+                    rows.network_ns[row] += nanos(network_ms)
+                    rows.count[row] += 1
+                    self.recorded += 1
+                    return
+        span = self._space(ts)
+        if span is None:
+            return
+        rows = span.requests
+        if self.aggregate:
+            span.rows[(broker, user, client_id, api, listener, ip, exempt)] = len(rows)
+        rows.append(ts, broker, self.gateway, listener, charged_name(user), charged_name(client_id),
+                    ip, api, nbytes, nanos(thread_ms), nanos(network_ms), exempt, 1, 0, 0)
 
     def connection(self, broker: int, ts: int, listener: str, ip: str,
                    inter_broker: bool = False) -> None:
         """One accepted connection."""
-        self._add(CONNECTION, canonical_json({"ip": ip}), broker, {
-            "type": CONNECTION, "v": 1, "ts": ts, "listener": listener, "ip": ip,
-            "inter_broker": inter_broker})
+        span = self._space(ts)
+        if span is not None:
+            span.connections.append(Connection(broker, ts, listener, ip, inter_broker))
 
     def mutation(self, broker: int, ts: int, user: str, client_id: str, api: str,
                  api_version: int, partitions: int, validate_only: bool = False) -> None:
         """Partitions the controller admitted for one topic of a CreateTopics & co. request."""
-        self._add(MUTATION, self._client_key(user, client_id), broker, {
-            "type": MUTATION, "v": 1, "ts": ts, "user": user, "client_id": client_id, "api": api,
-            "api_version": api_version, "partitions": partitions, "validate_only": validate_only})
+        span = self._space(ts)
+        if span is not None:
+            span.mutations.append(Mutation(broker, ts, charged_name(user), charged_name(client_id),
+                                           api, api_version, partitions, validate_only))
 
-    def flush(self) -> list[Batch]:
-        """The batch records recorded since the last flush, and forget them."""
-        groups, self._groups, self._agg, self.pending = self._groups, {}, {}, 0
-        return [(kind, key, {"type": "batch", "v": 1, "broker": broker, "events": events})
-                for (kind, key, broker), events in groups.items()]
+    def flush(self) -> list[Span]:
+        """The spans recorded since the last flush, oldest first; then forget them."""
+        spans, self._spans, self._span, self.pending = self._spans, [], None, 0
+        return spans

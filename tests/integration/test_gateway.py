@@ -26,12 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import orjson
 import pytest
 
 from app.admin.config_topic import write_records
 from app.admin.entities import canonical_record
 from app.engine.configs import parse_config_record
 from app.clients.runner import per_second, run_clients
+from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.timeline import FOREVER
+from app.intake.apply import apply
+from app.intake.clock import StreamClock
+from app.intake.records import decode_source
+from app.kafka_io import read_topic
 from app.launcher import GatewayProcess, LocalCluster, isolated_env
 from tests.unit.kafka_frames import nested, request_body
 from tests.unit.kafka_frames import request as kafka_request
@@ -67,6 +74,7 @@ QUOTAS = [
     *(quota({"client_id": f"p-{lib}"}, producer_byte_rate=QUOTA) for lib in LIBRARIES),
     *(quota({"client_id": f"c-{lib}"}, consumer_byte_rate=QUOTA) for lib in LIBRARIES),
     quota({"client_id": "shared"}, producer_byte_rate=QUOTA),
+    quota({"client_id": "shape-hot"}, producer_byte_rate=QUOTA),
     quota({"client_id": "storm"}, controller_mutation_rate=2),
     quota({"ip": "127.0.0.5"}, connection_creation_rate=5),
 ]
@@ -327,6 +335,87 @@ def test_one_client_id_through_two_gateways_shares_its_quota(loop_results: dict[
     b = rate_after(loop_results["shared-b"], WARMUP_S, LOOP_S)
     assert 0.9 * QUOTA <= a + b <= 1.1 * QUOTA, (a, b)
     assert a > 0.2 * QUOTA and b > 0.2 * QUOTA  # both made progress: neither was starved
+
+
+# -------------------------------------------------------------------- usage records
+
+
+def test_a_gateways_usage_reaches_the_worker_one_record_per_flush_decided_as_before(
+        stack: Stack) -> None:
+    """Three clients through gateway A, one over its quota: A's request records carry several
+    principals each, one flush interval of events, keyed by A on one partition, within the
+    record bound; the worker throttles the client over its quota; and the engine decides the
+    records exactly as it decides the same events in the shared contract's per-principal
+    batches (what the gateway wrote before, and third-party brokers still write)."""
+    start_ms = int(time.time() * 1000)
+    produce = lambda client_id, rate: [  # noqa: E731
+        "produce", "--library", "confluent-kafka", "--bootstrap", stack.a.bootstrap,
+        "--topic", stack.topic, "--client-id", client_id, "--rate", str(rate)]
+    clients(("shape-hot", produce("shape-hot", 4 * QUOTA)),
+            ("shape-a", produce("shape-a", QUOTA / 4)), ("shape-b", produce("shape-b", QUOTA / 4)),
+            seconds=6)
+    records = [r for r in asyncio.run(read_topic(stack.broker, stack.env["QS_TOPIC_REQUEST"]))
+               if r.timestamp >= start_ms]
+    ours = [r for r in records if any(e["client_id"].startswith("shape-") for e in _events(r.value))]
+    assert ours and len({r.key for r in ours}) == 1 and len({r.partition for r in ours}) == 1
+    assert ours[0].key.startswith(b"gateway/")
+    mine = [r for r in records if r.key == ours[0].key]
+    assert all(len(r.value) <= 512 * 1024 for r in mine)
+    batches = [_events(r.value) for r in mine]
+    assert all(max(e["ts"] for e in b) - min(e["ts"] for e in b) < 5 for b in batches)
+    assert max(len({e["client_id"] for e in b}) for b in batches) >= 2  # principals together
+    assert _throttled(stack, start_ms) == {"shape-hot"}
+    per_principal = [orjson.dumps({"type": "batch", "v": 1, "broker": broker, "events": group})
+                     for b in batches for broker, group in _per_principal(b)]
+    as_written = _decide([r.value for r in mine])
+    assert as_written == _decide(per_principal)
+    assert any(d["entity"].get("client_id") == "shape-hot" for d in as_written)
+
+
+def _events(value: bytes) -> list[dict[str, Any]]:
+    """A request record's events as contract objects, whichever its format."""
+    requests = decode_source(value, FOREVER, StreamClock()).requests
+    out = []
+    for i in range(len(requests)):
+        e = requests.event(i)
+        out.append({"type": "request", "v": 1, "ts": e.ts, "broker": e.broker,
+                    "listener": e.listener, "user": e.user, "client_id": e.client_id, "ip": e.ip,
+                    "api": e.api, "bytes": e.bytes, "thread_time_ms": e.thread_ms,
+                    "network_time_ms": e.network_ms, "exempt": e.exempt, "count": e.count})
+    return out
+
+
+def _per_principal(events: list[dict[str, Any]]) -> list[tuple[int, list[dict[str, Any]]]]:
+    """One record's events as the shared contract's batches: one per (broker, user, client id),
+    the broker the batch's, each principal's events in their order."""
+    groups: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
+    for e in events:
+        groups.setdefault((e["broker"], e["user"], e["client_id"]), []).append(
+            {k: v for k, v in e.items() if k != "broker"})
+    return [(broker, group) for (broker, _, _), group in groups.items()]
+
+
+def _throttled(stack: Stack, since_ms: int) -> set[str]:
+    """Client ids the worker published a throttle for since `since_ms`."""
+    directives = asyncio.run(read_topic(stack.broker, stack.env["QS_TOPIC_DIRECTIVES"]))
+    return {d["entity"].get("client_id") for d in map(orjson.loads, (r.value for r in directives))
+            if d.get("action") == "throttle" and d["ts"] >= since_ms
+            and str(d["entity"].get("client_id", "")).startswith("shape-")}
+
+
+def _decide(values: list[bytes]) -> list[dict[str, Any]]:
+    """The directives the engine (the stack's windows, its quotas) publishes for these records."""
+    engine = QuotaEngine(EngineSettings(scope="cluster", accounting="served", window_ms=500,
+                                        controller_window_ms=500))
+    for q in QUOTAS:
+        engine.process(parse_config_record(q))
+    clock = StreamClock()
+    out: list[dict[str, Any]] = []
+    for value in values:
+        decoded = decode_source(value, FOREVER, clock)
+        assert not decoded.dead, decoded.dead
+        out += apply(engine, decoded)[0]
+    return out
 
 
 # ------------------------------------------------------------------------- storms

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.gateway.connection import Session
@@ -15,6 +17,7 @@ from app.gateway.messages import Node
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.server import Gateway, GatewayConfig
 from app.subscriber.active_set import ActiveSet
+from app.usage.records import RecordEncoder
 
 BROKER = 111
 
@@ -102,9 +105,10 @@ class Harness:
         return value or 0.0
 
     def events(self, kind: str = "request") -> list[dict[str, Any]]:
-        """The usage events of `kind` recorded since the last call (a flush)."""
-        return [e for k, _, record in self.gateway.usage.flush() if k == kind
-                for e in record["events"]]
+        """The usage events of `kind` recorded since the last call (a flush), as the JSON
+        records sent carry them."""
+        return [e for record in RecordEncoder().records(self.gateway.usage.flush())
+                if record.kind == kind for e in orjson.loads(record.value)["events"]]
 
     def throttle(self, quota: str, ms_: int, **entity: str) -> None:
         now = Gateway.now_ms()

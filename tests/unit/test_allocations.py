@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from app.engine import allocation
@@ -24,6 +25,7 @@ from app.subscriber.active_set import ActiveSet
 from app.subscriber.allocations import AllocatedLimits, Allocations, parse_allocation
 from app.subscriber.directive import BadDirective
 from app.usage.recorder import UsageRecorder
+from app.usage.records import RecordEncoder
 
 T0 = 1_763_800_000_000
 Q = 1_000_000.0
@@ -264,9 +266,10 @@ def test_a_named_gateway_holds_its_allocation_over_all_the_brokers_behind_it() -
 
 def test_a_named_gateways_requests_name_it_as_their_enforcer() -> None:
     recorder = UsageRecorder(gateway=4)
-    recorder.request(2, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce", 9, 100, 0.5, 0.0)
+    recorder.request(2, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce", 100, 0.5, 0.0)
     recorder.connection(2, T0, "PLAINTEXT", "10.0.0.1")
-    events = [e for _, _, record in recorder.flush() for e in parse_record(record)]
+    events = [e for record in RecordEncoder().records(recorder.flush())
+              for e in parse_record(orjson.loads(record.value))]
     request = next(e for e in events if isinstance(e, RequestEvent))
     assert (request.broker, request.gateway, request.enforcer) == (2, 4, 4)
     assert len(events) == 2 and not any(isinstance(e, BadEvent) for e in events)

@@ -15,6 +15,7 @@ from app.gateway.authentication import (
     Authentication,
 )
 from app.gateway.limits import PRE_AUTH_FRAME
+from app.usage.names import charged_name
 
 MAX = 100 << 20
 
@@ -57,6 +58,16 @@ def test_plain_has_no_delegation_tokens() -> None:
     auth.handshake(1, "PLAIN")
     auth.handshake_answered(True)
     assert auth.client_token(b"\x00n,,n=x,r=y,tokenauth=true\x00pw") == CONTINUE
+
+
+def test_a_user_name_longer_than_the_workers_take_is_charged_under_its_bounded_form() -> None:
+    long_user = "u" * 5000
+    auth = Authentication(sasl_listener=True)
+    auth.handshake(1, "PLAIN")
+    auth.handshake_answered(True)
+    auth.client_token(b"\x00" + long_user.encode() + b"\x00pw")
+    assert auth.server_token(b"") == ACCEPTED
+    assert auth.user == charged_name(long_user) and len(auth.user) == 1024
 
 
 def test_elsewhere_everything_is_served_and_sasl_requests_are_charged() -> None:

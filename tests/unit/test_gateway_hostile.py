@@ -8,6 +8,7 @@ import struct
 import time
 from typing import Any
 
+import orjson
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -15,7 +16,10 @@ from app.gateway import apis
 from app.gateway.connection import Session
 from app.gateway.frames import SIZE, frame, request_header
 from app.gateway.limits import MUTATION_TOPICS, PRE_AUTH_FRAME, Limits
+from app.intake.clock import StreamClock
+from app.intake.records import decode_source
 from app.subscriber.active_set import ActiveSet
+from app.usage.names import charged_name
 from tests.unit.gateway_harness import BROKER, FakeSocket, Harness, answered, sent
 from tests.unit.kafka_frames import (
     NONE,
@@ -119,6 +123,23 @@ async def test_a_produce_the_gateway_cannot_decode_is_charged_its_size_and_muted
     assert {(e["api"], e["bytes"]) for e in unreadable.events()} == {("Produce", len(payload))}
     assert unreadable.gateway.metrics.registry.get_sample_value(
         "quota_streams_gateway_undecoded_total", {"api": "Produce"}) >= 4
+
+
+async def test_a_32_kib_client_id_is_charged_and_throttled_under_its_bounded_form() -> None:
+    """The workers dead-letter names over 1024 characters: a client id that long is charged
+    under its bounded form, which its directives name, so it is not out of every quota."""
+    long_id = "z" * 32_767  # the longest a Kafka client id can be
+    h = Harness()
+    h.send(produce_request(1, client_id=long_id))
+    h.answer(produce_response(1))
+    (event,) = h.events()
+    assert event["client_id"] == charged_name(long_id) and len(event["client_id"]) == 1024
+    batch = {"type": "batch", "v": 1, "broker": BROKER, "events": [event]}
+    assert not decode_source(orjson.dumps(batch), 0, StreamClock()).dead  # the workers take it
+    h.throttle("producer_byte_rate", 5000, client_id=charged_name(long_id))
+    h.send(produce_request(2, client_id=long_id))
+    h.answer(produce_response(2))
+    assert h.session.muted
 
 
 # ---------------------------------------------------------------------------------- addresses

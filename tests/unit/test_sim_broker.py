@@ -12,6 +12,7 @@ from app.sim.broker import CONNECTION, REQUEST, SimBroker
 from app.sim.meter import Meter
 from app.sim.scenario import Listener
 from app.subscriber.active_set import ActiveSet
+from app.usage.records import RecordEncoder
 
 T0 = 1_763_800_000_000
 
@@ -32,8 +33,10 @@ class Harness:
             configs.apply(parse_config_record({"type": "quota_config", "v": 1, "ts": 0, **q}))
         self.meter = Meter(configs, T0)
         self.wakeups: list[tuple[float, Any]] = []
+        # a flush interval longer than any test: each test's events are one flush
         self.broker = SimBroker(1, listeners, self.active, self.meter,
-                                lambda t, actor: self.wakeups.append((t, actor)), aggregate)
+                                lambda t, actor: self.wakeups.append((t, actor)), aggregate,
+                                flush_ms=60_000)
 
     def wake(self) -> None:
         """Run the scheduled acceptor wake-ups in time order (what the World would do)."""
@@ -44,13 +47,13 @@ class Harness:
             if nxt is not None:
                 self.wakeups.append((nxt, actor))
 
-    def events(self) -> list[tuple[str, bytes, Any]]:
+    def events(self) -> list[tuple[str, Any]]:
+        """(kind, event) of every event flushed, read back from the JSON records sent."""
         out = []
-        for kind, key, record in self.broker.flush():
-            orjson.dumps(record)  # JSON-serialisable as sent
-            for item in parse_record(record):
+        for record in RecordEncoder().records(self.broker.flush()):
+            for item in parse_record(orjson.loads(record.value)):
                 assert not isinstance(item, BadEvent), item.reason
-                out.append((kind, key, item))
+                out.append((record.kind, item))
         return out
 
 
@@ -80,7 +83,7 @@ def test_fetch_throttle_sends_an_empty_response_and_only_fetch_quotas_apply() ->
     h.active.apply(directive("consumer_byte_rate", "throttle", {"user": "carol", "client_id": ""},
                              T0, T0 + 1000))
     assert h.broker.request(conn, T0 + 100, "Fetch", 5000, 0.5, 0.0) == (900, 0)
-    fetches = [e for _, _, e in h.events() if isinstance(e, RequestEvent)]
+    fetches = [e for _, e in h.events() if isinstance(e, RequestEvent)]
     assert [(e.api, e.bytes, e.count) for e in fetches] == [("Fetch", 5000, 2)]
 
 
@@ -92,7 +95,7 @@ def test_strict_mutation_is_rejected_and_legacy_is_throttled() -> None:
     assert h.broker.mutate(conn, T0 + 1000, "CreateTopics", 7, 10, 1) == (True, 2000)
     assert conn.muted_until == T0 + 3000
     assert h.broker.mutate(conn, T0 + 1000, "CreateTopics", 5, 10, 2) == (False, 2000)
-    mutations = [e for _, _, e in h.events() if isinstance(e, MutationEvent)]
+    mutations = [e for _, e in h.events() if isinstance(e, MutationEvent)]
     assert [(e.api_version, e.partitions, e.strict) for e in mutations] == [(5, 10, False)] * 2
     assert h.broker.mutate(conn, T0 + 3000, "CreateTopics", 7, 10, 1) == (False, 0)  # expired
 
@@ -106,7 +109,7 @@ def test_ip_under_close_directive_has_new_connections_closed() -> None:
     h.broker.connect(T0 + 20, "10.0.0.1", "PLAINTEXT", lambda o, t: outcomes.append(o))
     h.broker.connect(T0 + 1000, "203.0.113.9", "PLAINTEXT", lambda o, t: outcomes.append(o))
     assert outcomes == ["closed", "accepted", "accepted"]
-    accepted = [e for _, _, e in h.events() if isinstance(e, ConnectionEvent)]
+    accepted = [e for _, e in h.events() if isinstance(e, ConnectionEvent)]
     assert [e.ip for e in accepted] == ["10.0.0.1", "203.0.113.9"]  # closed ones are no events
     row = h.meter.rows[("connection_creation_rate", "ip=203.0.113.9")]
     assert sum(row.amounts.values()) == 1 and row.outcomes[(0, "closed")] == 1
@@ -123,7 +126,7 @@ def test_listener_delay_holds_the_acceptor_and_queues_later_connections() -> Non
     assert times == [("accepted", T0 + 2)]  # the other listener's acceptor is not held
     h.wake()
     assert times[1:] == [("delayed", T0 + 300), ("accepted", T0 + 300)]
-    events = [e for _, _, e in h.events() if isinstance(e, ConnectionEvent)]
+    events = [e for _, e in h.events() if isinstance(e, ConnectionEvent)]
     assert [(e.listener, e.ts) for e in events] == [
         ("PLAINTEXT", T0 + 2), ("EXTERNAL", T0 + 300), ("EXTERNAL", T0 + 300)]
 
@@ -139,27 +142,24 @@ def test_inter_broker_listener_ignores_the_broker_wide_delay() -> None:
     assert seen == ["accepted"]
     h.wake()
     assert seen == ["accepted", "delayed"]
-    (event,) = [e for _, _, e in h.events() if isinstance(e, ConnectionEvent) and e.inter_broker]
+    (event,) = [e for _, e in h.events() if isinstance(e, ConnectionEvent) and e.inter_broker]
     assert event.ip == "10.9.9.9"
 
 
-def test_batches_per_topic_and_contract_key_with_aggregated_requests() -> None:
+def test_one_record_per_event_kind_per_flush_with_aggregated_requests() -> None:
     h = Harness()
     a = h.broker.open(T0, "alice", "app", "10.0.0.1", "PLAINTEXT")
     b = h.broker.open(T0, "bob", "app", "10.0.0.2", "PLAINTEXT")
     for i in range(3):
         h.broker.request(a, T0 + 10 * i, "Produce", 100, 1.0, 0.5)
     h.broker.request(b, T0 + 5, "Produce", 7, 0.25, 0.0)
-    records = h.broker.flush()
-    keys = {(kind, key) for kind, key, _ in records}
-    assert keys == {(CONNECTION, b'{"ip":"10.0.0.1"}'), (CONNECTION, b'{"ip":"10.0.0.2"}'),
-                    (REQUEST, b'{"client_id":"app","user":"alice"}'),
-                    (REQUEST, b'{"client_id":"app","user":"bob"}')}
-    (alice,) = [r for k, key, r in records if key == b'{"client_id":"app","user":"alice"}']
-    assert alice["type"] == "batch" and alice["broker"] == 1
-    (event,) = alice["events"]
-    assert (event["ts"], event["count"], event["bytes"], event["thread_time_ms"],
-            event["network_time_ms"]) == (T0 + 20, 3, 300, 3.0, 1.5)
+    records = RecordEncoder().records(h.broker.flush())
+    assert [r.kind for r in records] == [REQUEST, CONNECTION]  # every principal in one record
+    events = orjson.loads(records[0].value)["events"]
+    assert {e["user"] for e in events} == {"alice", "bob"}
+    (alice,) = [e for e in events if e["user"] == "alice"]
+    assert (alice["ts"], alice["broker"], alice["count"], alice["bytes"], alice["thread_time_ms"],
+            alice["network_time_ms"]) == (T0 + 20, 1, 3, 300, 3.0, 1.5)
     assert h.broker.flush() == []  # nothing twice
 
 
@@ -168,5 +168,5 @@ def test_without_aggregation_every_request_is_an_event() -> None:
     conn = h.broker.open(T0, "alice", "app", "10.0.0.1", "PLAINTEXT")
     for i in range(3):
         h.broker.request(conn, T0 + i, "Produce", 100, 1.0, 0.0)
-    requests = [e for kind, _, e in h.events() if kind == REQUEST]
+    requests = [e for kind, e in h.events() if kind == REQUEST]
     assert [(e.ts, e.count) for e in requests] == [(T0, 1), (T0 + 1, 1), (T0 + 2, 1)]

@@ -10,6 +10,7 @@ import csv
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 
 from app import settings
@@ -23,6 +24,10 @@ from app.sim.scenario import load_scenario
 from app.sim.world import World
 from app.subscriber.active_set import ActiveSet
 from app.subscriber.consumer import wall_clock_ms
+from app.usage.publisher import EventPublisher
+from app.usage.recorder import CONNECTION, MUTATION, REQUEST
+from app.usage.records import RecordEncoder
+from tests.unit.fake_producer import Producer
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -140,3 +145,22 @@ def test_live_subscribers_clock_runs_the_world_first() -> None:
     assert now >= start + 2000 and run.world.now == start + 1500
     storm = run.world.client("storm-one-ip").stats
     assert storm.attempts == 151  # one every 10 ms from 0 to the end at 1500 ms, none after
+
+
+async def test_a_live_run_sends_each_brokers_flush_as_one_record_per_kind_keyed_by_it() -> None:
+    sc = load_scenario(SCENARIOS / "cluster-produce.yaml")
+    run = LiveRun(sc, "127.0.0.1:9", settings.load({}))
+    start = float(wall_clock_ms())
+    world = run.world = World(sc, {b: ActiveSet(b) for b in sc.brokers}, start, drops=run.drops)
+    world.advance(start + sc.flush_interval_ms - 1)  # one flush interval
+    producer = Producer()
+    topics = {REQUEST: "req", CONNECTION: "conn", MUTATION: "mut"}
+    await run._send(EventPublisher(producer, topics, RecordEncoder(drops=run.drops)),  # type: ignore[arg-type]
+                    world)
+    sent = {(topic, key, partition) for topic, _, key, partition in producer.sent}
+    assert sent == {(topic, f"broker/{b}".encode(), b % 8) for b in sc.brokers
+                    for topic in ("req", "conn")}  # one record per broker and kind
+    assert run.records_sent == len(producer.sent) == 6
+    events = [e for _, value, _, _ in producer.sent for e in orjson.loads(value)["events"]]
+    assert run.events_sent == len(events) > 6
+    assert {e["user"] for e in events if e["type"] == "request"} >= {"alice", "bob"}
