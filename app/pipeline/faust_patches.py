@@ -8,17 +8,46 @@ Installed once per app by `install` (the worker calls it before declaring its ta
    nothing else arriving, that is the broker holding it for the whole wait. Directives are sent
    when decided, so the wait adds to the event -> directive latency, once per hop (source, then
    the samples topic); an idle worker then polls 100 times a second, a small cost.
+
+2. Committed offsets only from a coordinator that has the group loaded (`OffsetFetchGuard`).
+   An OffsetFetch answer (v2 on) carries a group-level error code besides the per-partition
+   ones. While a group's coordinator moves or reloads (a broker that paused and was fenced by
+   its controller, a leader change of `__consumer_offsets`) Kafka answers NOT_COORDINATOR or
+   COORDINATOR_LOAD_IN_PROGRESS there, with no partitions at all. aiokafka reads only the
+   per-partition codes and so takes that answer for "no committed offset": Faust's seek to the
+   committed offsets skips every partition, the fetcher resets them to `earliest`, and the
+   worker re-reads input its group had committed. The guard raises the group-level error as
+   aiokafka raises the same errors per partition (retried after the retry backoff;
+   NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE look the coordinator up again). A consumer whose
+   fetches of the committed offsets keep failing for COMMITTED_OFFSETS_WAIT_S gets
+   `CommittedOffsetsUnavailable`, which stops the worker (exit != 0) for its orchestrator to
+   restart, rather than letting it start anywhere but where its group left off.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import faust
+from aiokafka import errors
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.protocol.commit import OffsetFetchRequest
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
 FETCH_MAX_WAIT_MS = 10
+#: how long fetching the committed offsets may keep failing: past any coordinator reload or
+#: election, and under the 90 s Faust waits for them at a rebalance (its recovery then stops for
+#: good, leaving a worker up that processes nothing)
+COMMITTED_OFFSETS_WAIT_S = 60.0
+
 _create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
+_send_req = GroupCoordinator._send_req
+_do_fetch_commit_offsets = GroupCoordinator._do_fetch_commit_offsets
+#: group-level errors after which the coordinator must be looked up again
+_COORDINATOR_GONE = (errors.NotCoordinatorForGroupError, errors.GroupCoordinatorNotAvailableError)
 
 
 def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -27,6 +56,65 @@ def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     return consumer
 
 
+class CommittedOffsetsUnavailable(errors.KafkaError):
+    """The group coordinator gave no committed offsets for as long as a worker waits for them."""
+
+    retriable = False
+
+
+class OffsetFetchGuard:
+    """Patch 2: the group-level error of an OffsetFetch answer raised, and the retries bounded
+    by `wait_s` of `clock` without an answer, counted per consumer (its coordinator)."""
+
+    def __init__(self, wait_s: float = COMMITTED_OFFSETS_WAIT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.wait_s = wait_s
+        self.clock = clock
+        self._failing_since: WeakKeyDictionary[GroupCoordinator, float] = WeakKeyDictionary()
+
+    async def send(self, coordinator: GroupCoordinator, request: Any) -> Any:
+        """`GroupCoordinator._send_req`, raising an OffsetFetch answer's group-level error."""
+        response = await _send_req(coordinator, request)
+        code = getattr(response, "error_code", 0)
+        if request.API_KEY == OffsetFetchRequest.API_KEY and code:
+            error = errors.for_code(code)
+            if error in _COORDINATOR_GONE:
+                coordinator.coordinator_dead()
+            raise error(coordinator.group_id)
+        return response
+
+    async def fetch(self, coordinator: GroupCoordinator, partitions: Any) -> Any:
+        """`GroupCoordinator._do_fetch_commit_offsets`, failing for good once it has failed for
+        `wait_s` without an answer in between."""
+        try:
+            offsets = await _do_fetch_commit_offsets(coordinator, partitions)
+        except errors.KafkaError as exc:
+            if exc.retriable:
+                since = self._failing_since.setdefault(coordinator, self.clock())
+                if self.clock() - since >= self.wait_s:
+                    raise CommittedOffsetsUnavailable(
+                        f"group {coordinator.group_id}: no committed offsets from its "
+                        f"coordinator for {self.wait_s:.0f} s (last: {exc}); stopping rather "
+                        "than starting anywhere else") from exc
+            raise
+        self._failing_since.pop(coordinator, None)
+        return offsets
+
+    def install(self) -> None:
+        """Process-wide, in place of any guard installed before."""
+        guard = self
+
+        async def send(coordinator: GroupCoordinator, request: Any) -> Any:
+            return await guard.send(coordinator, request)
+
+        async def fetch(coordinator: GroupCoordinator, partitions: Any) -> Any:
+            return await guard.fetch(coordinator, partitions)
+
+        GroupCoordinator._send_req = send  # type: ignore[method-assign]
+        GroupCoordinator._do_fetch_commit_offsets = fetch  # type: ignore[method-assign]
+
+
 def install(app: faust.App) -> None:
-    """The patches; safe to call again (the consumer patch is process-wide)."""
+    """The patches; safe to call again (they are process-wide)."""
     AIOKafkaConsumerThread._create_worker_consumer = _short_fetch_wait  # type: ignore[method-assign]
+    OffsetFetchGuard().install()

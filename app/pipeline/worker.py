@@ -55,6 +55,9 @@ log = logging.getLogger("quota_streams")
 
 #: source records the ingest takes at once at most (each holds up to thousands of samples)
 TAKE_MAX_RECORDS = 64
+#: how long the group coordinator waits for a worker's heartbeat before it hands its partitions
+#: to the others (heartbeats go every second)
+SESSION_TIMEOUT_S = 6.0
 
 
 def engine_settings(settings: Settings) -> EngineSettings:
@@ -92,7 +95,7 @@ class Worker:
             topic_partitions=partitions,
             table_standby_replicas=settings.standby_replicas,
             consumer_auto_offset_reset="earliest",
-            broker_session_timeout=6.0,
+            broker_session_timeout=SESSION_TIMEOUT_S,
             broker_heartbeat_interval=1.0,
             broker_rebalance_timeout=10.0,
             broker_commit_interval=1.0,

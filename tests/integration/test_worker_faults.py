@@ -1,7 +1,9 @@
 """A worker whose agent or config follower dies exits non-zero (for the orchestrator to restart
-it) instead of running on with partitions nobody processes or configs nobody reads; SIGTERM stops a busy worker promptly; a restarted
-worker judges timestamps by the partition's history, not by its first record; a broker frozen
-for 30 s costs nothing; SIGKILLs under load leave no window behind."""
+it) instead of running on with partitions nobody processes or configs nobody reads; SIGTERM stops
+a busy worker promptly; a restarted worker judges timestamps by the partition's history, not by
+its first record; a broker frozen for 30 s costs nothing; a worker whose group coordinator
+reloads resumes where its group committed, and one that never gets its committed offsets exits
+non-zero; SIGKILLs under load leave no window behind."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.devstack.kafka import KafkaCluster
@@ -22,6 +25,7 @@ from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import parse_record
 from app.engine.state_codec import decode
 from app.launcher import LocalCluster, isolated_env
+from app.pipeline.worker import SESSION_TIMEOUT_S
 from app.replay import replay
 from app.kafka_io import partitions_of
 
@@ -62,10 +66,11 @@ def start_with_configs(cluster: LocalCluster, bootstrap: str, env: dict[str, str
     cluster.wait_ready()
 
 
-def crash_on_marker_path() -> str:
-    """PYTHONPATH for workers that load crash_on_marker: this checkout first, since its
-    sitecustomize imports `app` before the working directory is on the path."""
-    return os.pathsep.join(filter(None, [str(Path(__file__).parent / "crash_on_marker"),
+def sitecustomize_path(name: str) -> str:
+    """PYTHONPATH for workers that load the sitecustomize in directory `name` (next to this
+    module): that directory, then this checkout, since the sitecustomize imports `app` before
+    the working directory is on the path."""
+    return os.pathsep.join(filter(None, [str(Path(__file__).parent / name),
                                          str(Path(__file__).resolve().parents[2]),
                                          os.environ.get("PYTHONPATH")]))
 
@@ -81,7 +86,8 @@ def wait_exit(cluster: LocalCluster, timeout: float) -> int | None:
 
 
 def test_an_agent_that_dies_takes_the_worker_down(kafka_bootstrap: str, tmp_path: Path) -> None:
-    env = worker_env(tmp_path, QS_TEST_CRASH_MARKER=MARKER, PYTHONPATH=crash_on_marker_path())
+    env = worker_env(tmp_path, QS_TEST_CRASH_MARKER=MARKER,
+                     PYTHONPATH=sitecustomize_path("crash_on_marker"))
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
     try:
         cluster.start()
@@ -100,7 +106,8 @@ def test_an_agent_that_dies_takes_the_worker_down(kafka_bootstrap: str, tmp_path
 
 def test_a_config_follower_that_dies_takes_the_worker_down(kafka_bootstrap: str,
                                                             tmp_path: Path) -> None:
-    env = worker_env(tmp_path, QS_TEST_CRASH_MARKER=MARKER, PYTHONPATH=crash_on_marker_path())
+    env = worker_env(tmp_path, QS_TEST_CRASH_MARKER=MARKER,
+                     PYTHONPATH=sitecustomize_path("crash_on_marker"))
     cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
     try:
         cluster.start()
@@ -176,43 +183,68 @@ def by_topic(env: dict[str, str], records: list[dict]) -> dict[str, list[bytes]]
 
 
 async def group_member(bootstrap: str, group: str) -> str | None:
-    """The one member id of a Stable consumer group (None: not Stable, or no single member)."""
+    """The one member id of a Stable consumer group (None: not Stable, no single member, or no
+    answer: a node fenced by its controller lists no brokers, a reloading coordinator errors)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     try:
+        await admin.start()
         (response,) = await admin.describe_consumer_groups([group])
+    except KafkaError:
+        return None
     finally:
         await admin.close()
-    _error, _group, state, *_rest = response.groups[0]
+    error, _group, state, *_rest = response.groups[0]
     members = response.groups[0][5]
-    return members[0][0] if state == "Stable" and len(members) == 1 else None
+    return members[0][0] if error == 0 and state == "Stable" and len(members) == 1 else None
 
 
-def until_rejoined(bootstrap: str, group: str, before: str, timeout: float) -> None:
-    """Until the group is Stable again with a member other than `before`: a broker frozen for
-    longer than the session timeout expires the member when it resumes, and the worker rejoins."""
+def until_member_holds(bootstrap: str, group: str, timeout: float) -> str:
+    """The member a group settles on, rebalance or not: the one member of the Stable group for
+    a whole session timeout without a change.
+
+    After a freeze longer than the session timeout the coordinator may expire the worker's
+    member as it runs again (its deadline passed) and the worker rejoins under a new id, or
+    keep it (a heartbeat came first, or the coordinator reloaded the group and gave every
+    member a new deadline). Either way a member the coordinator has not heard from is expired
+    within a session timeout of it answering, so one that held that long is the worker's live
+    member: records sent from then on are processed in its generation, none by a member about
+    to be fenced (whose uncommitted work the next generation would repeat: at-least-once)."""
     deadline = time.monotonic() + timeout
-    while asyncio.run(group_member(bootstrap, group)) in (None, before):
-        assert time.monotonic() < deadline, "the worker did not rejoin its group"
+    member, since = None, time.monotonic()
+    while True:
+        seen = asyncio.run(group_member(bootstrap, group))
+        if seen is None or seen != member:
+            member, since = seen, time.monotonic()
+        elif time.monotonic() - since >= SESSION_TIMEOUT_S:
+            return seen
+        assert time.monotonic() < deadline, "the group did not settle on a member"
         time.sleep(0.2)
+
+
+def halves(seed: int) -> tuple[list[dict], list[dict], list[bytes]]:
+    """Two 6 s halves of a scenario, and the directives `replay` publishes for both."""
+    first = scenario(seed=seed, start_ms=T0, seconds=6)
+    second = scenario(seed=seed + 1, start_ms=T0 + 6000, seconds=6)
+    expected = [orjson.dumps(d) for result in replay(
+        (orjson.dumps(r) for r in CONFIGS + first + second), EngineSettings())
+        for d in result.directives]
+    return first, second, expected
 
 
 def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: Path) -> None:
     """SIGSTOP on the broker (a long GC pause, a stalled disk, a partition): the worker waits it
-    out, rejoins its group and goes on; every directive is the one `replay` publishes.
+    out, stays in or rejoins its group and goes on where its group committed; every directive is
+    the one `replay` publishes.
 
-    The freeze outlasts the session timeout, so the coordinator expires the worker's membership
-    as it resumes and the worker rejoins; records sent in between that rebalance and the fenced
-    member's last commit would be applied twice (at-least-once), so the second half is sent
-    once the worker is back in its group."""
+    The freeze outlasts the session timeouts, the group's and the node's own with its
+    controller: as it resumes the coordinator may expire the worker's member, and the node may
+    be fenced and reload its partitions and the group's coordinator, answering OffsetFetch with
+    NOT_COORDINATOR meanwhile (not to be taken for "no committed offset": `faust_patches`). The
+    second half is sent once the group has settled on a member (`until_member_holds`)."""
     env = worker_env(tmp_path)
-    first = scenario(seed=13, start_ms=T0, seconds=6)
-    second = scenario(seed=14, start_ms=T0 + 6000, seconds=6)
-    expected = [orjson.dumps(d) for result in replay(
-        (orjson.dumps(r) for r in CONFIGS + first + second), EngineSettings())
-        for d in result.directives]
+    first, second, expected = halves(13)
     with KafkaCluster(work_dir=tmp_path / "kafka") as kafka:
         node = kafka.nodes[0].proc
         assert node is not None
@@ -223,15 +255,13 @@ def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: 
             for topic, values in by_topic(env, first).items():
                 asyncio.run(send(bootstrap, topic, values))
             asyncio.run(wait_committed(bootstrap, env, timeout=120))
-            member = asyncio.run(group_member(bootstrap, env["QS_APP_ID"]))
-            assert member is not None
             os.kill(node.pid, signal.SIGSTOP)
             try:
                 time.sleep(30)
             finally:
                 os.kill(node.pid, signal.SIGCONT)
+            until_member_holds(bootstrap, env["QS_APP_ID"], timeout=120)
             assert cluster.procs[0].poll() is None, "the worker died while the broker was frozen"
-            until_rejoined(bootstrap, env["QS_APP_ID"], member, timeout=120)
             for topic, values in by_topic(env, second).items():
                 asyncio.run(send(bootstrap, topic, values))
             live = asyncio.run(read_directives(bootstrap, env["QS_TOPIC_DIRECTIVES"],
@@ -239,6 +269,52 @@ def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: 
             assert_same(live, expected)
         finally:
             cluster.stop()
+
+
+def test_a_worker_joining_while_its_coordinator_reloads_resumes_where_its_group_committed(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A worker restarted while the coordinator answers OffsetFetch with NOT_COORDINATOR and no
+    partitions (as Kafka does while it reloads the group's coordinator) waits for the committed
+    offsets: every directive is `replay`'s, none from the first half re-applied. Were those
+    answers taken for "no committed offset", it would seek nowhere and re-read every partition
+    from its start."""
+    env = worker_env(tmp_path, PYTHONPATH=sitecustomize_path("coordinator_reloading"))
+    first, second, expected = halves(13)
+    cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
+    try:
+        start_with_configs(cluster, kafka_bootstrap, env)
+        for topic, values in by_topic(env, first).items():
+            asyncio.run(send(kafka_bootstrap, topic, values))
+        asyncio.run(wait_committed(kafka_bootstrap, env, timeout=120))
+        cluster.kill_worker(0, signal.SIGTERM)
+        cluster.extra_env["QS_TEST_COORDINATOR_RELOADING"] = "40"
+        cluster.start_worker(0)
+        cluster.wait_ready()
+        for topic, values in by_topic(env, second).items():
+            asyncio.run(send(kafka_bootstrap, topic, values))
+        live = asyncio.run(read_directives(kafka_bootstrap, env["QS_TOPIC_DIRECTIVES"],
+                                           len(expected), timeout=180))
+        assert_same(live, expected)
+    finally:
+        cluster.stop()
+
+
+def test_a_worker_its_coordinator_never_gives_the_committed_offsets_stops(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Bounded: a worker that gets no committed offsets for as long as it waits for them exits
+    non-zero, for its orchestrator to restart it, instead of starting at the beginning."""
+    env = worker_env(tmp_path, PYTHONPATH=sitecustomize_path("coordinator_reloading"),
+                     QS_TEST_COORDINATOR_RELOADING="-1", QS_TEST_COMMITTED_OFFSETS_WAIT_S="3")
+    cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
+    try:
+        cluster.start()
+        code = wait_exit(cluster, 90)
+        assert code is not None, "the worker ran on without its committed offsets"
+        assert code != 0
+        log = (tmp_path / "worker-0.log").read_text(errors="replace")
+        assert "no committed offsets from its coordinator for 3 s" in log
+    finally:
+        cluster.stop()
 
 
 async def table_clocks(bootstrap: str, topic: str) -> dict[str, int]:
