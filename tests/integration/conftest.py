@@ -3,7 +3,7 @@
 One single-node KRaft cluster serves the whole session (`kafka_cluster`), with a PLAINTEXT,
 an SSL, a SASL_PLAINTEXT and a SASL_SSL listener and the users `admin`, `alice` and `bob`
 (random passwords: `kafka_cluster.passwords`); a three-node cluster (`kafka_cluster3`) starts
-for the test modules that ask for it. Tests never write into a cluster someone configured with
+for the first test that asks for it. Tests never write into a cluster someone configured with
 KAFKA_BOOTSTRAP_SERVERS. Set QS_TEST_BOOTSTRAP=host:port to run the PLAINTEXT tests against
 another cluster on purpose; topic names are unique per test, so a shared cluster is fine.
 """
@@ -35,10 +35,10 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     yield from _cluster(1, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """A three-node cluster (brokers 1, 2, 3), for leaders on different brokers: one per test
-    module that asks for it (three JVMs are not kept for the whole session)."""
+    """A three-node cluster (brokers 1, 2, 3), for leaders on different brokers, started for
+    the first test that asks for it."""
     yield from _cluster(3, tmp_path_factory)
 
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ours() -> set[int]:
-    """Processes of the kinds the demo starts: clients, gateways, workers, a broker."""
+    """Processes of the kinds the demo starts: clients, gateways, workers, Kafka."""
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -28,7 +28,7 @@ def _ours() -> set[int]:
             except OSError:
                 continue
             if any(part in cmdline for part in (b"app.clients", b"app.cli gateway",
-                                                 b"app.cli worker", b"tansu")):
+                                                 b"app.cli worker", b"kafka.Kafka")):
                 found.add(int(entry.name))
     return found
 
@@ -46,7 +46,10 @@ def test_demo_runs_real_clients_through_gateways_and_stops_everything(tmp_path: 
     assert "stopping the clients, gateways and workers and the local Kafka cluster" in err
     assert "directives/s=" in out  # the status lines of a run without a terminal
     summary = out[out.index("rates per second over the"):]
-    rows = {line.split()[0]: line for line in summary.splitlines() if line.strip()}
+    rows: dict[str, str] = {}
+    for line in summary.splitlines():
+        if line.strip():  # an entity's first row: the rates table (the minutes table follows)
+            rows.setdefault(line.split()[0], line)
     # every client shows up, each quota entity with the config level its limit comes from
     for client in ("loader-a", "loader-b", "app", "nightly", "etl", "storm", "terraform",
                    "legacy-admin"):

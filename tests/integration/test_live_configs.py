@@ -40,7 +40,11 @@ except ImportError:  # pragma: no cover
 
 pytestmark = pytest.mark.integration
 
-SETTINGS = EngineSettings(scope="broker")
+#: Configs reach Kafka within half the grace of their `ts` (else they are late: in force from
+#: their arrival, the config topic's append time). Writes on a busy two-core box can take tens
+#: of ms, so the grace here is wider than the default's 20 ms, in every driver alike.
+GRACE_MS = 400
+SETTINGS = EngineSettings(scope="broker", config_grace_ms=GRACE_MS)
 SLOW_FOLLOWER = Path(__file__).parent / "slow_follower"
 FOLLOWER_DELAY_MS = 800
 
@@ -151,6 +155,7 @@ def test_configs_written_while_events_stream_apply_at_their_ts_in_every_driver(
         **isolated_env(prefix), "QS_PARTITIONS": "4", "QS_SCOPE": "broker",
         "QS_STATE_DIR": str(tmp_path / "state"), "QS_FLUSH_INTERVAL_MS": "500",
         "QS_CONFIG_HOLD_MAX_MS": "10000",  # a busy machine must not release events early
+        "QS_CONFIG_GRACE_MS": str(GRACE_MS),
         "QS_TEST_FOLLOWER_DELAY_MS": str(FOLLOWER_DELAY_MS),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_FOLLOWER),
                                                     os.environ.get("PYTHONPATH")])),
