@@ -76,6 +76,9 @@ def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stder
     Logs of the broker and workers go to `work_dir` (default: a new temporary directory)."""
     from app.broker import BrokerError
     from app.cli import UserError
+    from app.kafka_io import quiet_client_logs
+
+    quiet_client_logs()  # retriable client errors (a new topic's leader moving in) are not news
 
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
     n = workers if workers is not None else (0 if external else 1)
