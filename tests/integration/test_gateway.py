@@ -318,18 +318,21 @@ def fill(bootstrap: str, topic: str, nbytes: int) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_producer_offering_four_times_its_quota_gets_it(loop_results: dict[str, Any], library: str) -> None:
     rate = rate_after(loop_results[f"p-{library}"], WARMUP_S, LOOP_S)
     assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_consumer_over_its_quota_gets_it(loop_results: dict[str, Any], library: str) -> None:
     rate = rate_after(loop_results[f"c-{library}"], WARMUP_S, LOOP_S)
     assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate)
 
 
+@pytest.mark.slow
 def test_one_client_id_through_two_gateways_shares_its_quota(loop_results: dict[str, Any]) -> None:
     a = rate_after(loop_results["shared-a"], WARMUP_S, LOOP_S)
     b = rate_after(loop_results["shared-b"], WARMUP_S, LOOP_S)

@@ -26,7 +26,7 @@ from app.engine.configs import parse_config_record
 from app.kafka_io import read_topic
 from app.launcher import LocalCluster, isolated_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 QUOTA = 400_000  # bytes/s: the producer_byte_rate of user ANONYMOUS (clients without SASL)
 RUN_S, KILL_S, LEAD_S = 40, 22, 6.0

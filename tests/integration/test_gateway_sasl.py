@@ -46,7 +46,7 @@ try:  # imported as a module of tests.integration or from its own directory (roo
 except ImportError:  # pragma: no cover
     from test_gateway import LIBRARIES, fill, quota, rate_after  # type: ignore[no-redef]
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 QUOTA = 200_000  # bytes/s: each user's producer_byte_rate and consumer_byte_rate
 LOOP_S, WARMUP_S = 40.0, 8.0

@@ -33,7 +33,7 @@ import pytest
 
 from app.launcher import isolated_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCE_S, PRODUCE_WARMUP_S = 70, 15

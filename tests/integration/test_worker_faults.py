@@ -233,6 +233,7 @@ def halves(seed: int) -> tuple[list[dict], list[dict], list[bytes]]:
     return first, second, expected
 
 
+@pytest.mark.slow
 def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: Path) -> None:
     """SIGSTOP on the broker (a long GC pause, a stalled disk, a partition): the worker waits it
     out, stays in or rejoins its group and goes on where its group committed; every directive is

@@ -1,4 +1,5 @@
-"""The engine is pure: no Faust, no Kafka client, no clock, so every driver gets the same answer."""
+"""The engine, the intake and the audit's diff are pure: no Faust, no Kafka client, no clock, so
+every driver gets the same answer from them."""
 
 from __future__ import annotations
 
@@ -7,29 +8,34 @@ from pathlib import Path
 
 import pytest
 
-ENGINE = Path(__file__).resolve().parents[2] / "app" / "engine"
+APP = Path(__file__).resolve().parents[2] / "app"
 FORBIDDEN = {"faust", "aiokafka", "kafka", "mode", "time", "datetime", "asyncio", "random",
              "os", "socket", "rocksdict", "pyspark"}
+#: pure modules, and the project packages each may import
+PURE = {
+    **{p: ("app.engine",) for p in sorted((APP / "engine").glob("*.py"))},
+    **{p: ("app.engine", "app.intake") for p in sorted((APP / "intake").glob("*.py"))},
+    APP / "audit" / "diff.py": ("app.audit.common", "app.signing", "app.subscriber.directive"),
+}
 
 
-def imported_roots(path: Path) -> set[str]:
+def imports(path: Path) -> tuple[set[str], list[str]]:
+    """The top-level packages a module imports, and the project modules it imports."""
     roots: set[str] = set()
+    project: list[str] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             roots.add(node.module.split(".")[0])
-    return roots
+            if node.module.startswith("app."):
+                project.append(node.module)
+    return roots, project
 
 
-@pytest.mark.parametrize("module", sorted(ENGINE.glob("*.py")), ids=lambda p: p.name)
-def test_engine_module_imports_nothing_impure(module: Path) -> None:
-    assert not imported_roots(module) & FORBIDDEN
-
-
-def test_engine_imports_only_its_own_package_from_the_project() -> None:
-    for module in ENGINE.glob("*.py"):
-        tree = ast.parse(module.read_text())
-        project = [n.module for n in ast.walk(tree)
-                   if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("app.")]
-        assert all(name.startswith("app.engine") for name in project), (module.name, project)
+@pytest.mark.parametrize("module", sorted(PURE), ids=lambda p: str(p.relative_to(APP)))
+def test_a_pure_module_imports_nothing_impure(module: Path) -> None:
+    roots, project = imports(module)
+    assert not roots & FORBIDDEN
+    allowed = PURE[module]
+    assert all(name.startswith(allowed) for name in project), (module.name, project)
