@@ -38,6 +38,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.admin.config_topic import write_records  # noqa: E402
+from app.admin.entities import canonical_record  # noqa: E402
+from app.engine.configs import parse_config_record  # noqa: E402
 from app.engine.events import RequestEvent, parse_event  # noqa: E402
 from app.intake import columnar  # noqa: E402
 from app.launcher import LocalCluster, isolated_env  # noqa: E402
@@ -54,6 +57,13 @@ CONFIGS = [
     {"entity": {"ip": "<default>"}, "quotas": {"connection_creation_rate": 50}},
     {"entity": {"broker": "<default>"}, "quotas": {"max_connection_creation_rate": 500}},
 ]
+
+
+async def write_configs(bootstrap: str, topic: str) -> None:
+    """The quotas, as `quota-streams quotas --alter` writes them (keyed: the topic is compacted)."""
+    updates = [parse_config_record({"type": "quota_config", "v": 1, "ts": 0, **c})
+               for c in CONFIGS]
+    await write_records(bootstrap, topic, [(canonical_record(u), u) for u in updates], None)
 
 
 def encode(events: list[dict[str, Any]], broker: int, fmt: str) -> bytes:
@@ -226,14 +236,7 @@ def main() -> int:
                                "config_grace_ms": args.config_grace_ms}
     two: LocalCluster | None = None
     try:
-        async def setup() -> None:
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-            await producer.start()
-            for c in CONFIGS:
-                await producer.send_and_wait(env["QS_TOPIC_CONFIGS"], orjson.dumps(
-                    {"type": "quota_config", "v": 1, "ts": 0, **c}))
-            await producer.stop()
-        asyncio.run(setup())
+        asyncio.run(write_configs(bootstrap, env["QS_TOPIC_CONFIGS"]))
         print(f"generating {args.records} {args.format} records x {args.batch} samples ...", file=sys.stderr)
         values = make_batches(args.records, args.batch, args.entities, int(time.time() * 1000),
                               random.Random(1), args.format)
