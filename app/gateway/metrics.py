@@ -65,8 +65,9 @@ class GatewayMetrics:
                                        "quota_streams_config_refused_total)", ["reason"],
                                        registry=r)
         self.reader_restarts = Counter("quota_streams_gateway_reader_restarts",
-                                       "Crashes of a reader of the control or config topic, each "
-                                       "restarted after a backoff", ["reader"], registry=r)
+                                       "Crashes of a reader of the control or config topic, or "
+                                       "of the usage publisher (reader=usage), each restarted "
+                                       "after a backoff", ["reader"], registry=r)
 
     def request(self, api_key: int) -> None:
         self.requests.labels(apis.metric_label(api_key)).inc()

@@ -55,7 +55,7 @@ from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.policy import Directives
 from app.kafka_security import client_options
 from app.subscriber.allocations import AllocatedLimits
-from app.supervision import Supervision
+from app.supervision import Supervised, Supervision
 from app.usage.drops import Drops
 from app.usage.publisher import EventPublisher, Source
 from app.usage.recorder import UsageRecorder
@@ -250,7 +250,10 @@ class Gateway:
         self.max_in_flight = config.max_in_flight
         self.limits = config.limits
         self.metrics = GatewayMetrics()
-        self.metrics.buffered.set_function(lambda: sum(s.buffered for s in self.sessions))
+        #: client bytes held by all sessions, summed on the event loop by each sweep (the
+        #: metrics endpoint reads it from its own thread: it must not walk the sessions)
+        self.buffered = 0
+        self.metrics.buffered.set_function(lambda: self.buffered)
         self._events_waiting = asyncio.Event()
         self.drops = Drops()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
@@ -271,7 +274,7 @@ class Gateway:
         self._producer: Any = None
         self._publisher: EventPublisher | None = None
         self._source = Source.gateway(config.gateway_id)
-        self._publish_task: asyncio.Task[None] | None = None
+        self._publisher_loop: Supervised | None = None
         self._recorded = 0
 
     @staticmethod
@@ -395,7 +398,8 @@ class Gateway:
                            "far, the rest follows", cfg.directives_timeout)
 
     def reader_supervision(self, reader: str) -> Supervision:
-        """A crashed directive or config reader restarts with a backoff, counted in
+        """A crashed directive or config reader (or the usage publisher) restarts with a
+        backoff, counted in
         `quota_streams_gateway_reader_restarts_total{reader}`, and the gateway is not `healthy`
         meanwhile. Not an exit: the gateway would take its clients' connections down with it,
         while restarted it goes on enforcing the directives it holds (until their `until`) and
@@ -410,7 +414,8 @@ class Gateway:
         readers = [self._follower]
         if self._own_directives:
             readers.append(self.directives)
-        return all(r.healthy for r in readers if r is not None)
+        loops = [self._publisher_loop]
+        return all(r.healthy for r in (*readers, *loops) if r is not None)
 
     def config_follower(self) -> ConfigFollower:
         """The local engine's follower of the config topic, as every worker has one; the
@@ -429,14 +434,20 @@ class Gateway:
         """Follow the config topic into the local engine."""
         cfg = self.config
         follower = self.config_follower()
+        try:  # bounded by its own requests' timeouts; once started, it follows for good
+            await follower.start()
+        except Exception as exc:
+            await follower.stop()
+            raise GatewayError(f"cannot follow the config topic {cfg.configs_topic!r} at "
+                               f"{cfg.kafka_bootstrap} ({reason(exc)}): check "
+                               "KAFKA_BOOTSTRAP_SERVERS and that the topic exists") from None
+        self._follower = follower
         try:
             async with asyncio.timeout(cfg.directives_timeout):
-                await follower.start()
                 await follower.ready.wait()
         except TimeoutError:
-            logger.warning("quota configs not loaded within %.0f s: local quotas start with what "
-                           "was read so far", cfg.directives_timeout)
-        self._follower = follower
+            logger.warning("quota configs not all read within %.0f s: local quotas start with "
+                           "what was read so far, the rest follows", cfg.directives_timeout)
 
     async def _start_events(self) -> None:
         from aiokafka import AIOKafkaProducer
@@ -457,7 +468,9 @@ class Gateway:
         self._producer = producer
         self._publisher = EventPublisher(producer, cfg.topics, RecordEncoder(
             cfg.columnar_events, cfg.max_record_bytes, self.drops))
-        self._publish_task = asyncio.create_task(self._publish_loop(), name="gateway-events")
+        self._publisher_loop = Supervised("usage publisher", self._publish_loop,
+                                          self.reader_supervision("usage"))
+        self._publisher_loop.start()
 
     async def stop(self) -> None:
         for server in self._servers.values():
@@ -466,10 +479,8 @@ class Gateway:
             self._sweep_task.cancel()
         for session in list(self.sessions):
             session.close()
-        if self._publish_task is not None:
-            self._publish_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._publish_task
+        if self._publisher_loop is not None:
+            await self._publisher_loop.stop()
             await self._publish()  # what was recorded last still goes out
         if self._producer is not None:
             with contextlib.suppress(Exception):
@@ -597,6 +608,7 @@ class Gateway:
             why = session.expired(now, idle, timeout)
             if why is not None:
                 session.close(why)
+        self.buffered = sum(s.buffered for s in self.sessions)
 
     # ------------------------------------------------------------------------- usage events
 
