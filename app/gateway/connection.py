@@ -639,8 +639,9 @@ class Session:
         throttle = 0
         thread_ms = max(0.0, service_ms - fetch.max_wait_ms) if fetch else service_ms
         nbytes = pending.size if key == apis.PRODUCE else len(payload) if key == apis.FETCH else 0
-        name = apis.api_name(key)
+        name = ""
         if charged:
+            name = apis.api_name(key)
             throttle = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
                                                    client_id, self.ip, name, nbytes, thread_ms,
                                                    fetch is not None)

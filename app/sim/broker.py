@@ -78,8 +78,9 @@ class Acceptor:
                 "delayed" if arrival.delayed else "accepted"
             broker.meter.connection(broker.id, t, queue.listener, arrival.ip,
                                     None if outcome == "accepted" else outcome)
-            if arrival.conn is not None:
-                arrival.conn(outcome, t)
+            notify = arrival.conn  # what `connect` queued: who hears the outcome
+            if notify is not None:
+                notify(outcome, t)
         return None
 
 
