@@ -5,8 +5,9 @@ workers, and its own engine on its own traffic).
 Modules: `frames` (framing, headers), `apis` (what is known of each API), `messages` (the few
 messages decoded or written, with kio), `sasl` (principals), `authentication` (a connection's
 SASL exchange, followed), `limits` (what a connection is held to, why one is closed), `nodes`
-(the port rule), `policy` (the enforcement rules, pure), `local` (the engine as a driver),
-`mutations` (KIP-599 requests), `connection` (one client connection), `server` (listeners,
-admission, events), `metrics`, `tls`.
+(the port rule), `mutations` (KIP-599 requests on the wire), `connection` (one client
+connection), `server` (listeners, admission, events), `metrics`, `tls`. What it decides about
+connections and requests (throttles, the mutation quota, connection quotas, the local quota
+managers) is `app.enforcement`, shared with the simulator.
 docs/gateway.md is the guide.
 """

@@ -49,7 +49,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.gateway import apis, messages, policy
+from app.gateway import apis, messages
 from app.gateway.authentication import (
     ACCEPTED,
     DELEGATION_TOKEN,
@@ -456,12 +456,9 @@ class Session:
         core, now = self.core, self.core.now_ms()
         core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
                            "Produce", len(payload), 0.0, 0.0, exempt=True)
-        ms = policy.response_throttle(core.directives, apis.PRODUCE, self.user, header.client_id,
-                                      self.node_id, now)
-        if core.local is not None:
-            ms = max(ms, core.local.request(self.node_id, now, core.listener, self.user,
-                                            header.client_id, self.ip, "Produce", len(payload),
-                                            0.0, True))
+        ms = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
+                                         header.client_id, self.ip, "Produce", len(payload), 0.0,
+                                         exempt=True)
         if ms > 0:
             core.metrics.throttled(apis.PRODUCE, ms)
             self._mute_until(now + ms)
@@ -477,9 +474,10 @@ class Session:
     def _decide(self, pending: Pending) -> None:
         context: MutationContext = pending.context
         core, header, now = self.core, pending.header, self.core.now_ms()
-        plan = context.plan = policy.plan_mutation(
-            core.local, core.directives, header.api_key, header.api_version, context.request,
-            context.charged(), self.user, header.client_id, self.node_id, now)
+        request = context.request
+        plan = context.plan = core.mutation_quota.plan(
+            self.node_id, now, self.user, header.client_id, request.api, header.api_version,
+            context.charged(), request.validate_only)
         context.throttle_until = now + plan.throttle_ms
         if plan.rejected:
             core.metrics.rejected(header.api_key, len(plan.rejected))
@@ -639,21 +637,14 @@ class Session:
             payload = self._whole_batches(payload, version)
         charged = self.auth.charged(key)
         throttle = 0
-        if charged:
-            throttle = policy.response_throttle(core.directives, key, self.user, client_id,
-                                                self.node_id, now)
         thread_ms = max(0.0, service_ms - fetch.max_wait_ms) if fetch else service_ms
         nbytes = pending.size if key == apis.PRODUCE else len(payload) if key == apis.FETCH else 0
-        if charged and core.local is not None:
-            # a fetch the directives throttle sends no data: its bytes are not the consumer's
-            served = 0 if fetch is not None and throttle > 0 else nbytes
-            local = core.local.request(self.node_id, now, core.listener, self.user, client_id,
-                                       self.ip, apis.api_name(key), served, thread_ms, False)
-            if local or throttle:
-                logger.debug("%s from %s/%s: throttle %d ms (local %d, %d B, %.1f ms)",
-                             apis.api_name(key), self.user, client_id, max(throttle, local),
-                             local, served, thread_ms)
-            throttle = max(throttle, local)
+        name = ""
+        if charged:
+            name = apis.api_name(key)
+            throttle = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
+                                                   client_id, self.ip, name, nbytes, thread_ms,
+                                                   fetch is not None)
         if mutation is not None and mutation.plan is not None:
             throttle = max(throttle, mutation.throttle_until - now,
                            mutation.plan.reject_ms if mutation.plan.rejected else 0)
@@ -677,7 +668,7 @@ class Session:
             if fetch is not None:
                 nbytes = len(payload)  # what the client got: an empty response if throttled
             core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
-                               apis.api_name(key), nbytes, round(thread_ms, 3), 0.0)
+                               name, nbytes, round(thread_ms, 3), 0.0)
         if unrewritten:  # charged, but never passed on
             self.close("broker_protocol", unrewritten)
             return
@@ -706,10 +697,9 @@ class Session:
             admitted = context.admitted_partitions(payload)
         except MessageError:
             return
-        for partitions in admitted:
-            self.core.usage.mutation(self.node_id, now, self.user, header.client_id,
-                                     context.request.api, header.api_version, partitions,
-                                     context.request.validate_only)
+        self.core.mutation_quota.admitted(self.node_id, now, self.user, header.client_id,
+                                          context.request.api, header.api_version, admitted,
+                                          context.request.validate_only)
 
     def _learn_cluster(self) -> None:
         """Just authenticated, and the gateway does not know the cluster yet: an internal

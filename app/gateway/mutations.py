@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from app.enforcement.mutations import MutationPlan
 from app.gateway import apis, messages
-from app.gateway.policy import MutationPlan
 
 #: A CreateTopics topic asking for the broker's default partition count is charged this many
 #: partitions locally (Kafka's default num.partitions); its event carries the real count from

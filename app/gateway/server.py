@@ -37,22 +37,24 @@ import logging
 import ssl
 import struct
 import time
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.enforcement.connections import AcceptQueue, ConnectionQuota
+from app.enforcement.local import LocalQuotas
+from app.enforcement.mutations import MutationQuota
+from app.enforcement.requests import RequestQuota
+from app.enforcement.sources import Directives, QuotaSources
 from app.engine.engine import EngineSettings
 from app.errors import reason
 from app.gateway import messages
 from app.gateway.connection import Session
 from app.gateway.frames import SIZE, frame
 from app.gateway.limits import ConnectionCounts, Limits
-from app.gateway.local import LocalQuotas
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
-from app.gateway.policy import Directives
 from app.kafka_security import client_options
 from app.subscriber.allocations import AllocatedLimits
 from app.supervision import Supervised, Supervision
@@ -181,60 +183,42 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
 
 
 class Acceptor:
-    """One broker port's acceptor: connections are admitted in arrival order; a broker or listener
-    `delay_connection` holds it (and those queued behind)."""
+    """One broker port's acceptor (`AcceptQueue`) on the event loop: a hold is a timer, a closed
+    IP's socket is held, unread, until its throttle ends."""
+
+    __slots__ = ("gateway", "queue")
 
     def __init__(self, gateway: Gateway, node_id: int) -> None:
         self.gateway = gateway
-        self.node_id = node_id
-        self.queue: deque[list[Any]] = deque()  # [session, None or its local IP close_ms]
-        self.busy = False
+        self.queue: AcceptQueue[Session] = AcceptQueue(gateway.connection_quota, node_id,
+                                                       gateway.listener, gone=_gone)
 
     def arrive(self, session: Session) -> None:
         if len(self.queue) >= self.gateway.limits.max_queued_connections:
             self.gateway.metrics.connection("queue_full")
             session.close()
             return
-        self.queue.append([session, None])
-        if not self.busy:
+        if self.queue.arrive(session, session.ip):
             self.run()
 
     def run(self) -> None:
         gw = self.gateway
-        self.busy = False
-        while self.queue:
-            item = self.queue[0]
-            session, local_close = item
-            if session.closed:
-                self.queue.popleft()
-                continue
-            now = gw.now_ms()
-            if self.node_id == UNKNOWN_NODE:  # no broker to decide for yet: charged when placed
-                self.queue.popleft()
-                gw.metrics.connection("accepted")
-                gw.connect(session)
-                continue
-            decision = gw.directives.connection(session.ip, gw.config.listener, now,
-                                                broker=self.node_id)
-            if local_close is None:  # first time at the head: the local rates record it now
-                local_delay, local_close = (0, 0) if gw.local is None else gw.local.connection(
-                    self.node_id, now, gw.config.listener, session.ip)
-                item[1] = local_close
-                delay = max(decision.delay_ms, local_delay)
-                if delay > 0:
-                    self.busy = True
-                    gw.metrics.connection("delayed")
-                    asyncio.get_running_loop().call_later(delay / 1000.0, self.run)
-                    return
-            self.queue.popleft()
-            close_ms = max(decision.close_ms, local_close)
-            if close_ms > 0:  # Kafka closes an IP-throttled connection when its throttle ends
+        while (step := self.queue.step(gw.now_ms())) is not None:
+            if step.arrival is None:
+                gw.metrics.connection("delayed")
+                asyncio.get_running_loop().call_later(step.hold_ms / 1000.0, self.run)
+                return
+            session = step.arrival.conn
+            if step.close_ms > 0:  # Kafka closes an IP-throttled connection when its throttle ends
                 gw.metrics.connection("closed")
-                asyncio.get_running_loop().call_later(close_ms / 1000.0, session.close)
+                asyncio.get_running_loop().call_later(step.close_ms / 1000.0, session.close)
                 continue
             gw.metrics.connection("accepted")
-            gw.usage.connection(self.node_id, now, gw.config.listener, session.ip)
             gw.connect(session)
+
+
+def _gone(session: Session) -> bool:
+    return session.closed
 
 
 class Gateway:
@@ -260,7 +244,11 @@ class Gateway:
                                    on_first=self._events_waiting.set, gateway=config.gateway_id,
                                    span_ms=config.flush_ms, drops=self.drops)
         self._own_directives = directives is None
-        self.directives: Any = directives
+        #: what every decision consults (`directives` is replaced once the subscriber started)
+        self.quotas = QuotaSources(directives, self.local)  # type: ignore[arg-type]
+        self.connection_quota = ConnectionQuota(self.quotas, self.usage)
+        self.request_quota = RequestQuota(self.quotas)
+        self.mutation_quota = MutationQuota(self.quotas, self.usage)
         self.nodes: NodeMap | None = None  # set by start()
         self.metadata_version = 4
         self.bootstrap_node: int | None = None  # until known, bootstrap connections wait to be placed
@@ -276,6 +264,15 @@ class Gateway:
         self._source = Source.gateway(config.gateway_id)
         self._publisher_loop: Supervised | None = None
         self._recorded = 0
+
+    @property
+    def directives(self) -> Any:
+        """The directives in force (a `DirectiveSubscriber` once started)."""
+        return self.quotas.directives
+
+    @directives.setter
+    def directives(self, directives: Any) -> None:
+        self.quotas.directives = directives
 
     @staticmethod
     def now_ms() -> int:
@@ -351,11 +348,9 @@ class Gateway:
         broker's, and its connection is charged (and judged by the connection quotas) now."""
         session.node_id = node_id
         now = self.now_ms()
-        decision = self.directives.connection(session.ip, self.config.listener, now, broker=node_id)
-        local_close = 0 if self.local is None else self.local.connection(
-            node_id, now, self.config.listener, session.ip)[1]
-        self.usage.connection(node_id, now, self.config.listener, session.ip)
-        close_ms = max(decision.close_ms, local_close)
+        _delay, close_ms, _local = self.connection_quota.first(node_id, now, self.listener,
+                                                               session.ip)
+        self.connection_quota.accepted(node_id, now, self.listener, session.ip)
         if close_ms > 0:  # as the acceptor: closed when the IP's throttle ends
             self.metrics.connection("closed")
             asyncio.get_running_loop().call_later(close_ms / 1000.0, session.close)
@@ -552,6 +547,10 @@ class Gateway:
             return
         self.sessions.add(session)
         self.metrics.open.set(len(self.sessions))
+        if session.node_id == UNKNOWN_NODE:  # no broker to decide for yet: charged when placed
+            self.metrics.connection("accepted")
+            self.connect(session)
+            return
         acceptor = self._acceptors.get(session.node_id)
         if acceptor is None:
             acceptor = self._acceptors[session.node_id] = Acceptor(self, session.node_id)

@@ -180,6 +180,5 @@ class TopicStormActor:
         stats.throttle(throttle)
         if rejected:
             stats.rejected += 1
-        else:
-            stats.admitted += spec.partitions * spec.topics_per_request
+        stats.admitted += spec.partitions * (spec.topics_per_request - rejected)
         return max(t + self.gap_ms, t + throttle)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
+from app.enforcement.local import LocalQuotas
 from app.engine.engine import EngineSettings
-from app.gateway.local import LocalQuotas
 from app.sim.broker import Directives, SimBroker
 from app.sim.clients import Client
 from app.sim.meter import Meter

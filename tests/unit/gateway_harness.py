@@ -7,12 +7,12 @@ from typing import Any
 
 import orjson
 
+from app.enforcement.local import LocalQuotas
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.gateway.connection import Session
 from app.gateway.frames import SIZE, FrameReader, frame, request_header
 from app.gateway.limits import Limits
-from app.gateway.local import LocalQuotas
 from app.gateway.messages import Node
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.server import Gateway, GatewayConfig

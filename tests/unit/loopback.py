@@ -14,12 +14,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from app.enforcement.local import LocalQuotas
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.gateway import apis
 from app.gateway.frames import FrameError, frame, request_header
 from app.gateway.limits import Limits
-from app.gateway.local import LocalQuotas
 from app.gateway.messages import Node
 from app.gateway.server import ClusterInfo, Gateway, GatewayConfig
 from app.subscriber.active_set import ActiveSet

@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 import pytest
 
+from app.enforcement.local import LocalQuotas
 from app.engine import allocation
 from app.engine.allocation import FLOOR_SHARE, HEADROOM, Shares, allocate
 from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, RequestEvent, parse_event, parse_record
 from app.engine.state_codec import decode, encode
-from app.gateway.local import LocalQuotas
 from app.sim.meter import PhaseFigures
 from app.sim.offline import run_offline
 from app.sim.report import phase_table

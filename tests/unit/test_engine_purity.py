@@ -1,5 +1,5 @@
-"""The engine, the intake and the audit's diff are pure: no Faust, no Kafka client, no clock, so
-every driver gets the same answer from them."""
+"""The engine, the intake, the audit's diff and the enforcement decisions are pure: no Faust,
+no Kafka client, no clock, so every driver gets the same answer from them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ PURE = {
     **{p: ("app.engine",) for p in sorted((APP / "engine").glob("*.py"))},
     **{p: ("app.engine", "app.intake") for p in sorted((APP / "intake").glob("*.py"))},
     APP / "audit" / "diff.py": ("app.audit.common", "app.signing", "app.subscriber.directive"),
+    **{p: ("app.engine", "app.enforcement", "app.subscriber", "app.usage")
+       for p in sorted((APP / "enforcement").glob("*.py"))},
 }
 
 

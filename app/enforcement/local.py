@@ -1,4 +1,5 @@
-"""Kafka's quota managers on the gateway's own traffic: the engine as one more driver.
+"""Kafka's quota managers on an enforcer's own traffic (a gateway's, a simulated broker's): the
+engine as one more driver.
 
 A broker decides every request's throttle as it handles it; directives from the workers arrive a
 loop later (~100 ms), and a fast client does a lot in 100 ms: a consumer with a backlog fetched
@@ -22,9 +23,9 @@ from __future__ import annotations
 
 from app.engine import configs as cfg
 from app.engine.configs import QuotaConfigs
-from app.engine.kafka_math import UNLIMITED
 from app.engine.engine import Decision, EngineSettings, QuotaEngine
 from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent
+from app.engine.kafka_math import UNLIMITED
 from app.subscriber.allocations import AllocatedLimits
 
 __all__ = ["FETCH_CAP_SHARE", "LocalQuotas"]
@@ -107,9 +108,10 @@ class LocalQuotas:
         decisions, _ = self.engine.process(event)
         return decisions[0] if decisions else None
 
-    def connection(self, broker: int, ts: int, listener: str, ip: str) -> tuple[int, int]:
+    def connection(self, broker: int, ts: int, listener: str, ip: str,
+                   inter_broker: bool = False) -> tuple[int, int]:
         """A new connection: (delay_ms for the acceptor, close_ms for the IP; 0 each: none)."""
-        decisions, _ = self.engine.process(ConnectionEvent(ts, broker, listener, ip, False))
+        decisions, _ = self.engine.process(ConnectionEvent(ts, broker, listener, ip, inter_broker))
         delay = max((d.throttle_time_ms for d in decisions if d.action == "delay_connection"),
                     default=0)
         close = max((d.throttle_time_ms for d in decisions if d.action == "close_connection"),

@@ -1,0 +1,55 @@
+"""A request's throttle, from the usage measured for it: the larger of what the directives in
+force say and what the local quota managers decide as they charge it.
+
+- Produce: `producer_byte_rate` and `request_percentage`; the response keeps its data and
+  carries the throttle.
+- Fetch from a consumer: `consumer_byte_rate` and `request_percentage`; a throttled fetch gets an
+  empty response (Kafka's `getThrottledResponse`), so when the directives throttle it its bytes
+  are not charged locally.
+- Every other request: `request_percentage`.
+
+Then the channel is muted until the throttle ends (KIP-219); muting is the caller's (a socket, a
+simulated channel).
+"""
+
+from __future__ import annotations
+
+from app.enforcement.sources import QuotaSources
+from app.subscriber.directive import FETCH_QUOTAS, PRODUCE_QUOTAS
+
+REQUEST_QUOTAS: frozenset[str] = frozenset({"request_percentage"})
+
+
+def quotas_for(api: str) -> frozenset[str]:
+    """The client quotas a response of this API (Kafka's name) is throttled by."""
+    if api == "Produce":
+        return PRODUCE_QUOTAS
+    if api == "Fetch":
+        return FETCH_QUOTAS
+    return REQUEST_QUOTAS
+
+
+class RequestQuota:
+    """Client quotas (bytes in and out, request time) on the requests of one enforcer."""
+
+    __slots__ = ("sources",)
+
+    def __init__(self, sources: QuotaSources) -> None:
+        self.sources = sources
+
+    def throttle(self, broker: int, now: int, listener: str, user: str, client_id: str, ip: str,
+                 api: str, nbytes: int, thread_ms: float, fetch: bool = False,
+                 exempt: bool = False) -> int:
+        """Milliseconds of `throttle_time_ms` for a request to `broker` handled at `now`, with
+        its measured `nbytes` and `thread_ms` charged to the local quota managers (0: none).
+        `fetch`: a consumer Fetch, whose response is emptied when throttled; `exempt`: charged
+        its bytes, not its time (acks=0 Produce)."""
+        sources = self.sources
+        ms = sources.directives.request_throttle(user, client_id, now, quotas_for(api),
+                                                 broker).throttle_ms
+        local = sources.local
+        if local is not None:
+            served = 0 if fetch and ms > 0 else nbytes
+            ms = max(ms, local.request(broker, now, listener, user, client_id, ip, api, served,
+                                       thread_ms, exempt))
+        return ms
