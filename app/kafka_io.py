@@ -120,7 +120,7 @@ async def end_offsets(bootstrap: str, partitions: Iterable[K], *, timeout: float
 
 
 async def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[ConsumerRecord]:
-    """Every record of `topic`, from the beginning to the confirmed end, then stop.
+    """Every record of `topic`, from the beginning to the end, then stop.
 
     Records of one partition keep their order; partitions are merged by record timestamp
     (a merge never reorders within a partition). Raises `TopicMissing` if there is no such

@@ -77,6 +77,12 @@ CLOCK_SEEDS = Counter("quota_streams_clock_seeds",
                       "Source partitions whose stream clock was rebuilt from the records before "
                       "the worker's first one, by outcome (failed: it started empty)",
                       ["outcome"], registry=REGISTRY)
+OFFSET_GAPS = Counter("quota_streams_offset_gaps",
+                      "Input records not processed as delivered, by topic and verdict: gap (records "
+                      "before it were skipped by the consumer: the worker seeks back to them), "
+                      "rewinding (dropped while that seek is under way), duplicate (delivered "
+                      "again after it was processed), given_up (records that never arrived after "
+                      "repeated seeks)", ["topic", "verdict"], registry=REGISTRY)
 CONFIG_WATERMARK_AGE = Gauge("quota_streams_config_watermark_age_seconds",
                              "Wall time since the config topic was last confirmed read to its end",
                              registry=REGISTRY)

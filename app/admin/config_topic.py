@@ -94,7 +94,7 @@ def apply_values(values: Iterable[bytes | None | tuple[bytes | None, bytes | Non
 
 
 async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
-    """Read the config topic to its confirmed end and rebuild the configs from it.
+    """Read the config topic to its end and rebuild the configs from it.
 
     A config topic that does not exist yet holds no configs (it is not auto-created).
     """

@@ -396,7 +396,7 @@ def _fetch_names_endpoints(version: int, payload: bytes) -> bool:
         for _ in range(count):
             tag, pos = read_uvarint(payload, pos)
             size, pos = read_uvarint(payload, pos)
-            if tag == 0:  # node_endpoints: a compact array, often sent empty (Tansu does)
+            if tag == 0:  # node_endpoints: a compact array, often sent empty
                 return read_uvarint(payload, pos)[0] > 1
             pos += size
     except FrameError as exc:

@@ -1,7 +1,7 @@
 """Every worker's copy of the compacted config topic, on the event timeline.
 
 Each worker (and gateway) reads all partitions of the config topic without a consumer group, so
-every one holds every config; `ready` is set once it has read to the confirmed end. Each record
+every one holds every config; `ready` is set once it has read to the end. Each record
 goes into the engine's `ConfigTimeline` with its Kafka timestamp (its arrival), so an event is
 judged by the configs in force for it (`app.engine.timeline`), whenever the worker read them.
 
@@ -84,7 +84,7 @@ class ConfigFollower:
         self._reader = Supervised(f"config follower ({topic})", self._run, supervision)
         self._consumer: AIOKafkaConsumer | None = None
         self._tps: list[TopicPartition] = []
-        #: the confirmed end of each partition not read that far yet (at start: `ready`)
+        #: the end of each partition not read that far yet (at start: `ready`)
         self._pending: dict[TopicPartition, int] = {}
 
     async def start(self) -> None:
@@ -102,7 +102,7 @@ class ConfigFollower:
     def follow(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],
                ends: dict[TopicPartition, int]) -> None:
         """Read `consumer` (assigned `tps`, at their beginning) from now on; `ready` once every
-        partition was read to its confirmed end in `ends`."""
+        partition was read to its end in `ends`."""
         self._consumer, self._tps = consumer, tps
         self._pending = {tp: end for tp, end in ends.items() if end > 0}
         if not self._pending:

@@ -22,6 +22,15 @@ Installed once per app by `install` (the worker calls it before declaring its ta
    fetches of the committed offsets keep failing for COMMITTED_OFFSETS_WAIT_S gets
    `CommittedOffsetsUnavailable`, which stops the worker (exit != 0) for its orchestrator to
    restart, rather than letting it start anywhere but where its group left off.
+
+3. A seek to the committed offsets that moves every input partition. Faust seeks back to the
+   committed offsets when it had to discard records it fetched (a fetch that returned while its
+   flow was stopped for a rebalance), but aiokafka's `seek_to_committed` skips a partition
+   whose committed offset is None or 0: such a partition kept its position past the discarded
+   records, which nothing read again before a restart. The patch sends those partitions to
+   their beginning (where `auto_offset_reset=earliest` starts them). Changelog partitions are
+   left where table recovery put them. Records dropped elsewhere are caught as offset gaps by
+   `app.pipeline.continuity`.
 """
 
 from __future__ import annotations
@@ -48,6 +57,23 @@ _send_req = GroupCoordinator._send_req
 _do_fetch_commit_offsets = GroupCoordinator._do_fetch_commit_offsets
 #: group-level errors after which the coordinator must be looked up again
 _COORDINATOR_GONE = (errors.NotCoordinatorForGroupError, errors.GroupCoordinatorNotAvailableError)
+
+
+async def _seek_to_committed(self: AIOKafkaConsumerThread) -> Any:
+    """`AIOKafkaConsumerThread.seek_to_committed`, moving input partitions without a
+    committed offset to their beginning too (item 3)."""
+    consumer = self._ensure_consumer()
+    changelogs = self.app.tables.changelog_topics
+
+    async def seek() -> Any:
+        offsets = await consumer.seek_to_committed()
+        unset = [tp for tp, offset in offsets.items()
+                 if not offset and tp.topic not in changelogs]
+        if unset:
+            await consumer.seek_to_beginning(*unset)
+        return offsets
+
+    return await self.call_thread(seek)
 
 
 def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -117,4 +143,5 @@ class OffsetFetchGuard:
 def install(app: faust.App) -> None:
     """The patches; safe to call again (they are process-wide)."""
     AIOKafkaConsumerThread._create_worker_consumer = _short_fetch_wait  # type: ignore[method-assign]
+    AIOKafkaConsumerThread.seek_to_committed = _seek_to_committed  # type: ignore[method-assign]
     OffsetFetchGuard().install()

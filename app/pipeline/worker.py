@@ -41,6 +41,7 @@ from app.pipeline import codec, faust_patches
 from app.pipeline.aggregate import apply_record
 from app.pipeline.clock_seed import ClockSeeder
 from app.pipeline.config_follower import ConfigFollower
+from app.pipeline.continuity import Continuity, Verdict
 from app.pipeline.ingest import MAX_ROWS, Outbox
 from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.topology import samples_topic
@@ -149,6 +150,7 @@ class Worker:
         #: next offset to process, and the append time (ms) of the last record processed, per
         #: source/samples partition (the lag gauges)
         self.processed: dict[TP, int] = {}
+        self.continuity = Continuity()
         self.processed_ms: dict[TP, int] = {}
         self._wire()
 
@@ -192,7 +194,10 @@ class Worker:
         """
         await self.follower.ready.wait()
         linger = int(self.settings.ingest_linger_ms) / 1000.0  # type: ignore[call-overload]
-        async for events in stream.noack_take(TAKE_MAX_RECORDS, within=linger):
+        async for taken in stream.noack_take(TAKE_MAX_RECORDS, within=linger):
+            events = [event for event in taken if await self.admit(event)]
+            if not events:
+                continue
             await self.hold(max(arrival_ms(event) for event in events), "ingest")
             for event in events:
                 await self.route(event)
@@ -236,6 +241,33 @@ class Worker:
                 await self.send_deadletter(reason, raw, where, event.key)
         if self.outbox.size >= MAX_ROWS:
             await self.send_outbox()
+
+    async def admit(self, event: faust.EventT) -> bool:
+        """Whether to process `event`, by its offset (`app.pipeline.continuity`); a gap seeks
+        its partition back to the first record skipped."""
+        message = event.message
+        tp = message.tp
+        consumer = self.app.consumer
+        # Faust's own record of the group's committed offset, read at assignment and kept at
+        # each commit (None for none, or 0)
+        committed = consumer._committed_offset.get(tp)  # type: ignore[attr-defined]
+        given_up = self.continuity.given_up
+        verdict = self.continuity.judge(tp, message.offset, committed, time.monotonic())
+        if verdict is Verdict.PROCESS:
+            if self.continuity.given_up > given_up:
+                log.error("%s: records before offset %d never arrived after repeated seeks "
+                          "back; going on without them", tp, message.offset)
+                metrics.OFFSET_GAPS.labels(tp.topic, "given_up").inc(
+                    self.continuity.given_up - given_up)
+            return True
+        metrics.OFFSET_GAPS.labels(tp.topic, verdict.value).inc()
+        if verdict is Verdict.GAP:
+            expected = self.continuity.expected(tp)
+            assert expected is not None
+            log.warning("%s: offset %d delivered while %d was expected (the consumer skipped "
+                        "records): seeking back to %d", tp, message.offset, expected, expected)
+            await consumer.seek(tp, expected)
+        return False
 
     async def seeded_clock(self, message: Any) -> StreamClock:
         """The clock a worker that had read the partition from its start would have here."""
@@ -286,6 +318,8 @@ class Worker:
         """Run the engine over each partition's windows; publish directives at once."""
         await self.follower.ready.wait()
         async for event in stream.noack().events():
+            if not await self.admit(event):
+                continue
             partition = event.message.partition
             self.processed[event.message.tp] = event.message.offset + 1
             self.processed_ms[event.message.tp] = arrival_ms(event)
@@ -430,6 +464,7 @@ class Worker:
                 self.clocks.pop((tp.topic, tp.partition), None)  # its next owner may move it on
                 self.processed.pop(tp, None)
                 self.processed_ms.pop(tp, None)
+                self.continuity.forget(tp)
                 if tp.topic == self.samples_name:
                     self.caches.pop(tp.partition, None)
                     self.pending.pop(tp.partition, None)

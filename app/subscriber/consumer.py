@@ -162,7 +162,7 @@ class DirectiveSubscriber:
             await consumer.stop()
 
     async def wait_ready(self, timeout: float | None = None) -> None:
-        """Wait until the active set has been rebuilt to the confirmed end of every partition."""
+        """Wait until the active set has been rebuilt to the end of every partition."""
         async with asyncio.timeout(timeout):
             await self.ready.wait()
 

@@ -74,7 +74,10 @@ async def wait_committed(bootstrap: str, env: dict[str, str], timeout: float) ->
             committed = {tp: (await consumer.committed(tp)) or 0 for tp in tps}
             if all(committed[tp] >= ends[tp] for tp in tps):
                 return
-            assert time.monotonic() < deadline, "the workers did not commit their input"
+            behind = {f"{tp.topic}[{tp.partition}]": f"{committed[tp]}/{ends[tp]}"
+                      for tp in tps if committed[tp] < ends[tp]}
+            assert time.monotonic() < deadline, \
+                f"the workers did not commit their input (committed/end): {behind}"
             await asyncio.sleep(0.3)
     finally:
         await consumer.stop()

@@ -1,4 +1,4 @@
-"""Cluster-scope allocations with real clients through two named gateways on the embedded broker.
+"""Cluster-scope allocations with real clients through two named gateways on a local Apache Kafka.
 
 One worker in cluster scope with `QS_CLUSTER_ENFORCEMENT=allocations`; two gateways
 (`--gateway-id 1` and `2`, `--gateways 2`) in front of the same broker, so the broker alone

@@ -1,4 +1,4 @@
-"""The live pipeline on the embedded broker: live equals replay, and a SIGKILLed worker loses nothing.
+"""The live pipeline on a local Apache Kafka: live equals replay, and a SIGKILLed worker loses nothing.
 
 Scenarios come from `app.audit.synth` (several brokers, principals over their quotas, strict and
 legacy mutations, connection bursts), the same input the audit's tests use.

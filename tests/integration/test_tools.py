@@ -1,4 +1,4 @@
-"""`quotas`, `produce` and `directives` against the embedded broker, run in-process via `main`.
+"""`quotas`, `produce` and `directives` against a local Apache Kafka, run in-process via `main`.
 
 Each test gets its own topic names (QS_TOPIC_* and QS_APP_ID), created explicitly with the
 product's specs, because the session's broker is shared with other tests.

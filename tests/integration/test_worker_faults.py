@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError
 
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.devstack.kafka import KafkaCluster
-from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.engine import SEP, EngineSettings, QuotaEngine
 from app.engine.events import parse_record
 from app.engine.state_codec import decode
 from app.launcher import LocalCluster, isolated_env
@@ -342,11 +342,19 @@ async def table_clocks(bootstrap: str, topic: str) -> dict[str, int]:
     return {key: decode(value).clock for key, value in latest.items() if value is not None}
 
 
+def delayed_by_repeats(key: str) -> bool:
+    """A broker's or listener's connection-rate window: a throttled connection is taken back out
+    of it at its acceptor-delayed time, and connections re-applied after a kill throttle more,
+    so its latest time may lie later than replay's (never earlier)."""
+    return key.startswith((f"CB{SEP}", f"CL{SEP}"))
+
+
 def test_sigkills_under_load_leave_no_window_behind(kafka_bootstrap: str,
                                                     tmp_path: Path) -> None:
     """A worker SIGKILLed three times while input streams in, mid-processing: it comes back
     each time, commits all its input, dead-letters nothing, and the table holds exactly the
-    windows `replay` ends with, each at the same latest event time. (Their counts may differ:
+    windows `replay` ends with, each at the same latest event time (`delayed_by_repeats`
+    aside). (Their counts may differ:
     at-least-once re-applies what was processed after the last commit; the exact comparison
     after a kill is `test_pipeline.test_sigkilled_worker_loses_no_window`.)"""
     env = worker_env(tmp_path, QS_FLUSH_INTERVAL_MS="200")
@@ -371,7 +379,10 @@ def test_sigkills_under_load_leave_no_window_behind(kafka_bootstrap: str,
         asyncio.run(wait_committed(kafka_bootstrap, env, timeout=180))
         live = asyncio.run(table_clocks(kafka_bootstrap,
                                         f"{env['QS_APP_ID']}-entity-windows-changelog"))
-        assert live == expected
+        assert live.keys() == expected.keys()
+        assert {k: t for k, t in live.items() if not delayed_by_repeats(k)} == \
+            {k: t for k, t in expected.items() if not delayed_by_repeats(k)}
+        assert all(live[k] >= expected[k] for k in live if delayed_by_repeats(k))
         dead = asyncio.run(read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 0,
                                            timeout=5))
         assert dead == []
