@@ -29,7 +29,7 @@ demo: setup   ## local Kafka, a worker, two gateways, real clients, live view (C
 	$(BIN)/quota-streams demo
 
 test: setup   ## the whole suite, as CI runs it
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 test-fast: setup   ## unit tests only (no Kafka, no Spark)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit

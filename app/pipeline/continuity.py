@@ -85,6 +85,17 @@ class Continuity:
         self._next[tp] = offset + 1
         return Verdict.PROCESS
 
+    def due(self, now: float) -> list[tuple[Hashable, int]]:
+        """The seeks back to ask again: under way for `reseek_s` with nothing delivered since
+        (a judged record asks by itself). Asked again for as long as nothing arrives: a
+        partition that stalls shows in its lag, it is never skipped."""
+        out = []
+        for tp, rewind in self._rewinds.items():
+            if now - rewind.since >= self.reseek_s:
+                rewind.since, rewind.seeks = now, rewind.seeks + 1
+                out.append((tp, rewind.offset))
+        return out
+
     def forget(self, tp: Hashable) -> None:
         """A partition revoked: its next owner starts from the committed offset."""
         self._next.pop(tp, None)

@@ -266,8 +266,13 @@ class Worker:
             assert expected is not None
             log.warning("%s: offset %d delivered while %d was expected (the consumer skipped "
                         "records): seeking back to %d", tp, message.offset, expected, expected)
-            await consumer.seek(tp, expected)
+            await self.seek_back(tp, expected)
         return False
+
+    async def seek_back(self, tp: TP, offset: int) -> None:
+        """Move `tp`'s consumer to `offset`, on the consumer's own thread (aiokafka's consumer
+        lives on Faust's consumer thread: a seek from this loop does not wake its fetcher)."""
+        await self.app.consumer.seek_wait({tp: offset})
 
     async def seeded_clock(self, message: Any) -> StreamClock:
         """The clock a worker that had read the partition from its start would have here."""
@@ -425,6 +430,10 @@ class Worker:
             if self.outbox.held:  # left by a take cut short (a rebalance or an error mid-take)
                 await self.send_outbox()
             await self.flush_all()
+            for tp, offset in self.continuity.due(time.monotonic()):
+                log.warning("%s: nothing delivered since seeking back to %d; seeking again",
+                            tp, offset)
+                await self.seek_back(tp, offset)
             self.export_lag()
             elapsed = time.monotonic() - exported
             if elapsed >= 10.0:

@@ -104,3 +104,14 @@ def test_the_seek_to_committed_offsets_moves_input_partitions_without_one_to_the
     offsets = asyncio.run(_seek_to_committed(thread))  # type: ignore[arg-type]
     assert offsets[source] == 231
     assert sorted(consumer.to_beginning) == sorted([never, zero])
+
+
+def test_a_seek_back_that_brings_nothing_is_asked_again_on_the_flush_cadence() -> None:
+    continuity = Continuity(reseek_s=5.0)
+    assert continuity.judge(TP, 9, 3, now=0.0) is Verdict.GAP
+    assert continuity.due(4.9) == []
+    assert continuity.due(5.0) == [(TP, 3)]
+    assert continuity.due(6.0) == []
+    assert continuity.due(10.0) == [(TP, 3)]
+    assert continuity.judge(TP, 3, 3, now=10.5) is Verdict.PROCESS
+    assert continuity.due(20.0) == []
