@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from app.clients.security import AUTHENTICATION_FAILED, AuthenticationFailed, flags
@@ -46,14 +47,16 @@ def command(program: str, options: dict[str, object], security: KafkaSecurity) -
 
 def run(program: str, options: dict[str, object], security: KafkaSecurity) -> None:
     """Run the Java `program` to its end, its lines to this process's stdout."""
-    proc = subprocess.Popen(command(program, options, security), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-    errors = proc.stderr.read().strip().splitlines()
-    code = proc.wait()
+    with tempfile.TemporaryFile("w+") as stderr:  # a pipe read last could fill and block it
+        proc = subprocess.Popen(command(program, options, security), stdout=subprocess.PIPE,
+                                stderr=stderr, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        code = proc.wait()
+        stderr.seek(0)
+        errors = stderr.read().strip().splitlines()
     if code == AUTHENTICATION_FAILED:
         raise AuthenticationFailed(errors[-1].removeprefix("authentication failed: ")
                                    if errors else "")

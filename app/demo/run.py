@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -137,13 +138,20 @@ class DemoRun:
             run.exit_code = await run.proc.wait()
         finally:
             log.close()
-            if run.proc is not None and run.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    run.proc.send_signal(signal.SIGTERM)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(run.proc.wait(), 5)
-                if run.proc.returncode is None:
-                    run.proc.kill()
+            if run.proc is not None:
+                await stop_group(run.proc)
+
+
+async def stop_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM to a client's whole process group (started in a session of its own), SIGKILL
+    after 5 s: a client's own children (the Java client's JVM) stop with it, even after it has
+    exited."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(proc.wait(), 5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def run_demo(spec: DemoSpec, bootstrap: str, directives_topic: str, gateways: list[str],

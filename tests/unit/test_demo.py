@@ -156,3 +156,37 @@ def test_the_workers_largest_lag_is_read_from_their_metrics(tmp_path: Path) -> N
     run.lags = {2: Lag(9.0, "a/0"), 12: Lag(0.4, "b/1"), 20: Lag(0.2, "b/1")}  # t=2: warm-up
     view = DemoView(spec, "127.0.0.1:9092", 1, ["gw0", "gw1"], True, tty=False, colour=False)
     assert "largest lag after the warm-up: 0.40 s (b/1 at t=12 s" in view.summary(run)
+
+
+async def test_stopping_a_client_stops_the_processes_it_started(tmp_path: Path) -> None:
+    """A client's children (the Java client's JVM under `python -m app.clients`) stop with it,
+    even one that ignores SIGTERM."""
+    import asyncio
+    import os
+    import sys
+
+    from app.demo.run import stop_group
+
+    pid_file = tmp_path / "child.pid"
+    script = (f"import signal, subprocess, sys, time\n"
+              f"child = subprocess.Popen([sys.executable, '-c', "
+              f"'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+              f"time.sleep(60)\n")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script,
+                                                start_new_session=True)
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        await asyncio.sleep(0.05)
+    child = int(pid_file.read_text())
+    await stop_group(proc)
+    assert proc.returncode is not None
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the client's child outlived it")
