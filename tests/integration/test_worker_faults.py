@@ -1,7 +1,7 @@
 """A worker whose agent or config follower dies exits non-zero (for the orchestrator to restart
 it) instead of running on with partitions nobody processes or configs nobody reads; SIGTERM stops
 a busy worker promptly; a restarted worker judges timestamps by the partition's history, not by
-its first record; a broker frozen for 30 s costs nothing; a worker whose group coordinator
+its first record; a broker frozen past its session timeouts costs nothing; a worker whose group coordinator
 reloads resumes where its group committed, and one that never gets its committed offsets exits
 non-zero; SIGKILLs under load leave no window behind."""
 
@@ -233,8 +233,13 @@ def halves(seed: int) -> tuple[list[dict], list[dict], list[bytes]]:
     return first, second, expected
 
 
+#: past the worker's group session (SESSION_TIMEOUT_S) and the node's own with its controller
+#: (Kafka's broker.session.timeout.ms, 9 s), with a margin for a busy machine
+FREEZE_S = 16.0
+
+
 @pytest.mark.slow
-def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: Path) -> None:
+def test_a_broker_frozen_past_its_session_timeouts_loses_nothing_and_directives_resume(tmp_path: Path) -> None:
     """SIGSTOP on the broker (a long GC pause, a stalled disk, a partition): the worker waits it
     out, stays in or rejoins its group and goes on where its group committed; every directive is
     the one `replay` publishes.
@@ -258,7 +263,7 @@ def test_a_broker_frozen_for_30_s_loses_nothing_and_directives_resume(tmp_path: 
             asyncio.run(wait_committed(bootstrap, env, timeout=120))
             os.kill(node.pid, signal.SIGSTOP)
             try:
-                time.sleep(30)
+                time.sleep(FREEZE_S)
             finally:
                 os.kill(node.pid, signal.SIGCONT)
             until_member_holds(bootstrap, env["QS_APP_ID"], timeout=120)
