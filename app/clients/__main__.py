@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--rate", type=positive_float, required=True)
     t.add_argument("--partitions", type=int_at_least(1), default=10)
     t.add_argument("--prefix", help="topic names are PREFIX-1, PREFIX-2, ... (default: random)")
+    t.add_argument("--keep", type=int_at_least(1), default=10,
+                   help="topics kept at most: past it the oldest is deleted (default %(default)s)")
     return parser
 
 
@@ -126,7 +128,7 @@ def _run(args: argparse.Namespace, kafka_security: KafkaSecurity | None,
         from app.clients.storms import topic_storm
 
         topic_storm(args.library, args.bootstrap, args.client_id, args.rate, args.partitions,
-                    args.seconds, reporter, args.prefix)
+                    args.seconds, reporter, args.prefix, args.keep)
 
 
 if __name__ == "__main__":

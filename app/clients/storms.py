@@ -16,6 +16,7 @@ import asyncio
 import struct
 import time
 import uuid
+from typing import Protocol
 
 from app.clients.report import Pace, Reporter
 
@@ -73,14 +74,32 @@ async def _one_connection(host: str, port: int, source: str, reporter: Reporter,
         writer.close()
 
 
+class TopicAdmin(Protocol):
+    def create(self, name: str, partitions: int) -> str:
+        """'created', 'rejected' (THROTTLING_QUOTA_EXCEEDED) or 'errors'."""
+
+    def delete(self, name: str) -> bool:
+        """Whether the topic was deleted."""
+
+
+#: topics a storm keeps at most: past it, it deletes its oldest, so an hour-long storm leaves a
+#: bounded number of partitions on the brokers (tens of thousands ran a broker out of heap)
+KEEP_TOPICS = 10
+
+
 def topic_storm(library: str, bootstrap: str, client_id: str, rate: float, partitions: int,
-                seconds: float, reporter: Reporter, prefix: str | None = None) -> None:
-    """Topics are named `<prefix>-<n>` (default prefix: `storm-` and a random tag)."""
+                seconds: float, reporter: Reporter, prefix: str | None = None,
+                keep: int = KEEP_TOPICS, admin: TopicAdmin | None = None) -> None:
+    """Topics are named `<prefix>-<n>` (default prefix: `storm-` and a random tag); past `keep`
+    of them the oldest is deleted. `partitions` counts the partitions created and deleted: both
+    are charged to the controller mutation quota."""
     prefix = prefix or f"storm-{uuid.uuid4().hex[:6]}"
     pace = Pace(rate, 1.0)
     deadline = time.monotonic() + seconds
-    create = _kafka_python_admin(bootstrap, client_id) if library == "kafka-python" else \
-        _confluent_admin(bootstrap, client_id)
+    if admin is None:
+        admin = _KafkaPythonAdmin(bootstrap, client_id) if library == "kafka-python" else \
+            _ConfluentAdmin(bootstrap, client_id)
+    live: list[str] = []
     n = 0
     while time.monotonic() < deadline:
         wait = pace.take(1)
@@ -89,21 +108,31 @@ def topic_storm(library: str, bootstrap: str, client_id: str, rate: float, parti
             reporter.tick()
             continue
         n += 1
-        outcome = create(f"{prefix}-{n}", partitions)
+        outcome = admin.create(f"{prefix}-{n}", partitions)
         reporter.add(outcome)
         if outcome == "created":
             reporter.add("partitions", partitions)
+            live.append(f"{prefix}-{n}")
+        while len(live) > keep and admin.delete(live[0]):
+            reporter.add("deleted")
+            reporter.add("partitions", partitions)  # mutated: charged as created ones are
+            live.pop(0)
 
 
-def _kafka_python_admin(bootstrap: str, client_id: str):  # type: ignore[no-untyped-def]
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import ThrottlingQuotaExceededError
+class _KafkaPythonAdmin:
+    """kafka-python's admin client: CreateTopics v7 (strict), DeleteTopics."""
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
+    def __init__(self, bootstrap: str, client_id: str) -> None:
+        from kafka.admin import KafkaAdminClient
 
-    def create(name: str, partitions: int) -> str:
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
+
+    def create(self, name: str, partitions: int) -> str:
+        from kafka.admin import NewTopic
+        from kafka.errors import ThrottlingQuotaExceededError
+
         try:
-            response = admin.create_topics([NewTopic(name, partitions, 1)])
+            response = self.admin.create_topics([NewTopic(name, partitions, 1)])
         except ThrottlingQuotaExceededError:
             return "rejected"
         except Exception:  # e.g. NodeNotReadyError while the gateway mutes the connection
@@ -112,16 +141,29 @@ def _kafka_python_admin(bootstrap: str, client_id: str):  # type: ignore[no-unty
                   for t in getattr(response, "topic_errors", getattr(response, "topics", []))]
         return "rejected" if 89 in errors else "created"
 
-    return create
+    def delete(self, name: str) -> bool:
+        try:
+            response = self.admin.delete_topics([name])
+        except Exception:  # throttled or muted: asked again after the next create
+            return False
+        errors = [getattr(t, "error_code", None) or (t[1] if isinstance(t, tuple) else 0)
+                  for t in getattr(response, "topic_error_codes",
+                                   getattr(response, "responses", []))]
+        return not any(errors)
 
 
-def _confluent_admin(bootstrap: str, client_id: str):  # type: ignore[no-untyped-def]
-    from confluent_kafka.admin import AdminClient, NewTopic
+class _ConfluentAdmin:
+    """confluent-kafka's (librdkafka's) admin client."""
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": client_id})
+    def __init__(self, bootstrap: str, client_id: str) -> None:
+        from confluent_kafka.admin import AdminClient
 
-    def create(name: str, partitions: int) -> str:
-        futures = admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=30)
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": client_id})
+
+    def create(self, name: str, partitions: int) -> str:
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=30)
         try:
             futures[name].result(timeout=30)
         except Exception as exc:
@@ -129,4 +171,10 @@ def _confluent_admin(bootstrap: str, client_id: str):  # type: ignore[no-untyped
             return "rejected" if code == 89 else "errors"
         return "created"
 
-    return create
+    def delete(self, name: str) -> bool:
+        futures = self.admin.delete_topics([name], request_timeout=30)
+        try:
+            futures[name].result(timeout=30)
+        except Exception:  # throttled: asked again after the next create
+            return False
+        return True

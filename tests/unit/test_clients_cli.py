@@ -125,3 +125,36 @@ def test_kafka_python_is_asked_again_until_it_bootstraps_or_logs_a_refusal() -> 
         return got
 
     assert kafka_python_start(bootstraps_late) == "client"
+
+
+def test_a_topic_storm_keeps_a_bounded_number_of_topics() -> None:
+    """An hour-long storm must not leave tens of thousands of partitions on the brokers: past
+    `keep` topics it deletes its oldest (and tries again if a delete is refused)."""
+    import io
+
+    from app.clients.report import Reporter
+    from app.clients.storms import topic_storm
+
+    class Admin:
+        def __init__(self) -> None:
+            self.topics: list[str] = []
+            self.refuse_next_delete = True
+
+        def create(self, name: str, partitions: int) -> str:
+            self.topics.append(name)
+            return "created"
+
+        def delete(self, name: str) -> bool:
+            if self.refuse_next_delete:
+                self.refuse_next_delete = False
+                return False
+            self.topics.remove(name)
+            return True
+
+    admin = Admin()
+    out = io.StringIO()
+    topic_storm("kafka-python", "127.0.0.1:9", "c", 500.0, 2, 0.3, Reporter("s", out),
+                prefix="p", keep=3, admin=admin)
+    assert len(admin.topics) == 3
+    assert admin.topics[-1].startswith("p-")
+    assert int(admin.topics[-1].removeprefix("p-")) > 10
