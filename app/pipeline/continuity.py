@@ -87,11 +87,11 @@ class Continuity:
 
     def due(self, now: float) -> list[tuple[Hashable, int]]:
         """The seeks back to ask again: under way for `reseek_s` with nothing delivered since
-        (a judged record asks by itself). Asked again for as long as nothing arrives: a
-        partition that stalls shows in its lag, it is never skipped."""
+        (a judged record asks by itself), at most `max_seeks` in all; past that, the next
+        record delivered settles it (`judge`)."""
         out = []
         for tp, rewind in self._rewinds.items():
-            if now - rewind.since >= self.reseek_s:
+            if now - rewind.since >= self.reseek_s and rewind.seeks < self.max_seeks:
                 rewind.since, rewind.seeks = now, rewind.seeks + 1
                 out.append((tp, rewind.offset))
         return out

@@ -115,3 +115,10 @@ def test_a_seek_back_that_brings_nothing_is_asked_again_on_the_flush_cadence() -
     assert continuity.due(10.0) == [(TP, 3)]
     assert continuity.judge(TP, 3, 3, now=10.5) is Verdict.PROCESS
     assert continuity.due(20.0) == []
+
+
+def test_a_seek_back_is_asked_again_at_most_max_seeks_times_in_all() -> None:
+    continuity = Continuity(reseek_s=5.0, max_seeks=3)
+    continuity.judge(TP, 9, 3, now=0.0)
+    asked = [continuity.due(t) for t in (5.0, 10.0, 15.0, 20.0)]
+    assert asked == [[(TP, 3)], [(TP, 3)], [], []]
