@@ -71,6 +71,7 @@ from app.intake.deadletter import encode_deadletter
 from app.intake.newest_configs import NewestConfigs
 from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
 from app.intake.routes import ConfigScoped, Routes, principal_keys, route_keys
+from app.intake.stream import StreamIntake
 from app.signing import Signing, signing_from_env
 
 from app.audit.event_codec import (
@@ -344,7 +345,11 @@ class StreamExploder:
     def __init__(self, ctx: ExplodeContext) -> None:
         self.ctx = ctx
         self.engine = engine_with_configs(ctx.settings, ctx.configs)
-        self.clock = StreamClock(ctx.max_skew_ms)
+        #: the records the clock holds, each with its position and dead-letter source
+        self.intake: StreamIntake[tuple[int, int, Callable[[], str]]] = StreamIntake(
+            StreamClock(ctx.max_skew_ms))
+        #: the stream time: the largest `ts` accepted, of the records the clock let go
+        self.time = -1
         self._routes = ConfigScoped(self.engine.timeline)
         self._placer = RequestPlacer(self.engine.timeline)
         self.last: tuple[int, int] = (-1, -1)
@@ -409,12 +414,11 @@ class StreamExploder:
         if self.stopped:
             return
         self._check_order(s, pos)
-        time = self.clock.time
         arrived = FOREVER if arrival is None else arrival
         if self.kafka:
-            decoded = decode_source(value, arrived, self.clock)
+            decoded = decode_source(value, arrived)
         else:
-            found = decode_line(value or b"", self.clock, arrived)
+            found = decode_line(value or b"", arrived)
             if found is None:
                 return
             decoded = found
@@ -423,11 +427,25 @@ class StreamExploder:
                     raise RuntimeError("an archive's configs must be in the context "
                                        "(`archive_configs`) before step 1")
                 self.configs += decoded.configs
-        self._items(s, pos, decoded, out, where, time)
+        self._release(self.intake.offer(decoded, (s, pos, where)), out)
+
+    def finish(self, out: ExplodedRows) -> None:
+        """The stream's input ended: the records its clock still holds, judged with what is
+        there."""
+        if not self.stopped:
+            self._release(self.intake.finish(), out)
+
+    def _release(self, judged: list[tuple[Decoded, tuple[int, int, Callable[[], str]]]],
+                 out: ExplodedRows) -> None:
+        for decoded, (s, pos, where) in judged:
+            if self.stopped:
+                return
+            self.time = self._items(s, pos, decoded, out, where, self.time)
 
     def _items(self, s: int, pos: int, decoded: Decoded, out: ExplodedRows,
-               where: Callable[[], str], time: int) -> None:
-        """A decoded record's items in record order; `time`: the stream time before it."""
+               where: Callable[[], str], time: int) -> int:
+        """A decoded record's items in record order; `time`: the stream time before it, and
+        returned, after it."""
         kafka = self.kafka
         ctx = self.ctx
         arrival = decoded.arrival
@@ -436,11 +454,11 @@ class StreamExploder:
                 or ctx.event_to is not None):  # requests only, all kept: the compiled path
             n = len(decoded.requests)
             if n:
-                self._placer.place(decoded.requests, decoded.request_at, time, kafka, s, pos,
-                                   out.chunks, self._partition_of(out))
+                time = self._placer.place(decoded.requests, decoded.request_at, time, kafka, s,
+                                          pos, out.chunks, self._partition_of(out))
                 self.events += n
                 out.size += n
-            return
+            return time
         slots: list[Any] = [None] * decoded.size
         for k, index in enumerate(decoded.request_at):
             slots[index] = k
@@ -468,7 +486,7 @@ class StreamExploder:
                 time = ts
             if ctx.stop_after is not None and time > ctx.stop_after:
                 self.stopped = True
-                return
+                return time
             if (ctx.event_from is not None and ts < ctx.event_from) or (
                     ctx.event_to is not None and ts >= ctx.event_to):
                 continue
@@ -489,6 +507,7 @@ class StreamExploder:
             out.chunks[out.partition(self.route_map.get(rk, rk))].append(
                 (time if kafka else 0, s, pos, index, kind, payload, arrival))
             out.size += 1
+        return time
 
 
 def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
@@ -537,6 +556,10 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
                                 lambda f=file, o=offset: f"{f}@{o}")
             if len(out) >= batch_rows and not ctx.discover:
                 yield out.to_batch()
+        for ex in exploders.values():
+            ex.finish(out)
+        if single is not None:
+            single.finish(out)
         if ctx.discover:
             keys = sorted(out.splits)
             if keys:
@@ -810,6 +833,8 @@ def recompute_local(
         ex.feed(sid, pos, value, out, lambda st=stream, p=pos: f"{st}@{p}", arrival)
         if len(out) >= 50_000:
             batches.append(out.to_batch())
+    for ex in exploders.values():
+        ex.finish(out)
     if len(out):
         batches.append(out.to_batch())
     table = pa.Table.from_batches(batches, schema=exploded_schema())

@@ -22,6 +22,12 @@ Installed once per app by `install` (the worker calls it before declaring its ta
    fetches of the committed offsets keep failing for COMMITTED_OFFSETS_WAIT_S gets
    `CommittedOffsetsUnavailable`, which stops the worker (exit != 0) for its orchestrator to
    restart, rather than letting it start anywhere but where its group left off.
+
+3. A source record the ingest holds for its stream clock is not waited for (`untrack`). At a
+   rebalance Faust waits until every record it handed the agents is acked; a held record
+   waits for later records of its partition, which the rebalance has stopped fetching, so
+   it would wait for good. Untracked, it is still neither acked nor committed (Faust commits
+   acked offsets up to the first gap): the partition's next owner reads it again.
 """
 
 from __future__ import annotations
@@ -112,6 +118,11 @@ class OffsetFetchGuard:
 
         GroupCoordinator._send_req = send  # type: ignore[method-assign]
         GroupCoordinator._do_fetch_commit_offsets = fetch  # type: ignore[method-assign]
+
+
+def untrack(app: faust.App, event: faust.EventT) -> None:
+    """Patch 3: Faust no longer waits for this record's ack at a rebalance."""
+    app.consumer._unacked_messages.discard(event.message)  # type: ignore[attr-defined]
 
 
 def install(app: faust.App) -> None:

@@ -16,7 +16,6 @@ from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, top
 from app.engine.batch import COLUMNS
 from app.engine.engine import EngineSettings
 from app.intake import columnar
-from app.intake.clock import StreamClock
 from app.intake.records import decode_source
 from app.replay import replay
 
@@ -118,15 +117,15 @@ def test_step_2_gives_the_same_whatever_its_request_batches(monkeypatch: pytest.
 def test_a_bad_columnar_row_is_dead_lettered_alike_by_every_driver() -> None:
     good = {**BAD_ROW, "count": 1, "ts": synth.T0 + 400}
     batch = orjson.dumps({"type": "batch", "v": 1, "events": [good, BAD_ROW]})
-    as_json = decode_source(batch, 0, StreamClock()).dead
+    as_json = decode_source(batch, 0).dead
     # a writer cannot encode a bad row (`encode_events` takes validated events): the good
     # row's columns with a second row whose count is 0
-    columns = decode_source(orjson.dumps(good), 0, StreamClock()).requests
+    columns = decode_source(orjson.dumps(good), 0).requests
     for name in COLUMNS:
         columns.column(name).append(columns.column(name)[0])
     columns.count[1] = 0
     record = columnar.encode(columns)
-    as_columns = decode_source(record, 0, StreamClock()).dead
+    as_columns = decode_source(record, 0).dead
     assert [(i, r) for i, r, _ in as_columns] == [(1, "count must be >= 1")] == [
         (i, r) for i, r, _ in as_json]
     audited = recompute_local([(("req", 0), 0, record, None)],
