@@ -259,6 +259,9 @@ class ExplodeContext:
     event_to: int | None = None
     stop_after: int | None = None
     max_skew_ms: int = DEFAULT_MAX_SKEW_MS
+    #: Kafka mode: (topic, partition) -> the event timestamps before the stream's first record
+    #: read (`app.pipeline.clock_seed`), for a stream read from past its log start
+    seeds: Mapping[Any, tuple[int, ...]] = field(default_factory=dict)
     discover: bool = False
     #: One route key per step-2 partition (`ExplodedRows.to_batch`); an archive's inline
     #: config is sent to each.
@@ -342,12 +345,14 @@ class ExplodedRows:
 class StreamExploder:
     """One input stream -> routed sample items, through the intake with the stream's clock."""
 
-    def __init__(self, ctx: ExplodeContext) -> None:
+    def __init__(self, ctx: ExplodeContext, seed: Sequence[int] = ()) -> None:
         self.ctx = ctx
         self.engine = engine_with_configs(ctx.settings, ctx.configs)
+        clock = StreamClock(ctx.max_skew_ms)
+        if seed:  # the stream's timestamps before its first record read (`ExplodeContext.seeds`)
+            clock.seed(list(seed))
         #: the records the clock holds, each with its position and dead-letter source
-        self.intake: StreamIntake[tuple[int, int, Callable[[], str]]] = StreamIntake(
-            StreamClock(ctx.max_skew_ms))
+        self.intake: StreamIntake[tuple[int, int, Callable[[], str]]] = StreamIntake(clock)
         #: the stream time: the largest `ts` accepted, of the records the clock let go
         self.time = -1
         self._routes = ConfigScoped(self.engine.timeline)
@@ -545,7 +550,7 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
                     sid = streams[(topic, part)]
                     ex = exploders.get(sid)
                     if ex is None:
-                        ex = exploders[sid] = StreamExploder(ctx)
+                        ex = exploders[sid] = StreamExploder(ctx, ctx.seeds.get((topic, part), ()))
                     ex.feed(sid, offset, value, out,
                             lambda t=topic, p=part, o=offset: f"{t}/{p}@{o}", stamp)
             else:
@@ -829,7 +834,7 @@ def recompute_local(
         clock_key = stream if ctx.mode == MODE_KAFKA else None
         ex = exploders.get(clock_key)
         if ex is None:
-            ex = exploders[clock_key] = StreamExploder(ctx)
+            ex = exploders[clock_key] = StreamExploder(ctx, ctx.seeds.get(stream, ()))
         ex.feed(sid, pos, value, out, lambda st=stream, p=pos: f"{st}@{p}", arrival)
         if len(out) >= 50_000:
             batches.append(out.to_batch())
