@@ -23,7 +23,8 @@ from app.engine.engine import Decision, EngineSettings, QuotaEngine
 from app.engine.timeline import FOREVER
 from app.intake.apply import apply
 from app.intake.clock import StreamClock
-from app.intake.records import FileConfigs, decode_line, file_configs
+from app.intake.records import Decoded, FileConfigs, decode_line, file_configs
+from app.intake.stream import StreamIntake
 
 
 @dataclass
@@ -42,23 +43,33 @@ class Replayer:
     output.
 
     `configs`: the input's configs, all known before the first event (see the module doc);
-    `refused`: the configs that were not (`FileConfigs.refused`).
+    `refused`: the configs that were not (`FileConfigs.refused`). Lines come out in input
+    order, each once its clock judged every event in it (`app.intake.stream`): `feed_line`
+    returns those a line lets go, `finish` the rest.
     """
 
     def __init__(self, settings: EngineSettings, configs: Iterable[ConfigUpdate] = (),
                  max_skew_ms: int = 86_400_000,
                  refused: Mapping[int, list[tuple[int, str]]] | None = None) -> None:
         self.engine = QuotaEngine(settings)
-        self.clock = StreamClock(max_skew_ms)
+        self.intake: StreamIntake[tuple[int, bytes]] = StreamIntake(StreamClock(max_skew_ms))
         self.refused = refused or {}
         for update in configs:
             self.engine.add_config(update)
 
-    def feed_line(self, index: int, line: bytes) -> LineResult:
+    def feed_line(self, index: int, line: bytes) -> list[LineResult]:
         """One raw input line; a bad one becomes a line with its error, never an exception."""
-        decoded = decode_line(line, self.clock, FOREVER)
-        if decoded is None:
-            return LineResult(index, {"index": index, "throttle_time_ms": 0, "decisions": []})
+        decoded = decode_line(line, FOREVER)
+        if decoded is None:  # a blank line: one item, with nothing in it
+            decoded = Decoded(FOREVER)
+            decoded.size = 1
+        return [self._result(d, i, raw) for d, (i, raw) in self.intake.offer(decoded, (index, line))]
+
+    def finish(self) -> list[LineResult]:
+        """The lines still held when the input ends, judged with what is there."""
+        return [self._result(d, i, raw) for d, (i, raw) in self.intake.finish()]
+
+    def _result(self, decoded: Decoded, index: int, line: bytes) -> LineResult:
         directives, decisions = apply(self.engine, decoded, decisions=True)
         entries = [_entry(row) for row in decisions]
         result = LineResult(index, {}, directives)
@@ -71,7 +82,6 @@ class Replayer:
         else:
             result.output = {"index": index, **entries[0]}
         return result
-
 
     def _refused(self, index: int, line: bytes) -> list[tuple[int, str, Any]]:
         """The line's refused configs: (index in the record, why, the config)."""
@@ -102,4 +112,5 @@ def replay(lines: Iterable[bytes], settings: EngineSettings,
     for index, line in enumerate(lines):
         line = line.strip()
         if line:
-            yield replayer.feed_line(index, line)
+            yield from replayer.feed_line(index, line)
+    yield from replayer.finish()

@@ -38,6 +38,7 @@ from app.intake import columnar  # noqa: E402
 from app.intake.clock import StreamClock  # noqa: E402
 from app.intake.records import Decoded, decode_source  # noqa: E402
 from app.intake.routes import Router  # noqa: E402
+from app.intake.stream import StreamIntake  # noqa: E402
 from app.pipeline import codec  # noqa: E402
 
 PARTITIONS = 8
@@ -66,7 +67,10 @@ def to_columnar(record: bytes) -> bytes:
 
 
 def decode_all(values: list[bytes], clock: StreamClock) -> list[Decoded]:
-    return [decode_source(v, T0, clock) for v in values]
+    """The records decoded and judged by their stream's clock, as the ingest takes them."""
+    intake: StreamIntake[None] = StreamIntake(clock)
+    out = [d for v in values for d, _ in intake.offer(decode_source(v, T0), None)]
+    return out + [d for d, _ in intake.finish()]
 
 
 def engine() -> QuotaEngine:

@@ -227,6 +227,8 @@ def explain(spec: dict[str, str], at: int, settings: EngineSettings, mode: str,
         ex.feed(streams[stream], pos, value, out, lambda: "", timestamp)
         if len(out) >= 10_000:
             drain()
+    for ex in exploders.values():
+        ex.finish(out)
     drain()
     rows.sort(key=lambda r: r[0])
 

@@ -135,6 +135,8 @@ class InputPlan:
     control: Any | None  # DataFrame with `value` (+ partition/offset) or None
     description: str
     planned_records: int | None = None
+    #: Kafka: the event timestamps before each stream's first offset read (`clock_seeds`)
+    seeds: dict[Any, tuple[int, ...]] = field(default_factory=dict)
 
 
 # -- session and progress --------------------------------------------------------------------
@@ -339,6 +341,8 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
     tps = sorted(latest)
     streams = {tp: index for index, tp in enumerate(tps)}
     planned = sum(end - start for start, end in ranges.values())
+    seeds = clock_seeds(opts.bootstrap, {tp: start for tp, (start, end) in ranges.items()
+                                         if earliest.get(tp, 0) < start < end}, progress)
     records = (spark.read.format("quota_kafka").options(**source).load()
                .select("topic", "partition", "offset", "value", "timestamp"))
     configs: list[ConfigEntry] = []
@@ -362,7 +366,40 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
     elif want != ["none"]:
         control = read_control_files(spark, want)
     return InputPlan(MODE_KAFKA, records, streams, [f"{t}/{p}" for t, p in tps], configs, bad,
-                     control, f"kafka {opts.bootstrap} {','.join(events)}", planned)
+                     control, f"kafka {opts.bootstrap} {','.join(events)}", planned, seeds)
+
+
+def clock_seeds(bootstrap: str, starts: dict[tuple[str, int], int], progress: Progress
+                ) -> dict[Any, tuple[int, ...]]:
+    """The event timestamps before each of `starts` (the first offset read of a stream read
+    from past its log start), read back as a worker that takes a partition over reads them
+    (`app.pipeline.clock_seed`): each stream's clock then judges as the workers' did there."""
+    import asyncio
+
+    from app.pipeline.clock_seed import ClockSeeder
+
+    async def run() -> dict[Any, tuple[int, ...]]:
+        seeder = ClockSeeder(bootstrap)
+        found: dict[Any, tuple[int, ...]] = {}
+        try:
+            for (topic, partition), start in sorted(starts.items()):
+                stamps = await seeder.timestamps(topic, partition, start)
+                if stamps is None:
+                    progress.step(f"note: could not read the records before {topic}/"
+                                  f"{partition}@{start}; its stream clock starts empty")
+                elif stamps:
+                    found[(topic, partition)] = tuple(stamps)
+        finally:
+            await seeder.stop()
+        return found
+
+    if not starts:
+        return {}
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
 
 
 def read_control_files(spark: SparkSession, paths: list[str]) -> DataFrame:
@@ -508,7 +545,7 @@ def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
     lo = opts.time_from - opts.warmup() if opts.time_from is not None else None
     base = ExplodeContext(
         settings=opts.settings, mode=plan.mode, configs=tuple(plan.configs),
-        streams=plan.streams, event_from=lo, event_to=opts.time_to,
+        streams=plan.streams, event_from=lo, event_to=opts.time_to, seeds=plan.seeds,
     )
     if splits_possible(plan.configs, opts.settings.config_grace_ms):
         progress.step("configs may split requests across route keys: discovering splits")

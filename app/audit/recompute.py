@@ -71,6 +71,7 @@ from app.intake.deadletter import encode_deadletter
 from app.intake.newest_configs import NewestConfigs
 from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
 from app.intake.routes import ConfigScoped, Routes, principal_keys, route_keys
+from app.intake.stream import StreamIntake
 from app.signing import Signing, signing_from_env
 
 from app.audit.event_codec import (
@@ -258,6 +259,9 @@ class ExplodeContext:
     event_to: int | None = None
     stop_after: int | None = None
     max_skew_ms: int = DEFAULT_MAX_SKEW_MS
+    #: Kafka mode: (topic, partition) -> the event timestamps before the stream's first record
+    #: read (`app.pipeline.clock_seed`), for a stream read from past its log start
+    seeds: Mapping[Any, tuple[int, ...]] = field(default_factory=dict)
     discover: bool = False
     #: One route key per step-2 partition (`ExplodedRows.to_batch`); an archive's inline
     #: config is sent to each.
@@ -341,10 +345,16 @@ class ExplodedRows:
 class StreamExploder:
     """One input stream -> routed sample items, through the intake with the stream's clock."""
 
-    def __init__(self, ctx: ExplodeContext) -> None:
+    def __init__(self, ctx: ExplodeContext, seed: Sequence[int] = ()) -> None:
         self.ctx = ctx
         self.engine = engine_with_configs(ctx.settings, ctx.configs)
-        self.clock = StreamClock(ctx.max_skew_ms)
+        clock = StreamClock(ctx.max_skew_ms)
+        if seed:  # the stream's timestamps before its first record read (`ExplodeContext.seeds`)
+            clock.seed(list(seed))
+        #: the records the clock holds, each with its position and dead-letter source
+        self.intake: StreamIntake[tuple[int, int, Callable[[], str]]] = StreamIntake(clock)
+        #: the stream time: the largest `ts` accepted, of the records the clock let go
+        self.time = -1
         self._routes = ConfigScoped(self.engine.timeline)
         self._placer = RequestPlacer(self.engine.timeline)
         self.last: tuple[int, int] = (-1, -1)
@@ -409,12 +419,11 @@ class StreamExploder:
         if self.stopped:
             return
         self._check_order(s, pos)
-        time = self.clock.time
         arrived = FOREVER if arrival is None else arrival
         if self.kafka:
-            decoded = decode_source(value, arrived, self.clock)
+            decoded = decode_source(value, arrived)
         else:
-            found = decode_line(value or b"", self.clock, arrived)
+            found = decode_line(value or b"", arrived)
             if found is None:
                 return
             decoded = found
@@ -423,11 +432,25 @@ class StreamExploder:
                     raise RuntimeError("an archive's configs must be in the context "
                                        "(`archive_configs`) before step 1")
                 self.configs += decoded.configs
-        self._items(s, pos, decoded, out, where, time)
+        self._release(self.intake.offer(decoded, (s, pos, where)), out)
+
+    def finish(self, out: ExplodedRows) -> None:
+        """The stream's input ended: the records its clock still holds, judged with what is
+        there."""
+        if not self.stopped:
+            self._release(self.intake.finish(), out)
+
+    def _release(self, judged: list[tuple[Decoded, tuple[int, int, Callable[[], str]]]],
+                 out: ExplodedRows) -> None:
+        for decoded, (s, pos, where) in judged:
+            if self.stopped:
+                return
+            self.time = self._items(s, pos, decoded, out, where, self.time)
 
     def _items(self, s: int, pos: int, decoded: Decoded, out: ExplodedRows,
-               where: Callable[[], str], time: int) -> None:
-        """A decoded record's items in record order; `time`: the stream time before it."""
+               where: Callable[[], str], time: int) -> int:
+        """A decoded record's items in record order; `time`: the stream time before it, and
+        returned, after it."""
         kafka = self.kafka
         ctx = self.ctx
         arrival = decoded.arrival
@@ -436,11 +459,11 @@ class StreamExploder:
                 or ctx.event_to is not None):  # requests only, all kept: the compiled path
             n = len(decoded.requests)
             if n:
-                self._placer.place(decoded.requests, decoded.request_at, time, kafka, s, pos,
-                                   out.chunks, self._partition_of(out))
+                time = self._placer.place(decoded.requests, decoded.request_at, time, kafka, s,
+                                          pos, out.chunks, self._partition_of(out))
                 self.events += n
                 out.size += n
-            return
+            return time
         slots: list[Any] = [None] * decoded.size
         for k, index in enumerate(decoded.request_at):
             slots[index] = k
@@ -468,7 +491,7 @@ class StreamExploder:
                 time = ts
             if ctx.stop_after is not None and time > ctx.stop_after:
                 self.stopped = True
-                return
+                return time
             if (ctx.event_from is not None and ts < ctx.event_from) or (
                     ctx.event_to is not None and ts >= ctx.event_to):
                 continue
@@ -489,6 +512,7 @@ class StreamExploder:
             out.chunks[out.partition(self.route_map.get(rk, rk))].append(
                 (time if kafka else 0, s, pos, index, kind, payload, arrival))
             out.size += 1
+        return time
 
 
 def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
@@ -526,7 +550,7 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
                     sid = streams[(topic, part)]
                     ex = exploders.get(sid)
                     if ex is None:
-                        ex = exploders[sid] = StreamExploder(ctx)
+                        ex = exploders[sid] = StreamExploder(ctx, ctx.seeds.get((topic, part), ()))
                     ex.feed(sid, offset, value, out,
                             lambda t=topic, p=part, o=offset: f"{t}/{p}@{o}", stamp)
             else:
@@ -537,6 +561,10 @@ def explode_function(ctx: ExplodeContext, batch_rows: int = 20_000
                                 lambda f=file, o=offset: f"{f}@{o}")
             if len(out) >= batch_rows and not ctx.discover:
                 yield out.to_batch()
+        for ex in exploders.values():
+            ex.finish(out)
+        if single is not None:
+            single.finish(out)
         if ctx.discover:
             keys = sorted(out.splits)
             if keys:
@@ -806,10 +834,12 @@ def recompute_local(
         clock_key = stream if ctx.mode == MODE_KAFKA else None
         ex = exploders.get(clock_key)
         if ex is None:
-            ex = exploders[clock_key] = StreamExploder(ctx)
+            ex = exploders[clock_key] = StreamExploder(ctx, ctx.seeds.get(stream, ()))
         ex.feed(sid, pos, value, out, lambda st=stream, p=pos: f"{st}@{p}", arrival)
         if len(out) >= 50_000:
             batches.append(out.to_batch())
+    for ex in exploders.values():
+        ex.finish(out)
     if len(out):
         batches.append(out.to_batch())
     table = pa.Table.from_batches(batches, schema=exploded_schema())

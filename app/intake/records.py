@@ -1,15 +1,17 @@
 """Record bytes in, validated samples and dead letters out: the one intake every driver calls.
 
 The live ingest, `replay`, the audit's step 1, `explain` and the simulator read events through
-`decode_source` (a Kafka record value) or `decode_line` (an archive line), so each input is
-judged by the same rules in the same order, the stream clock included:
+`decode_source` (a Kafka record value) or `decode_line` (an archive line), then through their
+stream's clock (`app.intake.stream`), so each input is judged by the same rules in the same
+order:
 
 1. the value is a columnar batch (`app.intake.columnar`) or JSON (a single event or a batch);
    one that is neither is one dead letter;
 2. each row or event is validated (`app.engine.events.parse_event`, or the column rules);
-3. each valid one is checked against its stream's clock, in record order;
-4. a `quota_config` on an event stream is a dead letter (its place is the config topic); in
-   an archive it is skipped here, having been collected beforehand (`file_configs`).
+3. a `quota_config` on an event stream is a dead letter (its place is the config topic); in
+   an archive it is skipped here, having been collected beforehand (`file_configs`);
+4. each valid sample's `ts` is judged by its stream's clock, in record order (`Decoded.judge`
+   takes the verdicts).
 
 Request samples come out as columns (`RequestColumns`), connections and mutations as events;
 each keeps its index in the record (the audit's sort key, replay's output order).
@@ -26,7 +28,6 @@ from app.engine.configs import ConfigUpdate
 from app.engine.engine import nanos
 from app.engine.events import BadEvent, Event, RequestEvent, parse_event, parse_record
 from app.intake import columnar
-from app.intake.clock import StreamClock
 from app.intake.newest_configs import NewestConfigs
 
 #: Longest archive line read (a Kafka record is bounded by the broker instead).
@@ -39,11 +40,13 @@ class Decoded:
 
     `request_at[k]` / `other_at[k]`: the index in the record of request row k / other event k;
     `dead`: (index, reason, the offending input); `size`: items in the record; `configs`:
-    how many `quota_config` items an archive line held (skipped).
+    how many `quota_config` items an archive line held (skipped). `stamps[k]`: the `ts` of
+    each valid sample in record order, for the stream clock, and `judged_at[k]` its index in
+    the record; until `judge` has the clock's verdicts, every valid sample is among the good.
     """
 
     __slots__ = ("requests", "request_at", "others", "other_at", "dead", "size", "configs",
-                 "arrival", "batch")
+                 "arrival", "batch", "stamps", "judged_at", "raws")
 
     def __init__(self, arrival: int) -> None:
         #: the record's Kafka timestamp (archives: `timeline.FOREVER` or their own column)
@@ -57,6 +60,10 @@ class Decoded:
         self.configs = 0
         #: a batch record (JSON batch or columnar), not a single event
         self.batch = False
+        self.stamps: list[int] = []
+        self.judged_at: list[int] = []
+        #: a JSON record's items as read, for the dead letters of refused ones (None: columnar)
+        self.raws: list[Any] | None = None
 
     def bad(self, reason: str, raw: Any) -> Decoded:
         """The whole record as one dead letter."""
@@ -64,22 +71,58 @@ class Decoded:
         self.size = 1
         return self
 
+    def judge(self, refused: list[tuple[int, str]]) -> None:
+        """The stream clock's verdicts: (k, reason) for each sample `stamps[k]` it refused,
+        which leaves the good ones for the dead letters, in record order."""
+        raws = self.raws
+        self.raws = None
+        if not refused:
+            return
+        out = {self.judged_at[k]: reason for k, reason in refused}
+        dead = self.dead
+        keep: list[int] = []
+        request_at = self.request_at
+        requests = self.requests
+        for p in range(len(request_at)):
+            index = request_at[p]
+            reason = out.get(index)
+            if reason is None:
+                keep.append(p)
+            else:
+                dead.append((index, reason, columnar.row_object(requests, p) if raws is None
+                             else raws[index]))
+        if len(keep) < len(request_at):
+            self.requests = columnar.take(requests, keep)
+            self.request_at = [request_at[p] for p in keep]
+        others: list[Event] = []
+        other_at: list[int] = []
+        for event, index in zip(self.others, self.other_at):
+            reason = out.get(index)
+            if reason is None:
+                others.append(event)
+                other_at.append(index)
+            else:
+                dead.append((index, reason, raws[index] if raws is not None else None))
+        self.others, self.other_at = others, other_at
+        dead.sort(key=lambda d: d[0])
 
-def decode_source(value: bytes | None, arrival: int, clock: StreamClock) -> Decoded:
-    """An event-topic record (`arrival`: its Kafka timestamp)."""
+
+def decode_source(value: bytes | None, arrival: int) -> Decoded:
+    """An event-topic record (`arrival`: its Kafka timestamp), not yet judged by its clock."""
     if value is None:
         return Decoded(arrival).bad("not JSON: empty record value", b"")
     if columnar.is_columnar(value):
-        return _columnar(value, arrival, clock)
+        return _columnar(value, arrival)
     try:
         record = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
         return Decoded(arrival).bad(f"not JSON: {exc}", value)
-    return decode_json(record, arrival, clock, archive=False)
+    return decode_json(record, arrival, archive=False)
 
 
-def decode_line(line: bytes, clock: StreamClock, arrival: int) -> Decoded | None:
-    """An archive line (JSON lines, as `replay` reads them); None for a blank line."""
+def decode_line(line: bytes, arrival: int) -> Decoded | None:
+    """An archive line (JSON lines, as `replay` reads them), not yet judged by its clock; None
+    for a blank line."""
     line = line.strip()
     if not line:
         return None
@@ -89,10 +132,10 @@ def decode_line(line: bytes, clock: StreamClock, arrival: int) -> Decoded | None
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         return Decoded(arrival).bad(f"not JSON: {exc}", line)
-    return decode_json(record, arrival, clock, archive=True)
+    return decode_json(record, arrival, archive=True)
 
 
-def decode_json(record: Any, arrival: int, clock: StreamClock, archive: bool) -> Decoded:
+def decode_json(record: Any, arrival: int, archive: bool) -> Decoded:
     """A decoded JSON value: a single event, a config, or a batch of them."""
     out = Decoded(arrival)
     items = parse_record(record)
@@ -102,6 +145,8 @@ def decode_json(record: Any, arrival: int, clock: StreamClock, archive: bool) ->
     out.batch = is_batch and not whole
     raws: list[Any] = record["events"] if out.batch else [record]
     requests = out.requests
+    stamps = out.stamps
+    judged_at = out.judged_at
     for i in range(len(items)):
         item = items[i]
         if isinstance(item, BadEvent):
@@ -113,10 +158,8 @@ def decode_json(record: Any, arrival: int, clock: StreamClock, archive: bool) ->
             else:
                 out.dead.append((i, CONFIG_ON_EVENT_TOPIC, raws[i]))
             continue
-        reason = clock.check(item.ts)
-        if reason is not None:
-            out.dead.append((i, reason, raws[i]))
-            continue
+        stamps.append(item.ts)
+        judged_at.append(i)
         if type(item) is RequestEvent:
             requests.append(item.ts, item.broker, item.gateway, item.listener, item.user,
                             item.client_id, item.ip, item.api, item.bytes, nanos(item.thread_ms),
@@ -125,10 +168,12 @@ def decode_json(record: Any, arrival: int, clock: StreamClock, archive: bool) ->
         else:
             out.others.append(item)
             out.other_at.append(i)
+    if stamps:
+        out.raws = raws
     return out
 
 
-def _columnar(value: bytes, arrival: int, clock: StreamClock) -> Decoded:
+def _columnar(value: bytes, arrival: int) -> Decoded:
     out = Decoded(arrival)
     try:
         batch, internal = columnar.decode(value)
@@ -140,22 +185,18 @@ def _columnar(value: bytes, arrival: int, clock: StreamClock) -> Decoded:
     out.size = n
     out.batch = True
     problems = columnar.row_problems(batch)
-    good = list(range(n)) if not problems else [i for i in range(n) if i not in problems]
-    for i, reason in problems.items():
-        out.dead.append((i, reason, columnar.row_object(batch, i)))
-    ts = batch.ts
-    refused = clock.check_all(ts if not problems else [ts[i] for i in good])
-    if refused:
-        out_rows = set()
-        for k, reason in refused:
-            out.dead.append((good[k], reason, columnar.row_object(batch, good[k])))
-            out_rows.add(good[k])
-        good = [i for i in good if i not in out_rows]
-    if len(out.dead) > 1:
-        out.dead.sort(key=lambda d: d[0])
     batch.arrival = [arrival] * n
-    out.requests = batch if len(good) == n else columnar.take(batch, good)
-    out.request_at = good
+    if not problems:
+        out.requests = batch
+        out.request_at = out.judged_at = list(range(n))
+        out.stamps = batch.ts
+        return out
+    good = [i for i in range(n) if i not in problems]
+    for i, reason in sorted(problems.items()):
+        out.dead.append((i, reason, columnar.row_object(batch, i)))
+    out.requests = columnar.take(batch, good)
+    out.request_at = out.judged_at = good
+    out.stamps = out.requests.ts
     return out
 
 

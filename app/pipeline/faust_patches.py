@@ -31,6 +31,12 @@ Installed once per app by `install` (the worker calls it before declaring its ta
    their beginning (where `auto_offset_reset=earliest` starts them). Changelog partitions are
    left where table recovery put them. Records dropped elsewhere are caught as offset gaps by
    `app.pipeline.continuity`.
+
+4. A source record the ingest holds for its stream clock is not waited for (`untrack`). At a
+   rebalance Faust waits until every record it handed the agents is acked; a held record
+   waits for later records of its partition, which the rebalance has stopped fetching, so
+   it would wait for good. Untracked, it is still neither acked nor committed (Faust commits
+   acked offsets up to the first gap): the partition's next owner reads it again.
 """
 
 from __future__ import annotations
@@ -138,6 +144,11 @@ class OffsetFetchGuard:
 
         GroupCoordinator._send_req = send  # type: ignore[method-assign]
         GroupCoordinator._do_fetch_commit_offsets = fetch  # type: ignore[method-assign]
+
+
+def untrack(app: faust.App, event: faust.EventT) -> None:
+    """Patch 4: Faust no longer waits for this record's ack at a rebalance."""
+    app.consumer._unacked_messages.discard(event.message)  # type: ignore[attr-defined]
 
 
 def install(app: faust.App) -> None:

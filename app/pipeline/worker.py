@@ -4,9 +4,11 @@ Topology (quota logic is in `app.engine`, decoding and routing in `app.intake`; 
 only moves bytes and state between Kafka, them and the table):
 
     quota.events.{request,connection,mutation}   (contract records: JSON or columnar)
-        -> agent `ingest`: the intake decodes and validates each record and dead-letters what
-           is bad; its samples are split by route key into one internal record per samples
-           partition, for as many source records as arrive together
+        -> agent `ingest`: the intake decodes and validates each record, its partition's
+           stream clock judges its timestamps (holding whole records, in order, until the
+           partition's recent timestamps agree) and what is bad is dead-lettered; the samples
+           are split by route key into one internal record per samples partition, for as many
+           source records as arrive together
     <app_id>-samples                              (internal, partitioned by crc32(route key))
         -> agent `aggregate`: the engine's batch entry over windows in the `entity-windows`
            RocksDB table; directives sent as soon as they are decided; idle windows expire
@@ -34,8 +36,9 @@ from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.intake.clock import StreamClock
 from app.intake.deadletter import encode_deadletter
-from app.intake.records import decode_source
+from app.intake.records import Decoded, decode_source
 from app.intake.routes import Router
+from app.intake.stream import StreamIntake
 from app.kafka_security import KafkaSecurity
 from app.pipeline import codec, faust_patches
 from app.pipeline.aggregate import apply_record
@@ -59,6 +62,9 @@ TAKE_MAX_RECORDS = 64
 #: how long the group coordinator waits for a worker's heartbeat before it hands its partitions
 #: to the others (heartbeats go every second)
 SESSION_TIMEOUT_S = 6.0
+#: how far past a hold's bound (`StreamIntake.due`) a quiet partition's clock is settled: the
+#: clocks of the producers that stamp the source records may be that far behind this one's
+QUIET_MARGIN_MS = 1000
 
 
 def engine_settings(settings: Settings) -> EngineSettings:
@@ -143,7 +149,11 @@ class Worker:
         self.pending: dict[int, list[Any]] = defaultdict(list)
         self.outbox = Outbox()  # the ingest's samples not yet sent to the samples topic
         self.state_lock = asyncio.Lock()
-        self.clocks: dict[tuple[str, int], StreamClock] = {}
+        #: the records of one take routed, or a quiet partition's settled, at a time (records
+        #: leave their stream clocks, into the outbox, in order)
+        self.intake_lock = asyncio.Lock()
+        #: per source partition, its stream clock and the records it holds
+        self.streams: dict[tuple[str, int], StreamIntake[faust.EventT]] = {}
         self.seeder = ClockSeeder(bootstrap)
         self.stats: Counter[str] = Counter()  # for the periodic progress line in the log
         self._metrics_seen: Counter[str] = Counter()  # follower counters already exported
@@ -190,7 +200,8 @@ class Worker:
         their samples go out as one internal record per samples partition (sooner if MAX_ROWS
         wait). `noack_take`, not `take_events`: the latter acks its records when the body
         exits, even by an exception, before their samples were sent; `send_outbox` acks them
-        once they were.
+        once they were. A record its stream clock holds (`route`) reaches the outbox, and is
+        acked, only with a later take or when its partition went quiet (`settle_quiet`).
         """
         await self.follower.ready.wait()
         linger = int(self.settings.ingest_linger_ms) / 1000.0  # type: ignore[call-overload]
@@ -199,9 +210,10 @@ class Worker:
             if not events:
                 continue
             await self.hold(max(arrival_ms(event) for event in events), "ingest")
-            for event in events:
-                await self.route(event)
-            await self.send_outbox()
+            async with self.intake_lock:
+                for event in events:
+                    await self.route(event)
+                await self.send_outbox()
 
     async def hold(self, arrival: int, stage: str) -> None:
         """Wait until every config that reached Kafka by `arrival` plus the grace is known, so
@@ -221,26 +233,63 @@ class Worker:
             metrics.CONFIG_HOLD_SECONDS.labels(stage).observe(time.monotonic() - started)
 
     async def route(self, event: faust.EventT) -> None:
-        """One source record's samples into the outbox, its bad ones to the dead-letter topic."""
+        """One source record through its partition's stream clock; what that lets go (the
+        record itself, unless the clock holds it with those before it) to the outbox.
+
+        A held record is not in the outbox, so not acked: its offset is not committed before
+        its samples are sent, whenever its clock lets it go (`app.intake.stream`)."""
         message = event.message
         arrival = arrival_ms(event)
         self.processed[message.tp] = message.offset + 1
         self.processed_ms[message.tp] = arrival
-        clock = self.clocks.get((message.topic, message.partition))
-        if clock is None:
-            clock = self.clocks[(message.topic, message.partition)] = await self.seeded_clock(
-                message)
-        decoded = decode_source(event.value, arrival, clock)
-        self.outbox.add(decoded, self.router)
-        self.follower.released(arrival, clock.time)
-        self.outbox.held.append(event)
+        stream = self.streams.get((message.topic, message.partition))
+        if stream is None:
+            stream = self.streams[(message.topic, message.partition)] = StreamIntake(
+                await self.seeded_clock(message))
         metrics.EVENTS.labels(message.topic).inc()
+        released = stream.offer(decode_source(event.value, arrival), event)
+        if not released or released[-1][1] is not event:
+            faust_patches.untrack(self.app, event)
+        for decoded, source in released:
+            await self.emit(decoded, source, stream.clock.time)
+        if self.outbox.size >= MAX_ROWS:
+            await self.send_outbox()
+
+    async def settle_quiet(self, now_ms: int) -> None:
+        """Judge and send on the records held by the clocks of partitions that went quiet.
+
+        Quiet: this worker took every record of the partition its last fetch saw, and its
+        clock (`now_ms`) is QUIET_MARGIN_MS past the hold's bound (`StreamIntake.due`). A record
+        appended later carries a Kafka timestamp past the bound too (unless its producer's
+        clock is that far behind this one's), so a read-back, which settles the hold when that
+        record arrives, gives the verdicts given here."""
+        async with self.intake_lock:
+            for key, stream in list(self.streams.items()):
+                if (self.streams.get(key) is stream  # not revoked meanwhile
+                        and stream.due(now_ms - QUIET_MARGIN_MS) and self.caught_up(TP(*key))):
+                    for decoded, source in stream.finish():
+                        await self.emit(decoded, source, stream.clock.time)
+            if self.outbox.held:
+                await self.send_outbox()
+
+    def caught_up(self, tp: TP) -> bool:
+        """Has this worker taken every record of `tp` up to its last fetch's high watermark?"""
+        try:
+            highwater = self.app.consumer.highwater(tp)
+        except Exception:  # not fetched yet
+            return False
+        return highwater is not None and self.processed.get(tp, -1) >= highwater
+
+    async def emit(self, decoded: Decoded, event: faust.EventT, time_ms: int) -> None:
+        """A judged record's samples into the outbox, its bad ones to the dead-letter topic."""
+        self.outbox.add(decoded, self.router)
+        self.follower.released(decoded.arrival, time_ms)
+        self.outbox.held.append(event)
         if decoded.dead:
+            message = event.message
             where = f"{message.topic}/{message.partition}@{message.offset}"
             for _, reason, raw in decoded.dead:
                 await self.send_deadletter(reason, raw, where, event.key)
-        if self.outbox.size >= MAX_ROWS:
-            await self.send_outbox()
 
     async def admit(self, event: faust.EventT) -> bool:
         """Whether to process `event`, by its offset (`app.pipeline.continuity`); a gap seeks
@@ -421,7 +470,8 @@ class Worker:
             seen[f"refused {label}"] = count
 
     async def flush_loop(self) -> None:
-        """Flush on a fixed cadence, so records are acked (and committed) even when input stops."""
+        """Flush on a fixed cadence, so records are acked (and committed) even when input
+        stops, those held by a quiet partition's clock included."""
         interval = int(self.settings.flush_interval_ms) / 1000.0  # type: ignore[call-overload]
         exported = time.monotonic()
         last: Counter[str] = Counter()
@@ -429,6 +479,7 @@ class Worker:
             await asyncio.sleep(interval)
             if self.outbox.held:  # left by a take cut short (a rebalance or an error mid-take)
                 await self.send_outbox()
+            await self.settle_quiet(int(time.time() * 1000))
             await self.flush_all()
             for tp, offset in self.continuity.due(time.monotonic()):
                 log.warning("%s: nothing delivered since seeking back to %d; seeking again",
@@ -470,7 +521,8 @@ class Worker:
         """Forget windows of partitions this worker lost; their new owner restores the table."""
         async with self.state_lock:
             for tp in revoked:
-                self.clocks.pop((tp.topic, tp.partition), None)  # its next owner may move it on
+                # its next owner may move the clock on, and reads the held records again
+                self.streams.pop((tp.topic, tp.partition), None)
                 self.processed.pop(tp, None)
                 self.processed_ms.pop(tp, None)
                 self.continuity.forget(tp)

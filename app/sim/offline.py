@@ -17,7 +17,8 @@ from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.timeline import FOREVER
 from app.intake.apply import apply
 from app.intake.clock import StreamClock
-from app.intake.records import decode_source
+from app.intake.records import Decoded, decode_source
+from app.intake.stream import StreamIntake
 from app.sim.scenario import Scenario
 from app.sim.world import World
 from app.subscriber.active_set import ActiveSet
@@ -56,8 +57,19 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
     t = float(start_ms)
     next_flush = start_ms + scenario.flush_interval_ms
     events = 0
-    clock = StreamClock()
+    intake: StreamIntake[None] = StreamIntake(StreamClock())
     encoder = RecordEncoder(columnar=True, drops=world.drops)
+
+    def run(judged: list[tuple[Decoded, None]], now: float) -> int:
+        """The judged records through the engine; their directives in flight from `now`."""
+        n = 0
+        for decoded, _ in judged:
+            n += len(decoded.requests) + len(decoded.others)
+            for directive in apply(engine, decoded)[0]:
+                published.append(directive)
+                in_flight.append((now + latency_ms, directive))
+        return n
+
     while t < end:
         t = min(t + step_ms, end)
         while in_flight and in_flight[0][0] <= t:
@@ -72,9 +84,6 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
                 continue
             for _, spans in world.flush():
                 for record in encoder.records(spans):
-                    decoded = decode_source(record.value, FOREVER, clock)
-                    events += len(decoded.requests) + len(decoded.others)
-                    for directive in apply(engine, decoded)[0]:
-                        published.append(directive)
-                        in_flight.append((t + latency_ms, directive))
+                    events += run(intake.offer(decode_source(record.value, FOREVER), None), t)
+    events += run(intake.finish(), end)
     return OfflineRun(world, float(start_ms), end, published, events)

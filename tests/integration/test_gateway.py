@@ -38,6 +38,7 @@ from app.engine.timeline import FOREVER
 from app.intake.apply import apply
 from app.intake.clock import StreamClock
 from app.intake.records import decode_source
+from app.intake.stream import StreamIntake
 from app.kafka_io import read_topic
 from app.launcher import GatewayProcess, LocalCluster, isolated_env
 from tests.unit.kafka_frames import nested, request_body
@@ -377,7 +378,7 @@ def test_a_gateways_usage_reaches_the_worker_one_record_per_flush_decided_as_bef
 
 def _events(value: bytes) -> list[dict[str, Any]]:
     """A request record's events as contract objects, whichever its format."""
-    requests = decode_source(value, FOREVER, StreamClock()).requests
+    requests = decode_source(value, FOREVER).requests
     out = []
     for i in range(len(requests)):
         e = requests.event(i)
@@ -412,10 +413,13 @@ def _decide(values: list[bytes]) -> list[dict[str, Any]]:
                                         controller_window_ms=500))
     for q in QUOTAS:
         engine.process(parse_config_record(q))
-    clock = StreamClock()
+    intake: StreamIntake[None] = StreamIntake(StreamClock())
     out: list[dict[str, Any]] = []
     for value in values:
-        decoded = decode_source(value, FOREVER, clock)
+        for decoded, _ in intake.offer(decode_source(value, FOREVER), None):
+            assert not decoded.dead, decoded.dead
+            out += apply(engine, decoded)[0]
+    for decoded, _ in intake.finish():
         assert not decoded.dead, decoded.dead
         out += apply(engine, decoded)[0]
     return out

@@ -1,9 +1,10 @@
 """A worker whose agent or config follower dies exits non-zero (for the orchestrator to restart
 it) instead of running on with partitions nobody processes or configs nobody reads; SIGTERM stops
 a busy worker promptly; a restarted worker judges timestamps by the partition's history, not by
-its first record; a broker frozen past its session timeouts costs nothing; a worker whose group coordinator
-reloads resumes where its group committed, and one that never gets its committed offsets exits
-non-zero; SIGKILLs under load leave no window behind."""
+its first record; what a quiet partition's clock holds is judged and committed; a broker frozen
+past its session timeouts costs nothing; a worker whose group coordinator reloads resumes where
+its group committed, and one that never gets its committed offsets exits non-zero; SIGKILLs
+under load leave no window behind."""
 
 from __future__ import annotations
 
@@ -165,6 +166,32 @@ def test_a_junk_timestamp_first_after_a_restart_costs_only_itself(
         cluster.start_worker(0)
         cluster.wait_ready()
         asyncio.run(wait_committed(kafka_bootstrap, env, timeout=120))
+        dead = [orjson.loads(v) for v in asyncio.run(
+            read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 1, timeout=20))]
+        assert [d["value"] for d in dead] == [junk]
+        assert "from the stream time" in dead[0]["reason"]
+    finally:
+        cluster.stop()
+
+
+def test_a_quiet_partitions_held_records_are_judged_and_committed(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A junk `ts` first on a fresh partition and one good event, then nothing: the clock has
+    no majority to judge them by and holds both. Once the partition is quiet past the hold's
+    bound the worker judges them with what is there (the good event's time is its record's
+    Kafka time): the junk alone is dead-lettered, the good sample reaches the aggregate, and
+    both records are committed."""
+    env = worker_env(tmp_path)
+    now = int(time.time() * 1000)
+    event = {"type": "request", "v": 1, "broker": 1, "user": "u", "client_id": "c",
+             "api": "Produce", "bytes": 1}
+    junk, good = {**event, "ts": 0}, {**event, "ts": now}
+    cluster = LocalCluster(1, bootstrap=kafka_bootstrap, work_dir=tmp_path, env=env)
+    try:
+        start_with_configs(cluster, kafka_bootstrap, env)
+        asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_REQUEST"],
+                         [orjson.dumps(junk), orjson.dumps(good)]))
+        asyncio.run(wait_committed(kafka_bootstrap, env, timeout=60))
         dead = [orjson.loads(v) for v in asyncio.run(
             read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 1, timeout=20))]
         assert [d["value"] for d in dead] == [junk]

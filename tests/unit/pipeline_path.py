@@ -11,8 +11,9 @@ import orjson
 
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.intake.clock import StreamClock
-from app.intake.records import decode_source
+from app.intake.records import Decoded, decode_source
 from app.intake.routes import Router
+from app.intake.stream import StreamIntake
 from app.pipeline import codec
 from app.pipeline.aggregate import apply_record
 from app.pipeline.config_follower import ConfigFollower
@@ -23,22 +24,20 @@ PARTITIONS = 4
 
 
 def run(lines: list[bytes], scope: str) -> list[Any]:
-    """Per input record: its dead letters and sample counts, then each samples partition's
-    (partition, samples, directives) as the aggregate computes them; per config record,
-    `{"config": "applied" or "refused"}` by the workers' config follower."""
+    """Per input record, once its stream clock judged it: its dead letters and sample counts,
+    then each samples partition's (partition, samples, directives) as the aggregate computes
+    them; per config record, `{"config": "applied" or "refused"}` by the workers' config
+    follower. Records the clock still holds at the end are judged then (a worker would wait
+    for more)."""
     engine = QuotaEngine(EngineSettings(scope=scope))
     follower = ConfigFollower("", "configs", engine.timeline, signing=Signing())
-    router, clock = Router(engine, PARTITIONS), StreamClock()
+    router = Router(engine, PARTITIONS)
+    intake: StreamIntake[None] = StreamIntake(StreamClock())
     stores: dict[int, dict[str, Any]] = {}
     out: list[Any] = []
-    for n, line in enumerate(lines):
-        if line.startswith(b"{") and orjson.loads(line).get("type") == "quota_config":
-            refused = follower.bad
-            follower.apply(line)
-            out.append({"config": "refused" if follower.bad > refused else "applied"})
-            continue
+
+    def emit(decoded: Decoded) -> None:
         outbox = Outbox()
-        decoded = decode_source(line, n, clock)
         outbox.add(decoded, router)
         requests, rows, _, counts = outbox.take()
         out.append([[(i, reason) for i, reason, _ in decoded.dead], sorted(counts.items())])
@@ -49,4 +48,15 @@ def run(lines: list[bytes], scope: str) -> list[Any]:
             batch, event_rows = codec.decode(record)
             size = len(batch) if batch is not None else len(event_rows)
             out.append([partition, size, apply_record(engine, batch, event_rows, {})])
+
+    for n, line in enumerate(lines):
+        if line.startswith(b"{") and orjson.loads(line).get("type") == "quota_config":
+            refused = follower.bad
+            follower.apply(line)
+            out.append({"config": "refused" if follower.bad > refused else "applied"})
+            continue
+        for decoded, _ in intake.offer(decode_source(line, n), None):
+            emit(decoded)
+    for decoded, _ in intake.finish():
+        emit(decoded)
     return out

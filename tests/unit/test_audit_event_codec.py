@@ -11,7 +11,6 @@ import pytest
 from app.audit.event_codec import EVENT_KINDS, MARSHAL_VERSION, event_args, make_event
 from app.audit.request_items import ROW_REQUEST, append_request, request_payload
 from app.engine.batch import COLUMNS, RequestColumns
-from app.intake.clock import StreamClock
 from app.intake.records import decode_json
 
 EVENTS = [
@@ -59,7 +58,7 @@ NAMED = {"listener", "user", "client_id", "ip", "api"}
 
 @pytest.mark.parametrize("raw", EVENTS, ids=lambda r: f"{r['type']}-{r['ts']}")
 def test_round_trip_keeps_values_and_types(raw: dict[str, Any]) -> None:
-    decoded = decode_json(raw, 77, StreamClock(), archive=False)
+    decoded = decode_json(raw, 77, archive=False)
     assert not decoded.dead
     if raw["type"] == "request":
         payload = shipped(ROW_REQUEST, request_payload(decoded.requests, 0))
@@ -77,7 +76,7 @@ def test_round_trip_keeps_values_and_types(raw: dict[str, Any]) -> None:
 
 
 def test_request_times_cross_as_whole_nanoseconds() -> None:
-    decoded = decode_json(EVENTS[0], 0, StreamClock(), archive=False)
+    decoded = decode_json(EVENTS[0], 0, archive=False)
     assert decoded.requests.thread_ns == [200_000] and decoded.requests.network_ns == [20_000]
 
 

@@ -16,7 +16,6 @@ from app.gateway import apis
 from app.gateway.connection import Session
 from app.gateway.frames import SIZE, frame, request_header
 from app.gateway.limits import MUTATION_TOPICS, PRE_AUTH_FRAME, Limits
-from app.intake.clock import StreamClock
 from app.intake.records import decode_source
 from app.subscriber.active_set import ActiveSet
 from app.usage.names import charged_name
@@ -135,7 +134,7 @@ async def test_a_32_kib_client_id_is_charged_and_throttled_under_its_bounded_for
     (event,) = h.events()
     assert event["client_id"] == charged_name(long_id) and len(event["client_id"]) == 1024
     batch = {"type": "batch", "v": 1, "broker": BROKER, "events": [event]}
-    assert not decode_source(orjson.dumps(batch), 0, StreamClock()).dead  # the workers take it
+    assert not decode_source(orjson.dumps(batch), 0).dead  # the workers take it
     h.throttle("producer_byte_rate", 5000, client_id=charged_name(long_id))
     h.send(produce_request(2, client_id=long_id))
     h.answer(produce_response(2))

@@ -1,6 +1,7 @@
-"""Hostile input through every driver: `replay`, the live ingest's `decode_source` and the
-audit's step 1 never raise, dead-letter each bad input once with its reason in a dead letter
-that always encodes within the size limit, and leave the good events' decisions unchanged."""
+"""Hostile input through every driver: `replay`, the live ingest's intake and the audit's
+step 1 never raise, dead-letter each bad input once with its reason in a dead letter that
+always encodes within the size limit, and leave every good event's decisions unchanged: junk
+timestamps too, the first event of the stream among them."""
 
 from __future__ import annotations
 
@@ -12,16 +13,19 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.audit.recompute import MODE_FILE, ExplodeContext, archive_configs, recompute_local
+from app.audit.recompute import (MODE_FILE, MODE_KAFKA, ExplodeContext, archive_configs,
+                                 recompute_local, topic_configs)
 from app.engine.engine import EngineSettings
 from app.engine.events import BadEvent, parse_record
 from app.intake.clock import StreamClock
 from app.intake.deadletter import MAX_DEADLETTER_BYTES, encode_deadletter
 from app.intake.records import decode_source
+from app.intake.stream import StreamIntake
 from app.replay import replay
 
 SETTINGS = EngineSettings(window_ms=100)
 T0 = 1_763_800_000_000
+DAY = 86_400_000
 CONFIG = {"type": "quota_config", "v": 1, "ts": 0, "entity": {"user": "<default>"},
           "quotas": {"producer_byte_rate": 2000}}
 GOOD = [orjson.dumps({"type": "request", "v": 1, "ts": T0 + 40 * i, "broker": 1, "user": "u",
@@ -55,6 +59,18 @@ def hostile_lines() -> list[bytes]:
     return lines
 
 
+def junk_stamps() -> list[bytes]:
+    """Valid events with junk timestamps (an unset clock, one in 2100, one days behind), alone
+    and in a batch, none within a day of two others."""
+    request = {"type": "request", "v": 1, "broker": 1, "user": "u", "client_id": "c",
+               "api": "Produce", "bytes": 300}
+    lines = [orjson.dumps({**request, "ts": ts}) for ts in (0, 1, T0 + 365 * DAY, T0 - 3 * DAY,
+                                                           T0 + 9 * DAY, 40 * DAY)]
+    lines.append(orjson.dumps({"type": "batch", "v": 1, "events": [
+        {**request, "ts": T0 - 20 * DAY}, {**request, "ts": T0 + 20 * DAY}]}))
+    return lines
+
+
 def dead_letters(lines: list[bytes]) -> list[tuple[str, bytes]]:
     """(reason, encoded dead letter) of every bad input, as `replay` writes them."""
     out = []
@@ -68,36 +84,64 @@ def directives(lines: list[bytes]) -> list[bytes]:
     return [orjson.dumps(d) for r in replay(lines, SETTINGS) for d in r.directives]
 
 
+def outputs(lines: list[bytes], keep: set[int]) -> list[Any]:
+    """`replay`'s output for the lines at `keep`, without their line numbers."""
+    return [{k: v for k, v in r.output.items() if k != "index"}
+            for r in replay(lines, SETTINGS) if r.index in keep]
+
+
 def test_hostile_lines_are_dead_lettered_once_each_and_change_nothing_else() -> None:
-    bad = hostile_lines()
+    """Among them junk timestamps: first in the stream, one after another good event, and a
+    burst of them; no good event is decided otherwise than without them."""
+    junk = junk_stamps()
+    bad = hostile_lines() + junk[1:]
     clean = [orjson.dumps(CONFIG), *GOOD]
-    mixed = [orjson.dumps(CONFIG)]
+    mixed = [junk[0], orjson.dumps(CONFIG)]
     for i, line in enumerate(GOOD):
         mixed.append(line)
         if i < len(bad):
             mixed.append(bad[i])
+        if i == 40:
+            mixed.extend(junk[1:5])  # a burst
+    bad_items = 1 + len(bad) + 4 + 1  # the batch of junk holds two
     want = directives(clean)
     assert want
     assert directives(mixed) == want
+    good_at = {i for i, line in enumerate(mixed) if line in GOOD}
+    assert len(good_at) == len(GOOD)
+    assert outputs(mixed, good_at) == outputs(clean, set(range(1, len(clean))))
     letters = dead_letters(mixed)
-    assert len(letters) == len(bad)
+    assert len(letters) == bad_items
+    assert sum("from the stream time" in reason for reason, _ in letters) == 4 + len(junk) + 1
     for reason, letter in letters:
         assert reason and len(reason) < 600
         assert len(letter) <= MAX_DEADLETTER_BYTES
         assert orjson.loads(letter)["reason"] == reason
     # the ingest's intake dead-letters the same inputs, one each (one record per line)
-    clock = StreamClock()
+    # and lets every good sample through to the outbox
+    intake: StreamIntake[None] = StreamIntake(StreamClock())
     ingest_dead = 0
+    taken: list[int] = []
     for line in mixed:
-        dead = decode_source(line, T0, clock).dead
-        for _, reason, raw in dead:
-            assert len(encode_deadletter(reason, raw, "t/0@1")) <= MAX_DEADLETTER_BYTES
-        ingest_dead += len(dead)
-    assert ingest_dead == len(bad) + 1  # and the config line, which belongs on the config topic
+        for decoded, _ in intake.offer(decode_source(line, T0), None):
+            for _, reason, raw in decoded.dead:
+                assert len(encode_deadletter(reason, raw, "t/0@1")) <= MAX_DEADLETTER_BYTES
+            ingest_dead += len(decoded.dead)
+            taken += decoded.requests.ts
+    assert not intake.held
+    assert ingest_dead == bad_items + 1  # and the config line, which belongs on the config topic
+    assert taken == [orjson.loads(line)["ts"] for line in GOOD]
+    # the audit in Kafka mode (the event topic's records, the config on its own topic)
+    entries, refused = topic_configs([(0, 0, None, orjson.dumps(CONFIG), None)])
+    assert not refused
+    ctx = ExplodeContext(SETTINGS, MODE_KAFKA, tuple(entries), {("t", 0): 0})
+    events = [line for line in mixed if line != orjson.dumps(CONFIG)]
+    result = recompute_local(((("t", 0), i, v, None) for i, v in enumerate(events)), ctx)
+    assert result.directives() == want and result.bad == bad_items
     # the audit's step 1 and 2 in file mode: same directives, same dead letters
     ctx = ExplodeContext(SETTINGS, MODE_FILE, tuple(archive_configs(mixed)[0]), {"f": 0})
     result = recompute_local((("f", i, v, None) for i, v in enumerate(mixed)), ctx)
-    assert result.directives() == want and result.bad == len(bad)
+    assert result.directives() == want and result.bad == bad_items
 
 
 def test_a_huge_bad_record_is_cut_with_its_size_and_digest() -> None:

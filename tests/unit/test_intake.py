@@ -1,6 +1,6 @@
 """The intake: columnar and JSON batches decode to the same samples with the same dead letters,
-the batch clock check equals checking one by one, and the engine's batch entry decides what
-`process` decides for each sample."""
+the clock's verdicts take the same samples out of either, and the engine's batch entry decides
+what `process` decides for each sample."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from app.audit.synth import CONFIGS, T0, scenario
 from app.engine.batch import COLUMNS, RequestColumns
@@ -26,7 +25,6 @@ from app.engine.engine import (
 )
 from app.engine.events import MAX_BATCH, MAX_NAME, RequestEvent, parse_event
 from app.intake import columnar
-from app.intake.clock import StreamClock
 from app.intake.records import Decoded, decode_source
 
 #: A JSON request and the columnar row with the same values, for each rule a row can break.
@@ -67,8 +65,8 @@ def json_batch(events: list[dict[str, Any]]) -> bytes:
 def test_json_and_columnar_batches_decode_to_the_same_samples() -> None:
     events = [{**GOOD, "ts": T0 + i, "user": f"u{i % 3}", "bytes": 10 * i, "exempt": i == 4,
                "count": 1 + i % 2, **({"gateway": 7} if i % 2 else {})} for i in range(9)]
-    from_json = decode_source(json_batch(events), 5, StreamClock())
-    from_columns = decode_source(columnar.encode(as_columns(events)), 5, StreamClock())
+    from_json = decode_source(json_batch(events), 5)
+    from_columns = decode_source(columnar.encode(as_columns(events)), 5)
     assert from_json.dead == from_columns.dead == []
     assert columns_of(from_json) == columns_of(from_columns)
     assert from_columns.request_at == list(range(9)) and from_columns.arrival == 5
@@ -77,8 +75,8 @@ def test_json_and_columnar_batches_decode_to_the_same_samples() -> None:
 @pytest.mark.parametrize("change", BREAKS, ids=lambda c: ",".join(f"{k}={str(v)[:12]}" for k, v in c.items()))
 def test_a_bad_row_has_the_reason_its_json_form_has(change: dict[str, Any]) -> None:
     events = [GOOD, {**GOOD, **change}, {**GOOD, "ts": T0 + 1}]
-    from_json = decode_source(json_batch(events), 0, StreamClock())
-    from_columns = decode_source(columnar.encode(as_columns(events)), 0, StreamClock())
+    from_json = decode_source(json_batch(events), 0)
+    from_columns = decode_source(columnar.encode(as_columns(events)), 0)
     assert [(i, reason) for i, reason, _ in from_columns.dead] == [
         (i, reason) for i, reason, _ in from_json.dead]
     assert len(from_json.dead) == 1 and from_columns.request_at == [0, 2]
@@ -90,8 +88,7 @@ def test_a_bad_row_has_the_reason_its_json_form_has(change: dict[str, Any]) -> N
 def test_ids_beyond_32_bits_cannot_be_written_in_columns() -> None:
     """The JSON form dead-letters them ("broker is out of range"); the columns cannot hold them."""
     for change in ({"broker": 2**31}, {"gateway": 2**31}):
-        assert "out of range" in decode_source(orjson.dumps({**GOOD, **change}), 0,
-                                               StreamClock()).dead[0][1]
+        assert "out of range" in decode_source(orjson.dumps({**GOOD, **change}), 0).dead[0][1]
         with pytest.raises(OverflowError):
             columnar.encode(as_columns([{**GOOD, **change}]))
 
@@ -99,13 +96,13 @@ def test_ids_beyond_32_bits_cannot_be_written_in_columns() -> None:
 def test_a_name_index_past_the_dictionary_is_a_bad_row() -> None:
     batch = as_columns([GOOD, GOOD])
     batch.user[1] = 99
-    decoded = decode_source(columnar.encode(batch), 0, StreamClock())
+    decoded = decode_source(columnar.encode(batch), 0)
     assert [(i, reason) for i, reason, _ in decoded.dead] == [(1, "user is not in the batch's names")]
     assert decoded.dead[0][2]["user"] == {"index": 99}
 
 
 def broken(value: bytes) -> str:
-    decoded = decode_source(value, 0, StreamClock())
+    decoded = decode_source(value, 0)
     assert decoded.size == 1 and len(decoded.dead) == 1 and len(decoded.requests) == 0
     return decoded.dead[0][1]
 
@@ -127,7 +124,7 @@ def test_a_broken_columnar_record_is_one_dead_letter() -> None:
 
 
 def test_an_empty_columnar_batch_holds_nothing() -> None:
-    decoded = decode_source(columnar.encode(RequestColumns()), 0, StreamClock())
+    decoded = decode_source(columnar.encode(RequestColumns()), 0)
     assert (decoded.size, decoded.dead, len(decoded.requests)) == (0, [], 0)
 
 
@@ -137,19 +134,22 @@ def test_columnar_records_are_smaller_than_json() -> None:
     assert len(columnar.encode(as_columns(events))) < len(json_batch(events)) / 2
 
 
-stamps = st.one_of(st.integers(T0 - 2 * 86_400_000, T0 + 2 * 86_400_000),
-                   st.sampled_from([0, T0 + 400 * 86_400_000]))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(stamps, max_size=8), min_size=1, max_size=6))
-def test_checking_a_batch_equals_checking_one_by_one(batches: list[list[int]]) -> None:
-    together, alone = StreamClock(), StreamClock()
-    for batch in batches:
-        refused = together.check_all(batch)
-        one_by_one = [(i, r) for i, ts in enumerate(batch) if (r := alone.check(ts)) is not None]
-        assert refused == one_by_one
-        assert (together.time, together.recent) == (alone.time, alone.recent)
+def test_the_clocks_verdicts_take_the_same_samples_out_of_json_and_columns() -> None:
+    """`Decoded.judge`: refused samples become dead letters in record order, the JSON one
+    as it was written, the columnar one as its row; the others stay, in order."""
+    events = [{**GOOD, "ts": T0 + i, "user": f"u{i}"} for i in range(4)]
+    events[1]["count"] = 0  # invalid: never judged by the clock
+    from_json = decode_source(json_batch(events), 0)
+    from_columns = decode_source(columnar.encode(as_columns(events)), 0)
+    for decoded in (from_json, from_columns):
+        assert decoded.stamps == [T0, T0 + 2, T0 + 3] and decoded.judged_at == [0, 2, 3]
+        decoded.judge([(1, "too far")])
+        assert [(i, reason) for i, reason, _ in decoded.dead] == [(1, "count must be >= 1"),
+                                                                  (2, "too far")]
+        assert decoded.request_at == [0, 3] and decoded.requests.ts == [T0, T0 + 3]
+        assert decoded.dead[1][2]["user"] == "u2"
+    assert from_json.dead[1][2] == events[2]
+    assert columns_of(from_json) == columns_of(from_columns)
 
 
 def engine_with_configs(scope: str) -> QuotaEngine:
@@ -176,8 +176,7 @@ def test_the_batch_entry_decides_what_process_decides(scope: str) -> None:
         decisions, directives = one.process(event, T0 + n)
         want_decisions.append([d.as_dict() for d in decisions])
         want_directives.extend((d, n) for d in directives)
-        decoded = decode_source(orjson.dumps({**raw, "broker": raw.get("broker", 1)}), T0 + n,
-                                StreamClock())
+        decoded = decode_source(orjson.dumps({**raw, "broker": raw.get("broker", 1)}), T0 + n)
         b = decoded.requests
         batch.append(b.ts[0], b.broker[0], b.gateway[0], b.names[b.listener[0]],
                      b.names[b.user[0]], b.names[b.client_id[0]], b.names[b.ip[0]],

@@ -16,7 +16,6 @@ from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, top
 from app.engine.batch import COLUMNS
 from app.engine.engine import EngineSettings
 from app.intake import columnar
-from app.intake.clock import StreamClock
 from app.intake.records import decode_source
 from app.replay import replay
 
@@ -118,15 +117,15 @@ def test_step_2_gives_the_same_whatever_its_request_batches(monkeypatch: pytest.
 def test_a_bad_columnar_row_is_dead_lettered_alike_by_every_driver() -> None:
     good = {**BAD_ROW, "count": 1, "ts": synth.T0 + 400}
     batch = orjson.dumps({"type": "batch", "v": 1, "events": [good, BAD_ROW]})
-    as_json = decode_source(batch, 0, StreamClock()).dead
+    as_json = decode_source(batch, 0).dead
     # a writer cannot encode a bad row (`encode_events` takes validated events): the good
     # row's columns with a second row whose count is 0
-    columns = decode_source(orjson.dumps(good), 0, StreamClock()).requests
+    columns = decode_source(orjson.dumps(good), 0).requests
     for name in COLUMNS:
         columns.column(name).append(columns.column(name)[0])
     columns.count[1] = 0
     record = columnar.encode(columns)
-    as_columns = decode_source(record, 0, StreamClock()).dead
+    as_columns = decode_source(record, 0).dead
     assert [(i, r) for i, r, _ in as_columns] == [(1, "count must be >= 1")] == [
         (i, r) for i, r, _ in as_json]
     audited = recompute_local([(("req", 0), 0, record, None)],
@@ -136,3 +135,25 @@ def test_a_bad_columnar_row_is_dead_lettered_alike_by_every_driver() -> None:
     assert letter["reason"] == "count must be >= 1"
     replayed = list(replay([batch], EngineSettings()))
     assert [reason for reason, _ in replayed[0].bad] == ["count must be >= 1"]
+
+
+def test_an_audit_that_starts_inside_a_partition_judges_like_the_worker_that_read_it() -> None:
+    """A partition's time jumps a month where the audit starts. The worker that read it all
+    refuses the first events of the new time (until they are a majority of the last five);
+    an audit seeded with the timestamps before its first offset (`ExplodeContext.seeds`, as
+    `plan_kafka` reads them back, like a worker that takes the partition over) refuses the
+    same ones, where an unseeded one would refuse none."""
+    day = 86_400_000
+    stamps = [synth.T0 + i for i in range(5)] + [synth.T0 + 30 * day + i for i in range(5)]
+    records = [(("t", 0), offset, orjson.dumps({**BAD_ROW, "ts": ts, "count": 1}), ts)
+               for offset, ts in enumerate(stamps)]
+
+    def refused(start: int, seeds: dict[Any, tuple[int, ...]]) -> list[tuple[int, str]]:
+        ctx = ExplodeContext(EngineSettings(), MODE_KAFKA, (), {("t", 0): 0}, seeds=seeds)
+        result = recompute_local(records[start:], ctx)
+        return [(row["pos"], row["reason"]) for row in result.rows("deadletter")]
+
+    whole = refused(0, {})
+    assert [pos for pos, _ in whole] == [5, 6, 7]
+    assert refused(5, {("t", 0): tuple(stamps[:5])}) == whole
+    assert refused(5, {}) == []

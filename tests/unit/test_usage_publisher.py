@@ -13,7 +13,6 @@ import pytest
 
 from app.engine.events import MAX_NAME
 from app.intake import columnar
-from app.intake.clock import StreamClock
 from app.intake.records import decode_source
 from app.usage.drops import BUFFER_FULL, SEND_FAILED, TOO_LARGE, Drops
 from app.usage.names import charged_name
@@ -48,7 +47,7 @@ def decoded(values: list[bytes]) -> list[tuple[Any, ...]]:
     """Every sample the workers' intake takes from these record values, in order."""
     out: list[tuple[Any, ...]] = []
     for value in values:
-        d = decode_source(value, 0, StreamClock())
+        d = decode_source(value, 0)
         assert not d.dead, d.dead
         b = d.requests
         out += [(b.ts[i], b.broker[i], b.gateway[i], b.names[b.listener[i]], b.names[b.user[i]],

@@ -1,0 +1,52 @@
+"""The event timestamps before an offset, read back from Kafka: what a worker that takes a
+partition over (`ClockSeeder`) and an audit that starts inside one (`clock_seeds`) seed their
+stream clocks with."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from app.audit.job import Progress, clock_seeds
+from app.broker import create_topics
+
+pytestmark = pytest.mark.integration
+T0 = 1_763_800_000_000
+
+
+def event(ts: int) -> dict[str, object]:
+    return {"type": "request", "v": 1, "ts": ts, "broker": 1, "user": "u", "client_id": "c",
+            "api": "Produce", "bytes": 1}
+
+
+async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for value in values:
+            await producer.send_and_wait(topic, value, partition=0)
+    finally:
+        await producer.stop()
+
+
+def test_an_audit_reads_back_the_last_five_judged_timestamps_before_its_first_offsets(
+        kafka_bootstrap: str) -> None:
+    """Only the samples a clock judges count (not a bad record, a bad event or a config), the
+    last five of them, oldest first."""
+    topic = f"seed.{uuid.uuid4().hex[:8]}"
+    asyncio.run(create_topics(kafka_bootstrap, [(topic, 1, {})]))
+    config = {"type": "quota_config", "v": 1, "ts": T0, "entity": {"user": "u"},
+              "quotas": {"producer_byte_rate": 1000}}
+    values = [orjson.dumps({"type": "batch", "v": 1, "events": [event(T0), event(T0 + 1),
+                                                                 {"type": "request"}]}),
+              b"{not json", orjson.dumps(config)]
+    values += [orjson.dumps(event(T0 + k)) for k in range(2, 6)]
+    asyncio.run(produce(kafka_bootstrap, topic, values))
+    seeds = clock_seeds(kafka_bootstrap, {(topic, 0): 7}, Progress(quiet=True))
+    assert seeds == {(topic, 0): (T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 5)}
+    assert clock_seeds(kafka_bootstrap, {(topic, 0): 1}, Progress(quiet=True)) == {
+        (topic, 0): (T0, T0 + 1)}
