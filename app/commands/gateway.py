@@ -152,7 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "is still verified)")
     p.add_argument("--no-create-topics", action="store_true",
                    help="do not create missing product topics at start (when an operator manages them)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="default: QS_LOG_LEVEL (info)")
     p.set_defaults(run=run)
 
 
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
                               "check KAFKA_BOOTSTRAP_SERVERS" if settings.kafka_bootstrap_servers
                               else "check --upstream (the gateway's own Kafka connection uses it "
                               "while KAFKA_BOOTSTRAP_SERVERS is not set)")
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=log_level(args), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("aiokafka", "kafka"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -215,6 +216,13 @@ async def _serve(gateway: Gateway, args: argparse.Namespace) -> None:
         await gateway.stop()  # also what a failed start opened
 
 
+def log_level(args: argparse.Namespace) -> str:
+    """`--log-level`, else QS_LOG_LEVEL: the setting every process of a deployment shares."""
+    from app.settings import load
+
+    return str(args.log_level or load().log_level).upper()
+
+
 def build_config(args: argparse.Namespace) -> GatewayConfig:
     """The validated `GatewayConfig` for these arguments and the environment."""
     from app.cli import UserError
@@ -251,7 +259,9 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
             window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
             controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
             controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
-            allocation_sample_ms=int(settings.allocation_sample_ms)),  # type: ignore[call-overload]
+            allocation_sample_ms=int(settings.allocation_sample_ms),  # type: ignore[call-overload]
+            config_grace_ms=int(settings.config_grace_ms),  # type: ignore[call-overload]
+            idle_expiry_ms=int(settings.idle_expiry_ms)),  # type: ignore[call-overload]
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
         columnar_events=settings.event_format == "columnar",
         max_record_bytes=int(settings.event_record_bytes),  # type: ignore[call-overload]
