@@ -26,6 +26,11 @@ What is measured per request (`UsageRecorder`, flushed by the gateway every few 
 - acks=0 Produce is `exempt` (charged its bytes, not its time), as in Kafka. SASL requests on a
   SASL listener are not events (the broker's authenticator serves them, not KafkaApis).
 
+What the gateway adds to a request's latency is its own metric (`Pending.own`): from the moment
+it could read the request (the read loop starts: not while a throttle, admission, backpressure
+or the broker's answer to an earlier request holds it) to its write to the broker, plus from the
+broker's answer to the write of the response (not while it waits behind an earlier response).
+
 Nothing a client sends turns that off: a frame the gateway cannot decode is still charged,
 throttled and muted; what it cannot follow at all (framing it cannot read, a request before
 authentication on a SASL listener, raw SASL tokens it cannot count, a mutation it cannot read
@@ -44,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -104,15 +108,23 @@ def _send(transport: asyncio.WriteTransport, payload: bytes) -> None:
 
 @dataclass(slots=True)
 class Pending:
-    """A request waiting for its response to be written back (in request order)."""
+    """A request waiting for its response to be written back (in request order).
+
+    `own` adds up the time the gateway itself spends on it (`latency_seconds`): from when it
+    could read the request to its write to the broker, and from the broker's answer to the write
+    of the response; `since` is when the stretch being timed began. Waiting for the broker (its
+    answer, or an earlier request's), for admission or for a throttle is not the gateway's.
+    """
 
     kind: int  # FORWARDED, LOCAL, HELD, INTERNAL or TOKEN
     header: RequestHeader
     size: int  # request bytes, without the size prefix
-    sent: float = 0.0  # perf_counter when written to the broker
+    sent: float = 0.0  # the gateway's clock when written to the broker
     payload: bytes | None = None  # the response to write, once ready
     ready: bool = False
     context: Any = None  # what the response handler needs of the request
+    since: float = 0.0
+    own: float = 0.0
 
 
 class _Side(asyncio.Protocol):
@@ -157,7 +169,7 @@ class Session:
         self.auth = Authentication(core.config.upstream_sasl)
         self.closed = False
         self.connecting: asyncio.Future[None] | None = None  # the broker connection being made
-        self.active = time.perf_counter()  # when bytes last came from either side
+        self.active = core.clock()  # when bytes last came from either side
         self._max_request = core.limits.max_request_bytes
         self._from_client = FrameReader(self.auth.frame_limit(self._max_request),
                                         held_keys=apis.AUTHENTICATOR_APIS,
@@ -169,7 +181,8 @@ class Session:
         self._muted_until = 0  # epoch ms
         self._unmute: asyncio.TimerHandle | None = None
         self._pauses: set[str] = set()  # why client reading is paused (see _pause)
-        self._last_response = 0.0  # perf_counter of the previous response from the broker
+        self._last_response = 0.0  # the clock at the previous response from the broker
+        self._read_at = 0.0  # the clock when the read loop last started: requests readable
         self._reading = False  # inside _read_requests (a flush from within must not re-enter)
         self._client_id = ""  # of the last request: what decides the in-flight limit
         self._limited = False
@@ -233,7 +246,7 @@ class Session:
         self.core.forget(self)
 
     def expired(self, now: float, idle_s: float, timeout_s: float) -> str | None:
-        """Why the gateway closes this connection at `now` (perf_counter seconds), if it does: the
+        """Why the gateway closes this connection at `now` (its clock, seconds), if it does: the
         broker left a request unanswered for `timeout_s`, or nothing came either way for
         `idle_s` while nothing was outstanding (a muted connection waits for its throttle)."""
         if self._awaiting:
@@ -275,7 +288,7 @@ class Session:
     def client_data(self, data: bytes) -> None:
         if self.closed:
             return
-        self.active = time.perf_counter()
+        self.active = self.core.clock()
         self._from_client.feed(data)
         self._read_requests()
 
@@ -292,6 +305,7 @@ class Session:
             self._reading = False
 
     def _read_loop(self) -> None:
+        self._read_at = self.core.clock()  # what is complete now is readable from now
         while not self.closed:
             if self._pauses - {"backlog"} or len(self._order) >= self._in_flight():
                 break
@@ -409,7 +423,8 @@ class Session:
         """A delegation token's exchange: refused as a broker refuses one (an authentication
         error, then the connection closes), without reaching the broker."""
         pending = Pending(LOCAL, header, 0, ready=True, payload=messages.sasl_authenticate_error(
-            header.api_version, header.correlation_id, DELEGATION_TOKEN_REFUSED))
+            header.api_version, header.correlation_id, DELEGATION_TOKEN_REFUSED),
+            since=self._read_at)
         self._order.append(pending)
         self._write_ready()
         self.close("delegation_token", "SCRAM with tokenauth=true")
@@ -421,11 +436,12 @@ class Session:
         if self.auth.client_token(token) == DELEGATION_TOKEN:
             self.close("delegation_token", "raw SCRAM with tokenauth=true")
             return
-        pending = Pending(TOKEN, RAW_TOKEN, len(token), time.perf_counter())
+        pending = Pending(TOKEN, RAW_TOKEN, len(token))
         self._order.append(pending)
         self._awaiting.append(pending)
         self._sasl_waiting += 1
         _send(self.broker, token)
+        pending.sent = self.core.clock()
 
     def _mutation_request(self, header: RequestHeader, payload: bytes) -> None:
         """A mutation request is charged per topic, so one the gateway cannot read (or that
@@ -443,10 +459,16 @@ class Session:
 
     def _forward(self, header: RequestHeader, payload: bytes, context: Any) -> None:
         assert self.broker is not None
-        pending = Pending(FORWARDED, header, len(payload), time.perf_counter(), context=context)
+        pending = Pending(FORWARDED, header, len(payload), context=context, since=self._read_at)
         self._order.append(pending)
         self._awaiting.append(pending)
         _send(self.broker, payload)
+        self._sent(pending)
+
+    def _sent(self, pending: Pending) -> None:
+        """`pending` was just written to the broker: the broker's time starts."""
+        pending.sent = now = self.core.clock()
+        pending.own += now - pending.since
 
     def _forward_without_response(self, header: RequestHeader, payload: bytes) -> None:
         """acks=0 Produce: no response comes, so none is awaited; charged its bytes, exempt from
@@ -454,6 +476,7 @@ class Session:
         assert self.broker is not None
         _send(self.broker, payload)
         core, now = self.core, self.core.now_ms()
+        core.metrics.latency(apis.PRODUCE, core.clock() - self._read_at)
         core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
                            "Produce", len(payload), 0.0, 0.0, exempt=True)
         ms = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
@@ -466,7 +489,7 @@ class Session:
     def _mutation(self, header: RequestHeader, context: MutationContext) -> None:
         """Plan the request's topics against the mutation quota (after looking up the partition
         counts it charges, if any), then forward the admitted ones and answer the rest."""
-        pending = Pending(HELD, header, len(context.payload), context=context)
+        pending = Pending(HELD, header, len(context.payload), context=context, since=self._read_at)
         self._order.append(pending)
         if not (context.needs_lookup and self._lookup_partitions(pending)):
             self._decide(pending)  # nothing to look up, or no lookup possible: charge what is known
@@ -494,10 +517,11 @@ class Session:
             payload = context.forwarded_payload()
         except MessageError:
             payload, context.plan = context.payload, None
-        pending.kind, pending.sent = FORWARDED, time.perf_counter()
+        pending.kind = FORWARDED
         self._awaiting.append(pending)
         assert self.broker is not None
         _send(self.broker, payload)
+        self._sent(pending)
 
     def _lookup_partitions(self, held: Pending) -> bool:
         """An internal Metadata request on this connection, answered before the mutation (the
@@ -513,10 +537,12 @@ class Session:
         except MessageError:
             return False
         lookup = RequestHeader(apis.METADATA, version, self._internal_ids, "", -1)
-        self._awaiting.append(Pending(INTERNAL, lookup, len(payload), time.perf_counter(),
-                                      context=held))
+        internal = Pending(INTERNAL, lookup, len(payload), context=held)
+        self._awaiting.append(internal)
         assert self.broker is not None
         _send(self.broker, payload)
+        self._sent(internal)
+        held.own += internal.sent - held.since  # the broker's time, until the lookup's answer
         return True
 
     # ------------------------------------------------------------------------- responses
@@ -524,7 +550,7 @@ class Session:
     def upstream_data(self, data: bytes) -> None:
         if self.closed:
             return
-        self.active = time.perf_counter()
+        self.active = self.core.clock()
         self._from_broker.feed(data)
         while not self.closed:
             try:
@@ -545,9 +571,9 @@ class Session:
             self._response(pending, payload)
 
     def _response(self, pending: Pending, payload: bytes) -> None:
-        arrived = time.perf_counter()
+        arrived = self.core.clock()
         service = (arrived - max(pending.sent, self._last_response)) * 1000.0
-        self._last_response = arrived
+        self._last_response = pending.since = arrived
         if pending.kind == INTERNAL:
             self._lookup_answer(pending, payload)
             return
@@ -711,9 +737,11 @@ class Session:
         self._internal_ids -= 1
         payload = messages.metadata_request(version, self._internal_ids, "quota-streams-gateway", [])
         lookup = RequestHeader(apis.METADATA, version, self._internal_ids, "", -1)
-        self._awaiting.append(Pending(INTERNAL, lookup, len(payload), time.perf_counter()))
+        internal = Pending(INTERNAL, lookup, len(payload))
+        self._awaiting.append(internal)
         assert self.broker is not None
         _send(self.broker, payload)
+        internal.sent = self.core.clock()
 
     def _cluster_answer(self, internal: Pending, payload: bytes) -> None:
         try:
@@ -731,6 +759,7 @@ class Session:
             self._cluster_answer(internal, payload)
             return
         held: Pending = internal.context
+        held.since = internal.since  # the gateway's again, from the lookup's answer
         try:
             held.context.learn(payload, internal.header.api_version)
         except MessageError as exc:
@@ -743,14 +772,22 @@ class Session:
             self._read_requests()
 
     def _write_ready(self) -> bool:
-        """Write every response that is ready, in request order; True if any was."""
-        order, client = self._order, self.client
+        """Write every response that is ready, in request order; True if any was. A response
+        that waited behind an earlier one waited for the broker: its own time starts with the
+        write before it."""
+        order, client, clock = self._order, self.client, self.core.clock
         wrote = False
+        written = 0.0
         while order and order[0].ready:
             pending = order.popleft()
             wrote = True
             if client is not None and not self.closed and pending.payload is not None:
                 _send(client, pending.payload)
+                now = clock()
+                if pending.kind != TOKEN:
+                    pending.own += now - max(pending.since, written)
+                    self.core.metrics.latency(pending.header.api_key, pending.own)
+                written = now
         return wrote
 
     # ------------------------------------------------------------------------- muting
@@ -771,7 +808,7 @@ class Session:
             self._mute_until(self._muted_until)
             return
         self._muted_until = 0
-        self.active = time.perf_counter()  # idle from the end of its throttle, at the earliest
+        self.active = self.core.clock()  # idle from the end of its throttle, at the earliest
         self._resume("mute")
 
     @property

@@ -37,7 +37,7 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -227,6 +227,8 @@ class Gateway:
     def __init__(self, config: GatewayConfig, directives: Directives | None = None,
                  local: LocalQuotas | None = None) -> None:
         self.config = config
+        #: seconds, monotonic: connection timings (idle, service time, the latency it adds)
+        self.clock: Callable[[], float] = time.perf_counter
         self.local = local if local is not None or config.local is None else LocalQuotas(
             config.local, gateway=-1 if config.gateway_id is None else config.gateway_id)
         self._follower: Any = None
@@ -596,11 +598,11 @@ class Gateway:
         interval = self.limits.sweep_interval()
         while True:
             await asyncio.sleep(interval)
-            self.sweep(time.perf_counter())
+            self.sweep(self.clock())
 
     def sweep(self, now: float) -> None:
         """Close the connections idle for longer than the idle timeout and those whose broker
-        left a request unanswered for longer than the request timeout (`now`: perf_counter)."""
+        left a request unanswered for longer than the request timeout (`now`: `clock`)."""
         idle = self.limits.idle_timeout_ms / 1000.0
         timeout = self.limits.request_timeout_ms / 1000.0
         for session in list(self.sessions):
