@@ -99,6 +99,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "start-up probe asks ApiVersions only, and the brokers are learned once a "
                    "client has authenticated unless --first-node-id and --bootstrap-node-id "
                    "are given")
+    p.add_argument("--proxy-protocol", action="store_true",
+                   help="every client connection starts with a PROXY protocol header (v1 or v2) "
+                   "from a load balancer, naming the client: its address is the one per-IP "
+                   "caps, connection quotas and usage events see; a connection without a "
+                   "valid header is closed. Only behind a balancer that always sends one: "
+                   "anyone who can reach the gateway directly could name any address")
     limits = p.add_argument_group("limits (what a connection is held to; docs/gateway.md)")
     limits.add_argument("--max-request-bytes", type=int_at_least(PRE_AUTH_FRAME),
                         default=MAX_REQUEST_BYTES, metavar="N",
@@ -242,6 +248,10 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         pass  # a host name
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UserError("--tls-cert and --tls-key go together")
+    if args.proxy_protocol and args.tls_cert:
+        raise UserError("--proxy-protocol with --tls-cert is not supported (the PROXY header "
+                        "comes before the TLS handshake): terminate TLS at the load balancer, or "
+                        "use the gateway's TLS without the PROXY protocol")
     check_upstream_identity(args)
     if (args.gateway_id is None) != (args.gateways is None):
         raise UserError("--gateway-id and --gateways go together: give every gateway in front "
@@ -270,6 +280,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,
         flush_ms=args.flush_ms, aggregate=args.aggregate, max_in_flight=args.max_in_flight,
         directives_timeout=args.directives_timeout, upstream_sasl=args.upstream_sasl,
+        proxy_protocol=args.proxy_protocol,
         limits=Limits(max_request_bytes=args.max_request_bytes,
                       max_connections=args.max_connections,
                       max_connections_per_ip=args.max_connections_per_ip,

@@ -69,9 +69,15 @@ from app.gateway.frames import (
     correlation_id,
     request_header,
 )
-from app.gateway.limits import MUTATION_BYTES, MUTATION_TOPICS, PRE_AUTH_FRAME
+from app.gateway.limits import (
+    MUTATION_BYTES,
+    MUTATION_TOPICS,
+    PRE_AUTH_FRAME,
+    PROXY_HEADER_TIMEOUT_S,
+)
 from app.gateway.messages import MessageError
 from app.gateway.mutations import MutationContext
+from app.gateway.proxy_protocol import ProxyHeaderError, ProxyHeaderReader
 
 if TYPE_CHECKING:
     from app.gateway.server import Gateway
@@ -166,10 +172,14 @@ class Session:
         self.client: asyncio.Transport | None = None
         self.broker: asyncio.Transport | None = None
         self.ip = ""
+        self.placed = False  # counted under `ip` (`Gateway.admit`)
+        #: the PROXY header still to be read before anything else (`config.proxy_protocol`)
+        self._proxy = ProxyHeaderReader() if core.config.proxy_protocol else None
         self.auth = Authentication(core.config.upstream_sasl)
         self.closed = False
         self.connecting: asyncio.Future[None] | None = None  # the broker connection being made
-        self.active = core.clock()  # when bytes last came from either side
+        self.opened_at = core.clock()
+        self.active = self.opened_at  # when bytes last came from either side
         self._max_request = core.limits.max_request_bytes
         self._from_client = FrameReader(self.auth.frame_limit(self._max_request),
                                         held_keys=apis.AUTHENTICATOR_APIS,
@@ -201,14 +211,20 @@ class Session:
         self.client = transport
         peer = transport.get_extra_info("peername")
         self.ip = str(peer[0]) if peer else ""
-        self._pause("accept")  # until the gateway admits it (connection quotas) and the broker is up
-        self.core.admit(self)
+        if not self.core.opened(self):
+            return
+        if self._proxy is None:
+            self._pause("accept")  # until admitted (connection quotas) and the broker is up
+            self.core.admit(self)
+        # else its first bytes are read: the PROXY header names the client to admit
 
     @property
     def buffered(self) -> int:
         """Client bytes read and not yet handled: at most the frame limit of the connection's
-        state or READ_AHEAD, whichever is larger, plus one socket read."""
-        return self._from_client.buffered
+        state or READ_AHEAD, whichever is larger, plus one socket read (a PROXY header's
+        bytes, before it)."""
+        proxy = 0 if self._proxy is None else self._proxy.buffered
+        return self._from_client.buffered + proxy
 
     @property
     def user(self) -> str:
@@ -249,6 +265,8 @@ class Session:
         """Why the gateway closes this connection at `now` (its clock, seconds), if it does: the
         broker left a request unanswered for `timeout_s`, or nothing came either way for
         `idle_s` while nothing was outstanding (a muted connection waits for its throttle)."""
+        if self._proxy is not None:
+            return "proxy_header_timeout" if now - self.opened_at > PROXY_HEADER_TIMEOUT_S else None
         if self._awaiting:
             return "request_timeout" if now - self._awaiting[0].sent > timeout_s else None
         if self._order or self.muted:
@@ -289,8 +307,30 @@ class Session:
         if self.closed:
             return
         self.active = self.core.clock()
+        if self._proxy is not None:
+            self._proxy_header(data)
+            return
         self._from_client.feed(data)
         self._read_requests()
+
+    def _proxy_header(self, data: bytes) -> None:
+        """The connection's first bytes, until its PROXY header names the client: then it is
+        admitted as that client, and what came after the header is its first Kafka bytes."""
+        assert self._proxy is not None
+        try:
+            done = self._proxy.feed(data)
+        except ProxyHeaderError as exc:
+            self.close("proxy_header", str(exc))
+            return
+        if done is None:
+            return
+        header, rest = done
+        self._proxy = None
+        if header.source is not None:
+            self.ip = header.source[0]
+        self._pause("accept")
+        self._from_client.feed(rest)  # read once admitted
+        self.core.admit(self)
 
     def _read_requests(self) -> None:
         """Handle the requests read so far, as a broker does: one at a time per connection (the

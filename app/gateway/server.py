@@ -19,8 +19,11 @@ behind it, at most `max_queued_connections`: the newest past that is closed), th
 connection is accepted; an IP under `close_connection` gets its socket held, unread, and closed
 when the throttle ends, never reaching a broker. Only accepted connections are events. Before
 any of that, a connection over the gateway's caps (`max_connections` in all, and per IP) is
-closed at once; every open one counts, admitted or not. A sweep closes idle connections and
-those whose broker left a request unanswered (`limits.Limits`).
+closed at once; every open one counts, admitted or not. Behind a load balancer speaking the
+PROXY protocol (`proxy_protocol`), the client's address is the one its header names: the
+connection counts in the total from its first byte, and is judged per IP (caps, quotas,
+events) once the header is read. A sweep closes idle connections and those whose broker left a
+request unanswered (`limits.Limits`).
 
 When the control topic cannot be read, the directives already known stay in force until their
 `until`, and nothing new is learned: the gateway fails open, as a broker without the quota
@@ -113,6 +116,9 @@ class GatewayConfig:
     #: the upstream listener requires SASL: nothing but ApiVersions and SASL is served (or
     #: decoded) before a connection authenticates, and its frames are held to 512 KiB until then
     upstream_sasl: bool = False
+    #: every client connection starts with a PROXY protocol header naming the client (a load
+    #: balancer's): its address is the one the caps, the quotas and the events see
+    proxy_protocol: bool = False
     limits: Limits = field(default_factory=Limits)
     client_tls: ssl.SSLContext | None = None
     upstream_tls: ssl.SSLContext | None = None
@@ -540,15 +546,27 @@ class Gateway:
 
     # ------------------------------------------------------------------------- connections
 
+    def opened(self, session: Session) -> bool:
+        """A new client connection, within `--max-connections` (else closed: False). Its client's
+        address may not be known yet (`config.proxy_protocol`): `admit` it once it is."""
+        refused = self.counts.open()
+        if refused is not None:
+            self.metrics.connection(refused)
+            session.close()
+            return False
+        self.sessions.add(session)
+        self.metrics.open.set(len(self.sessions))
+        return True
+
     def admit(self, session: Session) -> None:
-        """A new client connection: within the caps, to its port's acceptor; else closed."""
-        refused = self.counts.admit(session.ip)
+        """An open connection whose client's address is known: within `--max-connections-per-ip`,
+        to its port's acceptor; else closed."""
+        refused = self.counts.place(session.ip)
         if refused is not None:
             self.metrics.connection(refused)
             session.close()
             return
-        self.sessions.add(session)
-        self.metrics.open.set(len(self.sessions))
+        session.placed = True
         if session.node_id == UNKNOWN_NODE:  # no broker to decide for yet: charged when placed
             self.metrics.connection("accepted")
             self.connect(session)
@@ -561,7 +579,7 @@ class Gateway:
     def forget(self, session: Session) -> None:
         if session in self.sessions:
             self.sessions.discard(session)
-            self.counts.release(session.ip)
+            self.counts.release(session.ip if session.placed else None)
             self.metrics.open.set(len(self.sessions))
 
     def connect(self, session: Session) -> None:

@@ -104,13 +104,14 @@ class FakeBroker:
 
 async def start_gateway(broker: FakeBroker, limits: Limits | None = None,
                         quotas: list[dict[str, Any]] | None = None,
-                        gateway_class: type[Gateway] = Gateway) -> Gateway:
+                        gateway_class: type[Gateway] = Gateway,
+                        proxy_protocol: bool = False) -> Gateway:
     """A gateway on an ephemeral loopback port in front of `broker` (bootstrap port only), with
     directives and, given `quotas`, its own quota engine (windows 11 x 100 ms); no Kafka."""
     config = GatewayConfig(upstream=(("127.0.0.1", broker.port),), listen=("127.0.0.1", 0),
                            advertised_host="127.0.0.1", kafka_bootstrap="", topics={},
                            directives_topic="", first_node_id=1, max_nodes=0,
-                           limits=limits or Limits())
+                           limits=limits or Limits(), proxy_protocol=proxy_protocol)
     local = None
     if quotas is not None:
         local = LocalQuotas(EngineSettings(window_ms=100, controller_window_ms=100))

@@ -38,6 +38,8 @@ from app.gateway.limits import Limits
       "1000"], "must be >= 524288"),  # below what a client may send before authenticating
     (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--max-connections-per-ip",
       "0"], "must be >= 1"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--proxy-protocol",
+      "--tls-cert", "c.pem", "--tls-key", "k.pem"], "terminate TLS at the load balancer"),
 ])
 def test_bad_arguments_are_one_line(argv: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
