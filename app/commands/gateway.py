@@ -131,9 +131,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--directives-timeout", type=positive_float, default=30.0, metavar="S",
                    help="how long to wait at start for the directives to be rebuilt (default %(default)s)")
     p.add_argument("--metrics-port", type=int_at_least(0), default=0, metavar="PORT",
-                   help="serve Prometheus metrics on this port (default: off)")
+                   help="serve /metrics (Prometheus) and /ready (200 once listening with the "
+                   "directives and configs read, 503 otherwise and while draining) on this "
+                   "port (default: off)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="address the metrics server binds (default %(default)s)")
+    p.add_argument("--drain-timeout-ms", type=int_at_least(0), default=30_000, metavar="MS",
+                   help="on SIGTERM or SIGINT: stop accepting connections and reading requests, "
+                   "write the answers owed to requests in flight, close each connection once "
+                   "it owes nothing, for at most this long; then publish the last usage "
+                   "events and exit 0 (default %(default)s; keep it under Kubernetes' "
+                   "terminationGracePeriodSeconds)")
     tls = p.add_argument_group("TLS (clients to gateway, gateway to brokers)")
     tls.add_argument("--tls-cert", metavar="FILE", help="certificate clients see (PEM); enables TLS")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
@@ -195,31 +203,37 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(gateway: Gateway, args: argparse.Namespace) -> None:
+    """Serve until SIGTERM or SIGINT, then drain (`Gateway.drain`) and stop. The HTTP port
+    answers from the start, so that a probe sees the gateway starting (not ready) rather than
+    nothing, and keeps answering through the drain (503)."""
     import asyncio
     import signal
+
+    from app.gateway.server import GatewayError
+    from app.gateway.status import StatusServer
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    status = StatusServer(gateway.metrics.registry, gateway.readiness)
     try:
-        await gateway.start()
         if args.metrics_port:
-            from prometheus_client import start_http_server
-
-            from app.gateway.server import GatewayError
-
             try:
-                start_http_server(args.metrics_port, args.metrics_host, gateway.metrics.registry)
+                await status.start(args.metrics_host, args.metrics_port)
             except OSError as exc:
                 raise GatewayError(f"cannot serve metrics on {args.metrics_host}:"
                                    f"{args.metrics_port}: {exc.strerror or exc}") from None
+        await gateway.start()
         cfg = gateway.config
         print(f"gateway ready: bootstrap {cfg.advertised_host}:{cfg.listen[1]}; brokers "
               f"{gateway.describe_ports()}", flush=True)
         await stop.wait()
+        gateway.drain()
+        await gateway.drained(args.drain_timeout_ms / 1000.0)
     finally:
-        await gateway.stop()  # also what a failed start opened
+        await gateway.stop()  # also what a failed start opened; the last events go out
+        await status.stop()
 
 
 def log_level(args: argparse.Namespace) -> str:

@@ -173,6 +173,7 @@ class Session:
         self.broker: asyncio.Transport | None = None
         self.ip = ""
         self.placed = False  # counted under `ip` (`Gateway.admit`)
+        self._client_gone = False  # the client's socket is closed
         #: the PROXY header still to be read before anything else (`config.proxy_protocol`)
         self._proxy = ProxyHeaderReader() if core.config.proxy_protocol else None
         self.auth = Authentication(core.config.upstream_sasl)
@@ -256,10 +257,33 @@ class Session:
             self._unmute.cancel()
         if self.connecting is not None:
             self.connecting.cancel()
-        for transport in (self.client, self.broker):
+        client = self.client
+        if self.core.draining and client is not None and not self._client_gone:
+            self.core.flushing(self)  # until the client's socket is closed (`lost`)
+            if client.can_write_eof():
+                # a lingering close: the answers, then a FIN; what the client still sends is
+                # read and dropped until it closes too (closed with unread bytes, the socket
+                # would be reset, and answers not yet delivered lost)
+                client.write_eof()
+                client = None
+        for transport in (client, self.broker):
             if transport is not None:
                 transport.close()
         self.core.forget(self)
+
+    def drain(self) -> None:
+        """The gateway stops: handle no further request (what the client sends from now on is
+        read and dropped); close once every answer owed is written (at once if none is)."""
+        self._pauses.add("drain")
+        if self.client is not None and not self.closed:
+            self.client.resume_reading()
+        if not self._order:
+            self.close()
+
+    def abort(self) -> None:
+        """Close the client's socket without writing what it still holds."""
+        if self.client is not None:
+            self.client.abort()
 
     def expired(self, now: float, idle_s: float, timeout_s: float) -> str | None:
         """Why the gateway closes this connection at `now` (its clock, seconds), if it does: the
@@ -274,6 +298,9 @@ class Session:
         return "idle" if now - self.active > idle_s else None
 
     def lost(self, upstream: bool, exc: Exception | None) -> None:
+        if not upstream:
+            self._client_gone = True
+            self.core.flushed(self)
         if upstream and not self.closed and self.client is not None:
             self._flush()  # answers that are ready still go out
         self.close()
@@ -287,7 +314,8 @@ class Session:
 
     def _pause(self, why: str) -> None:
         """Stop reading the client's socket, for `why`: "accept" (not admitted yet), "mute" (a
-        throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting)."""
+        throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting),
+        "drain" (the gateway stops: no request is handled, the socket is still read, `drain`)."""
         if not self._pauses and self.client is not None and not self.closed:
             self.client.pause_reading()
         self._pauses.add(why)
@@ -304,7 +332,7 @@ class Session:
     # ------------------------------------------------------------------------- requests
 
     def client_data(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or "drain" in self._pauses:
             return
         self.active = self.core.clock()
         if self._proxy is not None:
@@ -807,8 +835,12 @@ class Session:
         self._decide(held)
 
     def _flush(self) -> None:
-        """Write every response that is ready, in request order; then read the next request."""
+        """Write every response that is ready, in request order; then read the next request, or
+        close when the gateway drains and nothing more is owed."""
         if self._write_ready():
+            if self.core.draining and not self._order:
+                self.close()
+                return
             self._read_requests()
 
     def _write_ready(self) -> bool:

@@ -242,8 +242,8 @@ class Gateway:
         self.max_in_flight = config.max_in_flight
         self.limits = config.limits
         self.metrics = GatewayMetrics()
-        #: client bytes held by all sessions, summed on the event loop by each sweep (the
-        #: metrics endpoint reads it from its own thread: it must not walk the sessions)
+        #: client bytes held by all sessions, summed by each sweep (a scrape must not walk
+        #: thousands of sessions)
         self.buffered = 0
         self.metrics.buffered.set_function(lambda: self.buffered)
         self._events_waiting = asyncio.Event()
@@ -262,6 +262,10 @@ class Gateway:
         self.bootstrap_node: int | None = None  # until known, bootstrap connections wait to be placed
         self.sessions: set[Session] = set()
         self.counts = ConnectionCounts(config.limits)
+        self.draining = False  # `drain`: no new connections, nothing more read
+        #: closed while draining, their last answers still leaving the socket
+        self._flushing: set[Session] = set()
+        self._drain_progress = asyncio.Event()
         self._sweep_task: asyncio.Task[None] | None = None
         self._servers: dict[int | None, asyncio.base_events.Server] = {}
         self._binding: dict[int, asyncio.Future[None]] = {}
@@ -410,6 +414,25 @@ class Gateway:
         counter = self.metrics.reader_restarts.labels(reader)
         return Supervision(on_crash=lambda _exc: counter.inc())
 
+    def readiness(self) -> dict[str, bool]:
+        """What `/ready` reports: `ready` while the gateway listens for clients (it does once the
+        upstream answered the start-up probe), has read the control topic to its end and (for
+        its own quota managers) the config topic, its readers and usage publisher run
+        (`healthy`), and it is not draining."""
+        server = self._servers.get(None)
+        state = {
+            "listening": server is not None and server.is_serving(),
+            "directives_ready": bool(getattr(self.directives, "is_ready", True)),
+            "configs_ready": self.config.local is None or (
+                self._follower is not None and self._follower.ready.is_set()),
+            "readers_healthy": self.healthy,
+            "draining": self.draining,
+        }
+        state["ready"] = (state["listening"] and state["directives_ready"]
+                          and state["configs_ready"] and state["readers_healthy"]
+                          and not self.draining)
+        return state
+
     @property
     def healthy(self) -> bool:
         """Its control-topic readers are running (for a readiness probe): False while one of
@@ -475,6 +498,46 @@ class Gateway:
                                           self.reader_supervision("usage"))
         self._publisher_loop.start()
 
+    def drain(self) -> None:
+        """Stop as a broker stops: accept no new connection and read no new request; every
+        connection closes once the answers it is owed (requests at the broker, or held by the
+        gateway) are written (`drained` waits for that). Readiness is off from now on."""
+        self.draining = True
+        for server in self._servers.values():
+            server.close()
+        for session in list(self.sessions):
+            session.drain()
+        logger.info("draining: %d connections with requests in flight", len(self.sessions))
+
+    async def drained(self, timeout: float) -> None:
+        """Until every connection closed after `drain` and what it was written has left the
+        socket; at most `timeout` seconds, then what is left is closed at once. `stop` comes
+        after (it publishes the last usage events)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.sessions or self._flushing:
+                    self._drain_progress.clear()
+                    await self._drain_progress.wait()
+        except TimeoutError:
+            logger.warning("drained for %.1f s: closing %d connections with requests still in "
+                           "flight, %d still writing", timeout, len(self.sessions),
+                           len(self._flushing))
+        for session in list(self.sessions):
+            session.close()
+        for session in list(self._flushing):
+            session.abort()
+        self._flushing.clear()
+
+    def flushing(self, session: Session) -> None:
+        """`session` closed while draining, with answers still to leave its client socket."""
+        self._flushing.add(session)
+
+    def flushed(self, session: Session) -> None:
+        """`session`'s client socket is closed: everything written to it has left."""
+        if session in self._flushing:
+            self._flushing.discard(session)
+            self._drain_progress.set()
+
     async def stop(self) -> None:
         for server in self._servers.values():
             server.close()
@@ -515,7 +578,7 @@ class Gateway:
     async def _bind(self, node_id: int) -> None:
         assert self.nodes is not None
         port = self.nodes.rule.port(node_id)
-        if port is None or node_id in self._servers:
+        if port is None or node_id in self._servers or self.draining:
             return
         try:
             await self._listen(node_id, port)
@@ -581,6 +644,8 @@ class Gateway:
             self.sessions.discard(session)
             self.counts.release(session.ip if session.placed else None)
             self.metrics.open.set(len(self.sessions))
+            if self.draining:
+                self._drain_progress.set()
 
     def connect(self, session: Session) -> None:
         session.connecting = asyncio.ensure_future(self._connect(session))
