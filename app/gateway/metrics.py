@@ -38,6 +38,9 @@ class GatewayMetrics:
         self.buffered = Gauge("quota_streams_gateway_buffered_bytes",
                               "Client bytes read and not yet forwarded, over all connections",
                               registry=r)
+        self.muted = Gauge("quota_streams_gateway_muted_connections",
+                           "Client connections muted by a throttle (KIP-219), as of the last "
+                           "sweep", registry=r)
         self.undecoded_frames = Counter("quota_streams_gateway_undecoded",
                                         "Frames passed through because they could not be decoded",
                                         ["api"], registry=r)

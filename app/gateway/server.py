@@ -246,6 +246,8 @@ class Gateway:
         #: thousands of sessions)
         self.buffered = 0
         self.metrics.buffered.set_function(lambda: self.buffered)
+        self.muted = 0  # connections muted by a throttle, counted by each sweep
+        self.metrics.muted.set_function(lambda: self.muted)
         self._events_waiting = asyncio.Event()
         self.drops = Drops()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
@@ -685,7 +687,8 @@ class Gateway:
 
     def sweep(self, now: float) -> None:
         """Close the connections idle for longer than the idle timeout and those whose broker
-        left a request unanswered for longer than the request timeout (`now`: `clock`)."""
+        left a request unanswered for longer than the request timeout (`now`: `clock`); count
+        the bytes held and the connections muted for the gauges."""
         idle = self.limits.idle_timeout_ms / 1000.0
         timeout = self.limits.request_timeout_ms / 1000.0
         for session in list(self.sessions):
@@ -693,6 +696,7 @@ class Gateway:
             if why is not None:
                 session.close(why)
         self.buffered = sum(s.buffered for s in self.sessions)
+        self.muted = sum(1 for s in self.sessions if s.muted)
 
     # ------------------------------------------------------------------------- usage events
 
