@@ -131,17 +131,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--directives-timeout", type=positive_float, default=30.0, metavar="S",
                    help="how long to wait at start for the directives to be rebuilt (default %(default)s)")
     p.add_argument("--metrics-port", type=int_at_least(0), default=0, metavar="PORT",
-                   help="serve /metrics (Prometheus) and /ready (200 once listening with the "
-                   "directives and configs read, 503 otherwise and while draining) on this "
-                   "port (default: off)")
+                   help="serve /metrics (Prometheus) and /ready (200 while listening with the "
+                   "directives and configs read and its readers running; 503 otherwise, and "
+                   "from SIGTERM on) on this port (default: off)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="address the metrics server binds (default %(default)s)")
     p.add_argument("--drain-timeout-ms", type=int_at_least(0), default=30_000, metavar="MS",
-                   help="on SIGTERM or SIGINT: stop accepting connections and reading requests, "
-                   "write the answers owed to requests in flight, close each connection once "
-                   "it owes nothing, for at most this long; then publish the last usage "
-                   "events and exit 0 (default %(default)s; keep it under Kubernetes' "
-                   "terminationGracePeriodSeconds)")
+                   help="on SIGTERM or SIGINT: stop accepting connections and handling "
+                   "requests, write the answers owed to requests in flight, close each "
+                   "connection once it owes nothing, for at most this long; then publish the "
+                   "last usage events and exit 0 (default %(default)s; keep it under "
+                   "Kubernetes' terminationGracePeriodSeconds)")
     tls = p.add_argument_group("TLS (clients to gateway, gateway to brokers)")
     tls.add_argument("--tls-cert", metavar="FILE", help="certificate clients see (PEM); enables TLS")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")

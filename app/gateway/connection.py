@@ -259,7 +259,7 @@ class Session:
             self.connecting.cancel()
         client = self.client
         if self.core.draining and client is not None and not self._client_gone:
-            self.core.flushing(self)  # until the client's socket is closed (`lost`)
+            self.core.lingering(self)  # until the client's socket is closed (`lost`)
             if client.can_write_eof():
                 # a lingering close: the answers, then a FIN; what the client still sends is
                 # read and dropped until it closes too (closed with unread bytes, the socket
@@ -300,7 +300,7 @@ class Session:
     def lost(self, upstream: bool, exc: Exception | None) -> None:
         if not upstream:
             self._client_gone = True
-            self.core.flushed(self)
+            self.core.client_closed(self)
         if upstream and not self.closed and self.client is not None:
             self._flush()  # answers that are ready still go out
         self.close()

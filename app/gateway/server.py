@@ -265,8 +265,8 @@ class Gateway:
         self.sessions: set[Session] = set()
         self.counts = ConnectionCounts(config.limits)
         self.draining = False  # `drain`: no new connections, nothing more read
-        #: closed while draining, their last answers still leaving the socket
-        self._flushing: set[Session] = set()
+        #: closed while draining, their client sockets open until the client closes its side
+        self._lingering: set[Session] = set()
         self._drain_progress = asyncio.Event()
         self._sweep_task: asyncio.Task[None] | None = None
         self._servers: dict[int | None, asyncio.base_events.Server] = {}
@@ -512,32 +512,33 @@ class Gateway:
         logger.info("draining: %d connections with requests in flight", len(self.sessions))
 
     async def drained(self, timeout: float) -> None:
-        """Until every connection closed after `drain` and what it was written has left the
-        socket; at most `timeout` seconds, then what is left is closed at once. `stop` comes
-        after (it publishes the last usage events)."""
+        """Until every connection closed after `drain` and each client closed its side (so its
+        last answers were delivered); at most `timeout` seconds, then what is left is closed at
+        once. `stop` comes after (it publishes the last usage events)."""
         try:
             async with asyncio.timeout(timeout):
-                while self.sessions or self._flushing:
+                while self.sessions or self._lingering:
                     self._drain_progress.clear()
                     await self._drain_progress.wait()
         except TimeoutError:
             logger.warning("drained for %.1f s: closing %d connections with requests still in "
-                           "flight, %d still writing", timeout, len(self.sessions),
-                           len(self._flushing))
+                           "flight, %d whose clients did not close", timeout,
+                           len(self.sessions), len(self._lingering))
         for session in list(self.sessions):
             session.close()
-        for session in list(self._flushing):
+        for session in list(self._lingering):
             session.abort()
-        self._flushing.clear()
+        self._lingering.clear()
 
-    def flushing(self, session: Session) -> None:
-        """`session` closed while draining, with answers still to leave its client socket."""
-        self._flushing.add(session)
+    def lingering(self, session: Session) -> None:
+        """`session` closed while draining: its client socket stays open until the client
+        closes its side (`client_closed`)."""
+        self._lingering.add(session)
 
-    def flushed(self, session: Session) -> None:
-        """`session`'s client socket is closed: everything written to it has left."""
-        if session in self._flushing:
-            self._flushing.discard(session)
+    def client_closed(self, session: Session) -> None:
+        """`session`'s client socket is closed."""
+        if session in self._lingering:
+            self._lingering.discard(session)
             self._drain_progress.set()
 
     async def stop(self) -> None:
