@@ -1087,3 +1087,14 @@ def test_dashboard_shows_what_the_gateway_measures_and_throttles(
                      exprs)
     variables = {v["name"] for v in dashboard["templating"]["list"]}
     assert "gateway" in variables
+
+
+def test_compose_gateway_health_and_stop(compose: dict[str, Any]) -> None:
+    """Its health is /ready on its metrics port; docker's SIGKILL waits for the drain."""
+    from app.cli import build_parser
+
+    gateway = compose["services"]["gateway"]
+    args = build_parser().parse_args(gateway["command"])
+    assert f"127.0.0.1:{args.metrics_port}/ready" in " ".join(gateway["healthcheck"]["test"])
+    grace = int(gateway["stop_grace_period"].removesuffix("s"))
+    assert grace >= args.drain_timeout_ms / 1000 + 5
