@@ -501,9 +501,10 @@ class Gateway:
         self._publisher_loop.start()
 
     def drain(self) -> None:
-        """Stop as a broker stops: accept no new connection and read no new request; every
-        connection closes once the answers it is owed (requests at the broker, or held by the
-        gateway) are written (`drained` waits for that). Readiness is off from now on."""
+        """Stop without losing an answer owed: accept no new connection and handle no new
+        request; every connection closes once the answers it is owed (requests at the broker,
+        or held by the gateway) are written (`drained` waits for that). Readiness is off from
+        now on."""
         self.draining = True
         for server in self._servers.values():
             server.close()
