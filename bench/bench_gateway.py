@@ -16,7 +16,12 @@ the fastest client here, so the gateway is what is measured):
 
 Throughput is printed per path and as a ratio (target: >= 70% of direct); latency as the p50/p99
 added (target: <= 2 ms at p99). Both share two cores with the broker and the client, so compare
-within a run. Run:
+within a run.
+
+The gateway's cost is printed as CPU milliseconds per MB moved: the CPU time (user + system,
+from /proc) of the gateway process over each produce and fetch through it, divided by the record
+bytes moved. It is the unit Kroxylicious publishes (millicores per MB/s: 4-30 for its proxy;
+Conduktor's gateway ~70-100), and read as cores per GB/s it is the sizing rule. Run:
 
     python bench/bench_gateway.py [--records 200000] [--size 1000] [--rounds 2]
 """
@@ -125,13 +130,34 @@ def _requests(stats: dict[str, Any], api: str) -> int:
     return sum(b.get("req", {}).get(api, 0) for b in stats.get("brokers", {}).values())
 
 
-def run_measure(kind: str, bootstrap: str, topic: str, *args: str) -> dict[str, Any]:
-    """One measurement in a fresh process."""
+def run_measure(kind: str, bootstrap: str, topic: str, *args: str,
+                gateway_pid: int | None = None) -> dict[str, Any]:
+    """One measurement in a fresh process; with `gateway_pid`, the CPU seconds that process
+    used meanwhile (`gateway_cpu_s`)."""
+    cpu = None if gateway_pid is None else cpu_seconds(gateway_pid)
     out = subprocess.run([sys.executable, __file__, "--measure", kind, bootstrap, topic, *args],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if gateway_pid is not None and cpu is not None:
+        result["gateway_cpu_s"] = cpu_seconds(gateway_pid) - cpu
+    return result
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time, user and system, that process `pid` has used so far (Linux /proc)."""
+    # fields after the command name, which is in parentheses and may hold spaces: utime and
+    # stime are the 14th and 15th fields of the line, in clock ticks
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms_per_mb(results: list[dict[str, Any]]) -> float:
+    """The gateway's CPU milliseconds per MB (10^6 bytes) of records moved, over `results`;
+    the same number is its millicores per MB/s, and its cores per GB/s."""
+    moved = sum(r["bytes"] for r in results)
+    return sum(r["gateway_cpu_s"] for r in results) * 1000 / (moved / 1e6) if moved else 0.0
 
 
 # ------------------------------------------------------------------------------- the bench
@@ -172,13 +198,16 @@ def main() -> int:
         results: dict[str, dict[str, list[dict[str, Any]]]] = {p: {"produce": [], "fetch": []} for p in paths}
         for round_ in range(args.rounds):
             for path, bootstrap in paths.items():
+                pid = gateway.proc.pid if path == "gateway" else None
                 topic = f"bench-{tag}-{path}-{round_}"
                 create_topics_sync(str(cluster.bootstrap), [(topic, 1, {})])
                 print(f"round {round_ + 1}: {path} produce", file=sys.stderr)
-                results[path]["produce"].append(
-                    run_measure("produce", bootstrap, topic, str(args.records), str(args.size)))
+                results[path]["produce"].append(run_measure(
+                    "produce", bootstrap, topic, str(args.records), str(args.size),
+                    gateway_pid=pid))
                 print(f"round {round_ + 1}: {path} fetch", file=sys.stderr)
-                results[path]["fetch"].append(run_measure("fetch", bootstrap, topic, str(args.records)))
+                results[path]["fetch"].append(run_measure(
+                    "fetch", bootstrap, topic, str(args.records), gateway_pid=pid))
         direct_rate = statistics.median(r["records"] / r["seconds"] for r in results["direct"]["produce"])
         latency: dict[float, dict[str, dict[str, Any]]] = {}
         for share in LATENCY_SHARES:
@@ -212,6 +241,12 @@ def report(results: dict[str, Any], latency: dict[float, Any], direct_rate: floa
     for name, kind, f in rows:
         d, g = med("direct", kind, f), med("gateway", kind, f)
         print(f"{name:18}{d:>14,.1f}{g:>14,.1f}{g / d if d else 0:>8.2f}")
+    gateway = results["gateway"]
+    produce, fetch = cpu_ms_per_mb(gateway["produce"]), cpu_ms_per_mb(gateway["fetch"])
+    both = cpu_ms_per_mb(gateway["produce"] + gateway["fetch"])
+    print(f"\ngateway CPU ms per MB moved (= millicores per MB/s = cores per GB/s): produce "
+          f"{produce:.1f}, fetch {fetch:.1f}, both {both:.1f} (Kroxylicious publishes 4-30, "
+          f"Conduktor ~70-100); one core moves about {1000 / both if both else 0:,.0f} MB/s")
     print(f"\nproduce latency per record (ms), acks=all, linger.ms=5, at shares of the direct "
           f"produce rate ({direct_rate:,.0f} records/s):")
     print(f"{'share':>6}{'records/s':>11}{'direct p50':>12}{'p99':>8}{'gateway p50':>13}{'p99':>8}"

@@ -99,6 +99,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "start-up probe asks ApiVersions only, and the brokers are learned once a "
                    "client has authenticated unless --first-node-id and --bootstrap-node-id "
                    "are given")
+    p.add_argument("--proxy-protocol", action="store_true",
+                   help="every client connection starts with a PROXY protocol header (v1 or v2) "
+                   "from a load balancer, naming the client: its address is the one per-IP "
+                   "caps, connection quotas and usage events see; a connection without a "
+                   "valid header is closed. Only behind a balancer that always sends one: "
+                   "anyone who can reach the gateway directly could name any address")
     limits = p.add_argument_group("limits (what a connection is held to; docs/gateway.md)")
     limits.add_argument("--max-request-bytes", type=int_at_least(PRE_AUTH_FRAME),
                         default=MAX_REQUEST_BYTES, metavar="N",
@@ -125,9 +131,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--directives-timeout", type=positive_float, default=30.0, metavar="S",
                    help="how long to wait at start for the directives to be rebuilt (default %(default)s)")
     p.add_argument("--metrics-port", type=int_at_least(0), default=0, metavar="PORT",
-                   help="serve Prometheus metrics on this port (default: off)")
+                   help="serve /metrics (Prometheus) and /ready (200 while listening with the "
+                   "directives and configs read and its readers running; 503 otherwise, and "
+                   "from SIGTERM on) on this port (default: off)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="address the metrics server binds (default %(default)s)")
+    p.add_argument("--drain-timeout-ms", type=int_at_least(0), default=30_000, metavar="MS",
+                   help="on SIGTERM or SIGINT: stop accepting connections and handling "
+                   "requests, write the answers owed to requests in flight, close each "
+                   "connection once it owes nothing, for at most this long; then publish the "
+                   "last usage events and exit 0 (default %(default)s; keep it under "
+                   "Kubernetes' terminationGracePeriodSeconds)")
     tls = p.add_argument_group("TLS (clients to gateway, gateway to brokers)")
     tls.add_argument("--tls-cert", metavar="FILE", help="certificate clients see (PEM); enables TLS")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
@@ -152,7 +166,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "is still verified)")
     p.add_argument("--no-create-topics", action="store_true",
                    help="do not create missing product topics at start (when an operator manages them)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="default: QS_LOG_LEVEL (info)")
     p.set_defaults(run=run)
 
 
@@ -172,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
                               "check KAFKA_BOOTSTRAP_SERVERS" if settings.kafka_bootstrap_servers
                               else "check --upstream (the gateway's own Kafka connection uses it "
                               "while KAFKA_BOOTSTRAP_SERVERS is not set)")
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=log_level(args), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("aiokafka", "kafka"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -188,31 +203,44 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(gateway: Gateway, args: argparse.Namespace) -> None:
+    """Serve until SIGTERM or SIGINT, then drain (`Gateway.drain`) and stop. The HTTP port
+    answers from the start, so that a probe sees the gateway starting (not ready) rather than
+    nothing, and keeps answering through the drain (503)."""
     import asyncio
     import signal
+
+    from app.gateway.server import GatewayError
+    from app.gateway.status import StatusServer
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    status = StatusServer(gateway.metrics.registry, gateway.readiness)
     try:
-        await gateway.start()
         if args.metrics_port:
-            from prometheus_client import start_http_server
-
-            from app.gateway.server import GatewayError
-
             try:
-                start_http_server(args.metrics_port, args.metrics_host, gateway.metrics.registry)
+                await status.start(args.metrics_host, args.metrics_port)
             except OSError as exc:
                 raise GatewayError(f"cannot serve metrics on {args.metrics_host}:"
                                    f"{args.metrics_port}: {exc.strerror or exc}") from None
+        await gateway.start()
         cfg = gateway.config
         print(f"gateway ready: bootstrap {cfg.advertised_host}:{cfg.listen[1]}; brokers "
               f"{gateway.describe_ports()}", flush=True)
         await stop.wait()
+        gateway.drain()
+        await gateway.drained(args.drain_timeout_ms / 1000.0)
     finally:
-        await gateway.stop()  # also what a failed start opened
+        await gateway.stop()  # also what a failed start opened; the last events go out
+        await status.stop()
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """`--log-level`, else QS_LOG_LEVEL: the setting every process of a deployment shares."""
+    from app.settings import load
+
+    return str(args.log_level or load().log_level).upper()
 
 
 def build_config(args: argparse.Namespace) -> GatewayConfig:
@@ -234,6 +262,10 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         pass  # a host name
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UserError("--tls-cert and --tls-key go together")
+    if args.proxy_protocol and args.tls_cert:
+        raise UserError("--proxy-protocol with --tls-cert is not supported (the PROXY header "
+                        "comes before the TLS handshake): terminate TLS at the load balancer, or "
+                        "use the gateway's TLS without the PROXY protocol")
     check_upstream_identity(args)
     if (args.gateway_id is None) != (args.gateways is None):
         raise UserError("--gateway-id and --gateways go together: give every gateway in front "
@@ -251,7 +283,9 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
             window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
             controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
             controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
-            allocation_sample_ms=int(settings.allocation_sample_ms)),  # type: ignore[call-overload]
+            allocation_sample_ms=int(settings.allocation_sample_ms),  # type: ignore[call-overload]
+            config_grace_ms=int(settings.config_grace_ms),  # type: ignore[call-overload]
+            idle_expiry_ms=int(settings.idle_expiry_ms)),  # type: ignore[call-overload]
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
         columnar_events=settings.event_format == "columnar",
         max_record_bytes=int(settings.event_record_bytes),  # type: ignore[call-overload]
@@ -260,6 +294,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,
         flush_ms=args.flush_ms, aggregate=args.aggregate, max_in_flight=args.max_in_flight,
         directives_timeout=args.directives_timeout, upstream_sasl=args.upstream_sasl,
+        proxy_protocol=args.proxy_protocol,
         limits=Limits(max_request_bytes=args.max_request_bytes,
                       max_connections=args.max_connections,
                       max_connections_per_ip=args.max_connections_per_ip,

@@ -26,6 +26,11 @@ What is measured per request (`UsageRecorder`, flushed by the gateway every few 
 - acks=0 Produce is `exempt` (charged its bytes, not its time), as in Kafka. SASL requests on a
   SASL listener are not events (the broker's authenticator serves them, not KafkaApis).
 
+What the gateway adds to a request's latency is its own metric (`Pending.own`): from the moment
+it could read the request (the read loop starts: not while a throttle, admission, backpressure
+or the broker's answer to an earlier request holds it) to its write to the broker, plus from the
+broker's answer to the write of the response (not while it waits behind an earlier response).
+
 Nothing a client sends turns that off: a frame the gateway cannot decode is still charged,
 throttled and muted; what it cannot follow at all (framing it cannot read, a request before
 authentication on a SASL listener, raw SASL tokens it cannot count, a mutation it cannot read
@@ -44,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -65,9 +69,15 @@ from app.gateway.frames import (
     correlation_id,
     request_header,
 )
-from app.gateway.limits import MUTATION_BYTES, MUTATION_TOPICS, PRE_AUTH_FRAME
+from app.gateway.limits import (
+    MUTATION_BYTES,
+    MUTATION_TOPICS,
+    PRE_AUTH_FRAME,
+    PROXY_HEADER_TIMEOUT_S,
+)
 from app.gateway.messages import MessageError
 from app.gateway.mutations import MutationContext
+from app.gateway.proxy_protocol import ProxyHeaderError, ProxyHeaderReader
 
 if TYPE_CHECKING:
     from app.gateway.server import Gateway
@@ -104,15 +114,23 @@ def _send(transport: asyncio.WriteTransport, payload: bytes) -> None:
 
 @dataclass(slots=True)
 class Pending:
-    """A request waiting for its response to be written back (in request order)."""
+    """A request waiting for its response to be written back (in request order).
+
+    `own` adds up the time the gateway itself spends on it (`latency_seconds`): from when it
+    could read the request to its write to the broker, and from the broker's answer to the write
+    of the response; `since` is when the stretch being timed began. Waiting for the broker (its
+    answer, or an earlier request's), for admission or for a throttle is not the gateway's.
+    """
 
     kind: int  # FORWARDED, LOCAL, HELD, INTERNAL or TOKEN
     header: RequestHeader
     size: int  # request bytes, without the size prefix
-    sent: float = 0.0  # perf_counter when written to the broker
+    sent: float = 0.0  # the gateway's clock when written to the broker
     payload: bytes | None = None  # the response to write, once ready
     ready: bool = False
     context: Any = None  # what the response handler needs of the request
+    since: float = 0.0
+    own: float = 0.0
 
 
 class _Side(asyncio.Protocol):
@@ -154,10 +172,15 @@ class Session:
         self.client: asyncio.Transport | None = None
         self.broker: asyncio.Transport | None = None
         self.ip = ""
+        self.placed = False  # counted under `ip` (`Gateway.admit`)
+        self._client_gone = False  # the client's socket is closed
+        #: the PROXY header still to be read before anything else (`config.proxy_protocol`)
+        self._proxy = ProxyHeaderReader() if core.config.proxy_protocol else None
         self.auth = Authentication(core.config.upstream_sasl)
         self.closed = False
         self.connecting: asyncio.Future[None] | None = None  # the broker connection being made
-        self.active = time.perf_counter()  # when bytes last came from either side
+        self.opened_at = core.clock()
+        self.active = self.opened_at  # when bytes last came from either side
         self._max_request = core.limits.max_request_bytes
         self._from_client = FrameReader(self.auth.frame_limit(self._max_request),
                                         held_keys=apis.AUTHENTICATOR_APIS,
@@ -169,7 +192,8 @@ class Session:
         self._muted_until = 0  # epoch ms
         self._unmute: asyncio.TimerHandle | None = None
         self._pauses: set[str] = set()  # why client reading is paused (see _pause)
-        self._last_response = 0.0  # perf_counter of the previous response from the broker
+        self._last_response = 0.0  # the clock at the previous response from the broker
+        self._read_at = 0.0  # the clock when the read loop last started: requests readable
         self._reading = False  # inside _read_requests (a flush from within must not re-enter)
         self._client_id = ""  # of the last request: what decides the in-flight limit
         self._limited = False
@@ -188,14 +212,20 @@ class Session:
         self.client = transport
         peer = transport.get_extra_info("peername")
         self.ip = str(peer[0]) if peer else ""
-        self._pause("accept")  # until the gateway admits it (connection quotas) and the broker is up
-        self.core.admit(self)
+        if not self.core.opened(self):
+            return
+        if self._proxy is None:
+            self._pause("accept")  # until admitted (connection quotas) and the broker is up
+            self.core.admit(self)
+        # else its first bytes are read: the PROXY header names the client to admit
 
     @property
     def buffered(self) -> int:
         """Client bytes read and not yet handled: at most the frame limit of the connection's
-        state or READ_AHEAD, whichever is larger, plus one socket read."""
-        return self._from_client.buffered
+        state or READ_AHEAD, whichever is larger, plus one socket read (a PROXY header's
+        bytes, before it)."""
+        proxy = 0 if self._proxy is None else self._proxy.buffered
+        return self._from_client.buffered + proxy
 
     @property
     def user(self) -> str:
@@ -227,15 +257,40 @@ class Session:
             self._unmute.cancel()
         if self.connecting is not None:
             self.connecting.cancel()
-        for transport in (self.client, self.broker):
+        client = self.client
+        if self.core.draining and client is not None and not self._client_gone:
+            self.core.lingering(self)  # until the client's socket is closed (`lost`)
+            if client.can_write_eof():
+                # a lingering close: the answers, then a FIN; what the client still sends is
+                # read and dropped until it closes too (closed with unread bytes, the socket
+                # would be reset, and answers not yet delivered lost)
+                client.write_eof()
+                client = None
+        for transport in (client, self.broker):
             if transport is not None:
                 transport.close()
         self.core.forget(self)
 
+    def drain(self) -> None:
+        """The gateway stops: handle no further request (what the client sends from now on is
+        read and dropped); close once every answer owed is written (at once if none is)."""
+        self._pauses.add("drain")
+        if self.client is not None and not self.closed:
+            self.client.resume_reading()
+        if not self._order:
+            self.close()
+
+    def abort(self) -> None:
+        """Close the client's socket without writing what it still holds."""
+        if self.client is not None:
+            self.client.abort()
+
     def expired(self, now: float, idle_s: float, timeout_s: float) -> str | None:
-        """Why the gateway closes this connection at `now` (perf_counter seconds), if it does: the
+        """Why the gateway closes this connection at `now` (its clock, seconds), if it does: the
         broker left a request unanswered for `timeout_s`, or nothing came either way for
         `idle_s` while nothing was outstanding (a muted connection waits for its throttle)."""
+        if self._proxy is not None:
+            return "proxy_header_timeout" if now - self.opened_at > PROXY_HEADER_TIMEOUT_S else None
         if self._awaiting:
             return "request_timeout" if now - self._awaiting[0].sent > timeout_s else None
         if self._order or self.muted:
@@ -243,6 +298,9 @@ class Session:
         return "idle" if now - self.active > idle_s else None
 
     def lost(self, upstream: bool, exc: Exception | None) -> None:
+        if not upstream:
+            self._client_gone = True
+            self.core.client_closed(self)
         if upstream and not self.closed and self.client is not None:
             self._flush()  # answers that are ready still go out
         self.close()
@@ -256,7 +314,8 @@ class Session:
 
     def _pause(self, why: str) -> None:
         """Stop reading the client's socket, for `why`: "accept" (not admitted yet), "mute" (a
-        throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting)."""
+        throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting),
+        "drain" (the gateway stops: no request is handled, the socket is still read, `drain`)."""
         if not self._pauses and self.client is not None and not self.closed:
             self.client.pause_reading()
         self._pauses.add(why)
@@ -273,11 +332,33 @@ class Session:
     # ------------------------------------------------------------------------- requests
 
     def client_data(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or "drain" in self._pauses:
             return
-        self.active = time.perf_counter()
+        self.active = self.core.clock()
+        if self._proxy is not None:
+            self._proxy_header(data)
+            return
         self._from_client.feed(data)
         self._read_requests()
+
+    def _proxy_header(self, data: bytes) -> None:
+        """The connection's first bytes, until its PROXY header names the client: then it is
+        admitted as that client, and what came after the header is its first Kafka bytes."""
+        assert self._proxy is not None
+        try:
+            done = self._proxy.feed(data)
+        except ProxyHeaderError as exc:
+            self.close("proxy_header", str(exc))
+            return
+        if done is None:
+            return
+        header, rest = done
+        self._proxy = None
+        if header.source is not None:
+            self.ip = header.source[0]
+        self._pause("accept")
+        self._from_client.feed(rest)  # read once admitted
+        self.core.admit(self)
 
     def _read_requests(self) -> None:
         """Handle the requests read so far, as a broker does: one at a time per connection (the
@@ -292,6 +373,7 @@ class Session:
             self._reading = False
 
     def _read_loop(self) -> None:
+        self._read_at = self.core.clock()  # what is complete now is readable from now
         while not self.closed:
             if self._pauses - {"backlog"} or len(self._order) >= self._in_flight():
                 break
@@ -409,7 +491,8 @@ class Session:
         """A delegation token's exchange: refused as a broker refuses one (an authentication
         error, then the connection closes), without reaching the broker."""
         pending = Pending(LOCAL, header, 0, ready=True, payload=messages.sasl_authenticate_error(
-            header.api_version, header.correlation_id, DELEGATION_TOKEN_REFUSED))
+            header.api_version, header.correlation_id, DELEGATION_TOKEN_REFUSED),
+            since=self._read_at)
         self._order.append(pending)
         self._write_ready()
         self.close("delegation_token", "SCRAM with tokenauth=true")
@@ -421,11 +504,12 @@ class Session:
         if self.auth.client_token(token) == DELEGATION_TOKEN:
             self.close("delegation_token", "raw SCRAM with tokenauth=true")
             return
-        pending = Pending(TOKEN, RAW_TOKEN, len(token), time.perf_counter())
+        pending = Pending(TOKEN, RAW_TOKEN, len(token))
         self._order.append(pending)
         self._awaiting.append(pending)
         self._sasl_waiting += 1
         _send(self.broker, token)
+        pending.sent = self.core.clock()
 
     def _mutation_request(self, header: RequestHeader, payload: bytes) -> None:
         """A mutation request is charged per topic, so one the gateway cannot read (or that
@@ -443,10 +527,16 @@ class Session:
 
     def _forward(self, header: RequestHeader, payload: bytes, context: Any) -> None:
         assert self.broker is not None
-        pending = Pending(FORWARDED, header, len(payload), time.perf_counter(), context=context)
+        pending = Pending(FORWARDED, header, len(payload), context=context, since=self._read_at)
         self._order.append(pending)
         self._awaiting.append(pending)
         _send(self.broker, payload)
+        self._sent(pending)
+
+    def _sent(self, pending: Pending) -> None:
+        """`pending` was just written to the broker: the broker's time starts."""
+        pending.sent = now = self.core.clock()
+        pending.own += now - pending.since
 
     def _forward_without_response(self, header: RequestHeader, payload: bytes) -> None:
         """acks=0 Produce: no response comes, so none is awaited; charged its bytes, exempt from
@@ -454,6 +544,7 @@ class Session:
         assert self.broker is not None
         _send(self.broker, payload)
         core, now = self.core, self.core.now_ms()
+        core.metrics.latency(apis.PRODUCE, core.clock() - self._read_at)
         core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
                            "Produce", len(payload), 0.0, 0.0, exempt=True)
         ms = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
@@ -466,7 +557,7 @@ class Session:
     def _mutation(self, header: RequestHeader, context: MutationContext) -> None:
         """Plan the request's topics against the mutation quota (after looking up the partition
         counts it charges, if any), then forward the admitted ones and answer the rest."""
-        pending = Pending(HELD, header, len(context.payload), context=context)
+        pending = Pending(HELD, header, len(context.payload), context=context, since=self._read_at)
         self._order.append(pending)
         if not (context.needs_lookup and self._lookup_partitions(pending)):
             self._decide(pending)  # nothing to look up, or no lookup possible: charge what is known
@@ -494,10 +585,11 @@ class Session:
             payload = context.forwarded_payload()
         except MessageError:
             payload, context.plan = context.payload, None
-        pending.kind, pending.sent = FORWARDED, time.perf_counter()
+        pending.kind = FORWARDED
         self._awaiting.append(pending)
         assert self.broker is not None
         _send(self.broker, payload)
+        self._sent(pending)
 
     def _lookup_partitions(self, held: Pending) -> bool:
         """An internal Metadata request on this connection, answered before the mutation (the
@@ -513,10 +605,12 @@ class Session:
         except MessageError:
             return False
         lookup = RequestHeader(apis.METADATA, version, self._internal_ids, "", -1)
-        self._awaiting.append(Pending(INTERNAL, lookup, len(payload), time.perf_counter(),
-                                      context=held))
+        internal = Pending(INTERNAL, lookup, len(payload), context=held)
+        self._awaiting.append(internal)
         assert self.broker is not None
         _send(self.broker, payload)
+        self._sent(internal)
+        held.own += internal.sent - held.since  # the broker's time, until the lookup's answer
         return True
 
     # ------------------------------------------------------------------------- responses
@@ -524,7 +618,7 @@ class Session:
     def upstream_data(self, data: bytes) -> None:
         if self.closed:
             return
-        self.active = time.perf_counter()
+        self.active = self.core.clock()
         self._from_broker.feed(data)
         while not self.closed:
             try:
@@ -545,9 +639,9 @@ class Session:
             self._response(pending, payload)
 
     def _response(self, pending: Pending, payload: bytes) -> None:
-        arrived = time.perf_counter()
+        arrived = self.core.clock()
         service = (arrived - max(pending.sent, self._last_response)) * 1000.0
-        self._last_response = arrived
+        self._last_response = pending.since = arrived
         if pending.kind == INTERNAL:
             self._lookup_answer(pending, payload)
             return
@@ -711,9 +805,11 @@ class Session:
         self._internal_ids -= 1
         payload = messages.metadata_request(version, self._internal_ids, "quota-streams-gateway", [])
         lookup = RequestHeader(apis.METADATA, version, self._internal_ids, "", -1)
-        self._awaiting.append(Pending(INTERNAL, lookup, len(payload), time.perf_counter()))
+        internal = Pending(INTERNAL, lookup, len(payload))
+        self._awaiting.append(internal)
         assert self.broker is not None
         _send(self.broker, payload)
+        internal.sent = self.core.clock()
 
     def _cluster_answer(self, internal: Pending, payload: bytes) -> None:
         try:
@@ -731,6 +827,7 @@ class Session:
             self._cluster_answer(internal, payload)
             return
         held: Pending = internal.context
+        held.since = internal.since  # the gateway's again, from the lookup's answer
         try:
             held.context.learn(payload, internal.header.api_version)
         except MessageError as exc:
@@ -738,19 +835,31 @@ class Session:
         self._decide(held)
 
     def _flush(self) -> None:
-        """Write every response that is ready, in request order; then read the next request."""
+        """Write every response that is ready, in request order; then read the next request, or
+        close when the gateway drains and nothing more is owed."""
         if self._write_ready():
+            if self.core.draining and not self._order:
+                self.close()
+                return
             self._read_requests()
 
     def _write_ready(self) -> bool:
-        """Write every response that is ready, in request order; True if any was."""
-        order, client = self._order, self.client
+        """Write every response that is ready, in request order; True if any was. A response
+        that waited behind an earlier one waited for the broker: its own time starts with the
+        write before it."""
+        order, client, clock = self._order, self.client, self.core.clock
         wrote = False
+        written = 0.0
         while order and order[0].ready:
             pending = order.popleft()
             wrote = True
             if client is not None and not self.closed and pending.payload is not None:
                 _send(client, pending.payload)
+                now = clock()
+                if pending.kind != TOKEN:
+                    pending.own += now - max(pending.since, written)
+                    self.core.metrics.latency(pending.header.api_key, pending.own)
+                written = now
         return wrote
 
     # ------------------------------------------------------------------------- muting
@@ -771,7 +880,7 @@ class Session:
             self._mute_until(self._muted_until)
             return
         self._muted_until = 0
-        self.active = time.perf_counter()  # idle from the end of its throttle, at the earliest
+        self.active = self.core.clock()  # idle from the end of its throttle, at the earliest
         self._resume("mute")
 
     @property

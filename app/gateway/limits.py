@@ -11,6 +11,8 @@ Kafka's limits, and the gateway's own where a broker has none:
 - connections in total and per client IP (Kafka: max.connections, max.connections.per.ip,
   unlimited by default there; bounded here, since the gateway's memory is the clients');
 - connections waiting in one broker port's acceptor while a connection quota delays it;
+- with the PROXY protocol, a connection's header: complete within `PROXY_HEADER_TIMEOUT_S` (the
+  spec asks for at least 3 s, a TCP retransmit) and at most its bounds (`proxy_protocol`);
 - idle connections (Kafka's connections.max.idle.ms, 10 minutes) and requests a broker leaves
   unanswered (`request_timeout_ms`: above the longest wait a client asks of a broker, a
   JoinGroup's rebalance timeout, 5 minutes by default);
@@ -30,6 +32,8 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 #: the connection: it cannot be charged). A CreateTopics of this size holds thousands of topics.
 MUTATION_BYTES = 1024 * 1024
 MUTATION_TOPICS = 10_000
+#: Seconds a connection has to complete its PROXY protocol header (`--proxy-protocol`).
+PROXY_HEADER_TIMEOUT_S = 10.0
 
 #: Why the gateway closed a connection: the only values of the `reason` label.
 CLOSE_REASONS: tuple[str, ...] = (
@@ -46,6 +50,8 @@ CLOSE_REASONS: tuple[str, ...] = (
     # or an answer whose addresses the gateway cannot read to rewrite
     "idle",  # nothing either way for --idle-timeout-ms
     "request_timeout",  # the broker left a request unanswered for --request-timeout-ms
+    "proxy_header",  # --proxy-protocol: the connection did not start with a valid PROXY header
+    "proxy_header_timeout",  # --proxy-protocol: its header was not complete in time
 )
 
 #: Outcomes of a new connection: the only values of the `outcome` label.
@@ -74,7 +80,9 @@ class Limits:
 
 
 class ConnectionCounts:
-    """Open client connections, in total and per IP, against the caps."""
+    """Open client connections, in total and per IP, against the caps. A connection is counted
+    in the total when it opens and under its IP once that is known (behind a load balancer,
+    from its PROXY header)."""
 
     __slots__ = ("_per_ip", "limits", "total")
 
@@ -83,23 +91,29 @@ class ConnectionCounts:
         self.total = 0
         self._per_ip: dict[str, int] = {}
 
-    def admit(self, ip: str) -> str | None:
-        """Count a new connection from `ip`; or the outcome that refuses it (nothing counted)."""
+    def open(self) -> str | None:
+        """Count a new connection; or the outcome that refuses it (nothing counted)."""
         if self.total >= self.limits.max_connections:
             return "over_limit"
+        self.total += 1
+        return None
+
+    def place(self, ip: str) -> str | None:
+        """Count an open connection under its client's `ip`; or the outcome that refuses it."""
         n = self._per_ip.get(ip, 0)
         if n >= self.limits.max_connections_per_ip:
             return "over_ip_limit"
         self._per_ip[ip] = n + 1
-        self.total += 1
         return None
 
-    def release(self, ip: str) -> None:
-        n = self._per_ip.get(ip, 0) - 1
-        if n > 0:
-            self._per_ip[ip] = n
-        else:
-            self._per_ip.pop(ip, None)
+    def release(self, ip: str | None) -> None:
+        """A connection closed: `ip` is what it was placed under (None: never placed)."""
+        if ip is not None:
+            n = self._per_ip.get(ip, 0) - 1
+            if n > 0:
+                self._per_ip[ip] = n
+            else:
+                self._per_ip.pop(ip, None)
         self.total -= 1
 
     def of(self, ip: str) -> int:

@@ -19,8 +19,11 @@ behind it, at most `max_queued_connections`: the newest past that is closed), th
 connection is accepted; an IP under `close_connection` gets its socket held, unread, and closed
 when the throttle ends, never reaching a broker. Only accepted connections are events. Before
 any of that, a connection over the gateway's caps (`max_connections` in all, and per IP) is
-closed at once; every open one counts, admitted or not. A sweep closes idle connections and
-those whose broker left a request unanswered (`limits.Limits`).
+closed at once; every open one counts, admitted or not. Behind a load balancer speaking the
+PROXY protocol (`proxy_protocol`), the client's address is the one its header names: the
+connection counts in the total from its first byte, and is judged per IP (caps, quotas,
+events) once the header is read. A sweep closes idle connections and those whose broker left a
+request unanswered (`limits.Limits`).
 
 When the control topic cannot be read, the directives already known stay in force until their
 `until`, and nothing new is learned: the gateway fails open, as a broker without the quota
@@ -37,7 +40,7 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +116,9 @@ class GatewayConfig:
     #: the upstream listener requires SASL: nothing but ApiVersions and SASL is served (or
     #: decoded) before a connection authenticates, and its frames are held to 512 KiB until then
     upstream_sasl: bool = False
+    #: every client connection starts with a PROXY protocol header naming the client (a load
+    #: balancer's): its address is the one the caps, the quotas and the events see
+    proxy_protocol: bool = False
     limits: Limits = field(default_factory=Limits)
     client_tls: ssl.SSLContext | None = None
     upstream_tls: ssl.SSLContext | None = None
@@ -227,6 +233,8 @@ class Gateway:
     def __init__(self, config: GatewayConfig, directives: Directives | None = None,
                  local: LocalQuotas | None = None) -> None:
         self.config = config
+        #: seconds, monotonic: connection timings (idle, service time, the latency it adds)
+        self.clock: Callable[[], float] = time.perf_counter
         self.local = local if local is not None or config.local is None else LocalQuotas(
             config.local, gateway=-1 if config.gateway_id is None else config.gateway_id)
         self._follower: Any = None
@@ -234,10 +242,12 @@ class Gateway:
         self.max_in_flight = config.max_in_flight
         self.limits = config.limits
         self.metrics = GatewayMetrics()
-        #: client bytes held by all sessions, summed on the event loop by each sweep (the
-        #: metrics endpoint reads it from its own thread: it must not walk the sessions)
+        #: client bytes held by all sessions, summed by each sweep (a scrape must not walk
+        #: thousands of sessions)
         self.buffered = 0
         self.metrics.buffered.set_function(lambda: self.buffered)
+        self.muted = 0  # connections muted by a throttle, counted by each sweep
+        self.metrics.muted.set_function(lambda: self.muted)
         self._events_waiting = asyncio.Event()
         self.drops = Drops()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
@@ -254,6 +264,10 @@ class Gateway:
         self.bootstrap_node: int | None = None  # until known, bootstrap connections wait to be placed
         self.sessions: set[Session] = set()
         self.counts = ConnectionCounts(config.limits)
+        self.draining = False  # `drain`: no new connections, nothing more read
+        #: closed while draining, their client sockets open until the client closes its side
+        self._lingering: set[Session] = set()
+        self._drain_progress = asyncio.Event()
         self._sweep_task: asyncio.Task[None] | None = None
         self._servers: dict[int | None, asyncio.base_events.Server] = {}
         self._binding: dict[int, asyncio.Future[None]] = {}
@@ -402,6 +416,25 @@ class Gateway:
         counter = self.metrics.reader_restarts.labels(reader)
         return Supervision(on_crash=lambda _exc: counter.inc())
 
+    def readiness(self) -> dict[str, bool]:
+        """What `/ready` reports: `ready` while the gateway listens for clients (it does once the
+        upstream answered the start-up probe), has read the control topic to its end and (for
+        its own quota managers) the config topic, its readers and usage publisher run
+        (`healthy`), and it is not draining."""
+        server = self._servers.get(None)
+        state = {
+            "listening": server is not None and server.is_serving(),
+            "directives_ready": bool(getattr(self.directives, "is_ready", True)),
+            "configs_ready": self.config.local is None or (
+                self._follower is not None and self._follower.ready.is_set()),
+            "readers_healthy": self.healthy,
+            "draining": self.draining,
+        }
+        state["ready"] = (state["listening"] and state["directives_ready"]
+                          and state["configs_ready"] and state["readers_healthy"]
+                          and not self.draining)
+        return state
+
     @property
     def healthy(self) -> bool:
         """Its control-topic readers are running (for a readiness probe): False while one of
@@ -467,6 +500,48 @@ class Gateway:
                                           self.reader_supervision("usage"))
         self._publisher_loop.start()
 
+    def drain(self) -> None:
+        """Stop without losing an answer owed: accept no new connection and handle no new
+        request; every connection closes once the answers it is owed (requests at the broker,
+        or held by the gateway) are written (`drained` waits for that). Readiness is off from
+        now on."""
+        self.draining = True
+        for server in self._servers.values():
+            server.close()
+        for session in list(self.sessions):
+            session.drain()
+        logger.info("draining: %d connections with requests in flight", len(self.sessions))
+
+    async def drained(self, timeout: float) -> None:
+        """Until every connection closed after `drain` and each client closed its side (so its
+        last answers were delivered); at most `timeout` seconds, then what is left is closed at
+        once. `stop` comes after (it publishes the last usage events)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.sessions or self._lingering:
+                    self._drain_progress.clear()
+                    await self._drain_progress.wait()
+        except TimeoutError:
+            logger.warning("drained for %.1f s: closing %d connections with requests still in "
+                           "flight, %d whose clients did not close", timeout,
+                           len(self.sessions), len(self._lingering))
+        for session in list(self.sessions):
+            session.close()
+        for session in list(self._lingering):
+            session.abort()
+        self._lingering.clear()
+
+    def lingering(self, session: Session) -> None:
+        """`session` closed while draining: its client socket stays open until the client
+        closes its side (`client_closed`)."""
+        self._lingering.add(session)
+
+    def client_closed(self, session: Session) -> None:
+        """`session`'s client socket is closed."""
+        if session in self._lingering:
+            self._lingering.discard(session)
+            self._drain_progress.set()
+
     async def stop(self) -> None:
         for server in self._servers.values():
             server.close()
@@ -507,7 +582,7 @@ class Gateway:
     async def _bind(self, node_id: int) -> None:
         assert self.nodes is not None
         port = self.nodes.rule.port(node_id)
-        if port is None or node_id in self._servers:
+        if port is None or node_id in self._servers or self.draining:
             return
         try:
             await self._listen(node_id, port)
@@ -538,15 +613,27 @@ class Gateway:
 
     # ------------------------------------------------------------------------- connections
 
+    def opened(self, session: Session) -> bool:
+        """A new client connection, within `--max-connections` (else closed: False). Its client's
+        address may not be known yet (`config.proxy_protocol`): `admit` it once it is."""
+        refused = self.counts.open()
+        if refused is not None:
+            self.metrics.connection(refused)
+            session.close()
+            return False
+        self.sessions.add(session)
+        self.metrics.open.set(len(self.sessions))
+        return True
+
     def admit(self, session: Session) -> None:
-        """A new client connection: within the caps, to its port's acceptor; else closed."""
-        refused = self.counts.admit(session.ip)
+        """An open connection whose client's address is known: within `--max-connections-per-ip`,
+        to its port's acceptor; else closed."""
+        refused = self.counts.place(session.ip)
         if refused is not None:
             self.metrics.connection(refused)
             session.close()
             return
-        self.sessions.add(session)
-        self.metrics.open.set(len(self.sessions))
+        session.placed = True
         if session.node_id == UNKNOWN_NODE:  # no broker to decide for yet: charged when placed
             self.metrics.connection("accepted")
             self.connect(session)
@@ -559,8 +646,10 @@ class Gateway:
     def forget(self, session: Session) -> None:
         if session in self.sessions:
             self.sessions.discard(session)
-            self.counts.release(session.ip)
+            self.counts.release(session.ip if session.placed else None)
             self.metrics.open.set(len(self.sessions))
+            if self.draining:
+                self._drain_progress.set()
 
     def connect(self, session: Session) -> None:
         session.connecting = asyncio.ensure_future(self._connect(session))
@@ -596,11 +685,12 @@ class Gateway:
         interval = self.limits.sweep_interval()
         while True:
             await asyncio.sleep(interval)
-            self.sweep(time.perf_counter())
+            self.sweep(self.clock())
 
     def sweep(self, now: float) -> None:
         """Close the connections idle for longer than the idle timeout and those whose broker
-        left a request unanswered for longer than the request timeout (`now`: perf_counter)."""
+        left a request unanswered for longer than the request timeout (`now`: `clock`); count
+        the bytes held and the connections muted for the gauges."""
         idle = self.limits.idle_timeout_ms / 1000.0
         timeout = self.limits.request_timeout_ms / 1000.0
         for session in list(self.sessions):
@@ -608,6 +698,7 @@ class Gateway:
             if why is not None:
                 session.close(why)
         self.buffered = sum(s.buffered for s in self.sessions)
+        self.muted = sum(1 for s in self.sessions if s.muted)
 
     # ------------------------------------------------------------------------- usage events
 

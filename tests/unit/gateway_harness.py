@@ -59,14 +59,16 @@ class FakeSocket:
 
 class Harness:
     def __init__(self, max_in_flight: int = 1, quotas: list[dict[str, Any]] | None = None,
-                 upstream_sasl: bool = False, limits: Limits | None = None) -> None:
+                 upstream_sasl: bool = False, limits: Limits | None = None,
+                 proxy_protocol: bool = False) -> None:
         """A session on a gateway with directives only, or with `quotas` its own local engine
         enforces (windows 11 x 100 ms, so tests wait little)."""
         self.active = ActiveSet(None)
         config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
                                advertised_host="gw", kafka_bootstrap="", topics={},
                                directives_topic="", max_in_flight=max_in_flight,
-                               upstream_sasl=upstream_sasl, limits=limits or Limits())
+                               upstream_sasl=upstream_sasl, limits=limits or Limits(),
+                               proxy_protocol=proxy_protocol)
         local = None
         if quotas is not None:
             local = LocalQuotas(EngineSettings(window_ms=100, controller_window_ms=100))

@@ -35,6 +35,9 @@ class FakeBroker:
         self.open = 0
         self.accepted = 0
         self.changed = asyncio.Event()  # set whenever a connection opens or closes
+        self.received = asyncio.Event()  # set whenever a request was read
+        self.release = asyncio.Event()  # answers wait for it (`hold`)
+        self.release.set()
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -53,6 +56,10 @@ class FakeBroker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def hold(self) -> None:
+        """Answer nothing until `release` is set: requests stay in flight."""
+        self.release.clear()
+
     async def wait_open(self, count: int, timeout: float = 10.0) -> None:
         """Until exactly `count` connections are open."""
         async with asyncio.timeout(timeout):
@@ -70,7 +77,10 @@ class FakeBroker:
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
-                answer = self._answer(await reader.readexactly(size))
+                payload = await reader.readexactly(size)
+                self.received.set()
+                await self.release.wait()
+                answer = self._answer(payload)
                 if answer is None:
                     break
                 if answer:
@@ -102,15 +112,27 @@ class FakeBroker:
         return None
 
 
+def loopback_config(broker: FakeBroker, limits: Limits | None = None,
+                    proxy_protocol: bool = False) -> GatewayConfig:
+    """A gateway's config: an ephemeral loopback port in front of `broker`, no Kafka."""
+    return GatewayConfig(upstream=(("127.0.0.1", broker.port),), listen=("127.0.0.1", 0),
+                         advertised_host="127.0.0.1", kafka_bootstrap="", topics={},
+                         directives_topic="", first_node_id=1, max_nodes=0,
+                         limits=limits or Limits(), proxy_protocol=proxy_protocol)
+
+
+def cluster_of(broker: FakeBroker) -> ClusterInfo:
+    """What the start-up probe would learn of `broker`: one node, id 1."""
+    return ClusterInfo([Node(1, "127.0.0.1", broker.port)], {}, ("127.0.0.1", broker.port))
+
+
 async def start_gateway(broker: FakeBroker, limits: Limits | None = None,
                         quotas: list[dict[str, Any]] | None = None,
-                        gateway_class: type[Gateway] = Gateway) -> Gateway:
+                        gateway_class: type[Gateway] = Gateway,
+                        proxy_protocol: bool = False) -> Gateway:
     """A gateway on an ephemeral loopback port in front of `broker` (bootstrap port only), with
     directives and, given `quotas`, its own quota engine (windows 11 x 100 ms); no Kafka."""
-    config = GatewayConfig(upstream=(("127.0.0.1", broker.port),), listen=("127.0.0.1", 0),
-                           advertised_host="127.0.0.1", kafka_bootstrap="", topics={},
-                           directives_topic="", first_node_id=1, max_nodes=0,
-                           limits=limits or Limits())
+    config = loopback_config(broker, limits or Limits(), proxy_protocol)
     local = None
     if quotas is not None:
         local = LocalQuotas(EngineSettings(window_ms=100, controller_window_ms=100))
@@ -118,8 +140,7 @@ async def start_gateway(broker: FakeBroker, limits: Limits | None = None,
             local.engine.add_config(parse_config_record(
                 {"type": "quota_config", "v": 1, "ts": 0, **q}))
     gateway = gateway_class(config, directives=ActiveSet(None), local=local)
-    await gateway.serve(ClusterInfo([Node(1, "127.0.0.1", broker.port)], {},
-                                    ("127.0.0.1", broker.port)))
+    await gateway.serve(cluster_of(broker))
     return gateway
 
 

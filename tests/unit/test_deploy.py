@@ -93,16 +93,31 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-@pytest.fixture(scope="module")
-def k8s() -> dict[str, dict[str, Any]]:
-    """Every object of the kustomization, by kind (one object per kind here)."""
+def kustomized(gateway: bool) -> dict[str, dict[str, Any]]:
+    """The kustomization's objects of the gateways (`gateway`) or of the rest, by kind (one
+    object per kind in each)."""
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     objects: dict[str, dict[str, Any]] = {}
     for resource in kustomization["resources"]:
         for doc in load_yaml_docs(K8S / resource):
+            labels = doc["metadata"].get("labels", {})
+            if (labels.get("app.kubernetes.io/component") == "gateway") != gateway:
+                continue
             assert doc["kind"] not in objects, f"two {doc['kind']} objects"
             objects[doc["kind"]] = doc
     return objects
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict[str, Any]]:
+    """The objects of the workers, their topics and namespace, by kind."""
+    return kustomized(gateway=False)
+
+
+@pytest.fixture(scope="module")
+def gateway_k8s() -> dict[str, dict[str, Any]]:
+    """The gateways' objects (gateway.yaml), by kind."""
+    return kustomized(gateway=True)
 
 
 @pytest.fixture(scope="module")
@@ -183,10 +198,16 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+def gateway_histograms() -> frozenset[str]:
+    from app.gateway.metrics import GatewayMetrics
+
+    return frozenset(f.name for f in GatewayMetrics().registry.collect() if f.type == "histogram")
+
+
 def base_metric(name: str) -> str:
     for suffix in ("_bucket", "_sum", "_count"):
         stem = name.removesuffix(suffix)
-        if stem != name and stem in HISTOGRAMS:
+        if stem != name and stem in HISTOGRAMS | gateway_histograms():
             return stem
     return name
 
@@ -240,6 +261,7 @@ def test_k8s_objects_present(k8s: dict[str, dict[str, Any]]) -> None:
         "StatefulSet",
         "PodDisruptionBudget",
         "Job",
+        "NetworkPolicy",
     } <= set(k8s)
     assert k8s["Namespace"]["metadata"]["name"] == "quota-streams"
 
@@ -855,3 +877,224 @@ def test_grafana_provisioning(compose: dict[str, Any]) -> None:
     assert Path(dashboards[0]).parent == Path(provider["options"]["path"])
     home = env_of(compose["services"]["grafana"])["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == dashboards[0]
+
+
+# --------------------------------------------------------------------------- gateways
+
+
+@pytest.fixture(scope="module")
+def gateway_container(gateway_k8s: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    (container,) = gateway_k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.fixture
+def gateway_args(
+    gateway_container: dict[str, Any], configmap: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> argparse.Namespace:
+    """The gateway container's command as the CLI parses it, `$(VAR)` expanded from the
+    ConfigMap as the kubelet does; the ConfigMap is the environment."""
+    from app.cli import build_parser
+
+    for name, value in configmap.items():
+        monkeypatch.setenv(name, value)
+    argv = [re.sub(r"\$\((\w+)\)", lambda m: configmap[m.group(1)], a)
+            for a in gateway_container["args"]]
+    assert argv[0] == "gateway"
+    return build_parser().parse_args(argv)
+
+
+def gateway_rule(args: argparse.Namespace) -> Any:
+    """The port rule the gateway builds from these flags (app/commands/gateway.py)."""
+    from app.commands.gateway import build_config
+    from app.gateway.nodes import PortRule
+
+    config = build_config(args)
+    assert config.first_node_id is not None and config.node_port_base is not None, (
+        "every replica must map the same ports: give --first-node-id and --node-port-base")
+    return PortRule(config.advertised_host, config.node_port_base, config.first_node_id,
+                    config.max_nodes)
+
+
+def test_the_docs_port_rule_is_the_codes() -> None:
+    """The rule the manifests are checked against is the one docs/gateway.md gives."""
+    from app.gateway.nodes import PortRule
+
+    docs = (ROOT / "docs" / "gateway.md").read_text()
+    assert "port(broker n) = --node-port-base + (n - --first-node-id)" in docs
+    rule = PortRule("gw", node_port_base=9193, first_node_id=1, max_nodes=3)
+    assert [rule.port(n) for n in (0, 1, 2, 3, 4)] == [None, 9193, 9194, 9195, None]
+
+
+def test_gateway_ports_follow_the_port_rule(
+    gateway_k8s: dict[str, dict[str, Any]],
+    gateway_container: dict[str, Any],
+    gateway_args: argparse.Namespace,
+) -> None:
+    rule = gateway_rule(gateway_args)
+    first = rule.first_node_id
+    brokers = {f"broker-{n}": rule.port(n) for n in range(first, first + rule.max_nodes)}
+    kafka_ports = {"bootstrap": gateway_args.listen[1], **brokers}
+    assert None not in kafka_ports.values()
+    ports = {p["name"]: p["containerPort"] for p in gateway_container["ports"]}
+    assert ports == {**kafka_ports, "metrics": gateway_args.metrics_port}
+    # the Service offers exactly the Kafka ports, each on its own number
+    service = gateway_k8s["Service"]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == kafka_ports
+    for port in service["spec"]["ports"]:
+        assert port["targetPort"] == port["name"]
+    assert service["spec"]["selector"].items() <= (
+        gateway_k8s["Deployment"]["spec"]["template"]["metadata"]["labels"].items())
+    # clients are told the Service's name, in the namespace the kustomization deploys to
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert rule.advertised_host == (
+        f"{service['metadata']['name']}.{kustomization['namespace']}.svc")
+    assert gateway_args.metrics_host == "0.0.0.0"  # the kubelet and Prometheus reach it
+
+
+def test_gateway_network_policies(
+    gateway_k8s: dict[str, dict[str, Any]],
+    k8s: dict[str, dict[str, Any]],
+    gateway_container: dict[str, Any],
+    worker_container: dict[str, Any],
+    gateway_args: argparse.Namespace,
+) -> None:
+    kafka_ports = {p["containerPort"] for p in gateway_container["ports"] if p["name"] != "metrics"}
+    pod_labels = gateway_k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    policy = gateway_k8s["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    opened: dict[int, list[Any]] = {}
+    for rule in policy["ingress"]:
+        for port in rule["ports"]:
+            opened.setdefault(port["port"], []).extend(rule["from"])
+    # every namespace reaches the Kafka ports; only the monitoring namespace the metrics port
+    assert set(opened) == kafka_ports | {gateway_args.metrics_port}
+    for port in kafka_ports:
+        assert opened[port] == [{"namespaceSelector": {}}]
+    (monitoring,) = opened[gateway_args.metrics_port]
+    assert monitoring["namespaceSelector"]["matchLabels"]
+
+    # the workers take only scrapes of their web port
+    workers = k8s["NetworkPolicy"]["spec"]
+    assert workers["podSelector"]["matchLabels"].items() <= (
+        k8s["StatefulSet"]["spec"]["template"]["metadata"]["labels"].items())
+    (rule,) = workers["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [
+        p["containerPort"] for p in worker_container["ports"] if p["name"] == "web"]
+    assert rule["from"] == [monitoring]
+
+    # the brokers (their own namespace) accept only themselves and quota-streams' own pods
+    (brokers,) = load_yaml_docs(K8S / "kafka-networkpolicy.yaml")
+    assert brokers["kind"] == "NetworkPolicy"
+    own, ours = brokers["spec"]["ingress"]
+    assert own == {"from": [{"podSelector": {}}]} and "ports" not in ours
+    (peer,) = ours["from"]
+    namespace = yaml.safe_load((K8S / "kustomization.yaml").read_text())["namespace"]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": namespace}
+    (components,) = peer["podSelector"]["matchExpressions"]
+    assert components["key"] == "app.kubernetes.io/component" and components["operator"] == "In"
+    job_labels = k8s["Job"]["spec"]["template"]["metadata"]["labels"]
+    worker_labels = k8s["StatefulSet"]["spec"]["template"]["metadata"]["labels"]
+    assert sorted(components["values"]) == sorted(
+        labels["app.kubernetes.io/component"] for labels in (pod_labels, job_labels, worker_labels))
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert "kafka-networkpolicy.yaml" not in kustomization["resources"]  # another namespace
+
+
+def test_gateway_probes_and_drain(
+    gateway_k8s: dict[str, dict[str, Any]],
+    gateway_container: dict[str, Any],
+    gateway_args: argparse.Namespace,
+    configmap: dict[str, str],
+) -> None:
+    ports = {p["name"]: p["containerPort"] for p in gateway_container["ports"]}
+    readiness, liveness = gateway_container["readinessProbe"], gateway_container["livenessProbe"]
+    assert readiness["httpGet"]["path"] == "/ready"
+    assert liveness["httpGet"]["path"] == "/metrics"  # a restarting reader is no reason to kill
+    for probe in (readiness, liveness):
+        assert ports[probe["httpGet"]["port"]] == gateway_args.metrics_port
+    # the kubelet waits for the preStop pause, the drain and the last publish before it kills
+    pod = gateway_k8s["Deployment"]["spec"]["template"]["spec"]
+    command = gateway_container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep"
+    assert pod["terminationGracePeriodSeconds"] >= (
+        int(command[1]) + gateway_args.drain_timeout_ms / 1000 + 5)
+    assert pod["securityContext"]["runAsUser"] == dockerfile_uid()
+    # settings from the ConfigMap (and the optional credentials Secret), as the workers
+    sources = [next(iter(e.values()))["name"] for e in gateway_container["envFrom"]]
+    assert sources == ["quota-streams-config", "quota-streams-kafka-credentials"]
+    assert configmap["QS_EVENT_FORMAT"] == "columnar"
+    assert gateway_k8s["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= (
+        gateway_k8s["Deployment"]["spec"]["template"]["metadata"]["labels"].items())
+
+
+async def test_the_gateways_probe_paths_are_served(gateway_container: dict[str, Any]) -> None:
+    """The paths the probes ask are what the gateway's HTTP port serves (not a 404)."""
+    import aiohttp
+    from prometheus_client import CollectorRegistry
+
+    from app.gateway.status import StatusServer
+
+    server = StatusServer(CollectorRegistry(), lambda: {"ready": True})
+    await server.start("127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for probe in ("readinessProbe", "livenessProbe"):
+                path = gateway_container[probe]["httpGet"]["path"]
+                async with http.get(f"http://127.0.0.1:{server.port}{path}") as answer:
+                    assert answer.status == 200, path
+    finally:
+        await server.stop()
+
+
+def test_prometheus_scrapes_the_gateways_metrics_port(
+    prometheus: dict[str, Any],
+    gateway_k8s: dict[str, dict[str, Any]],
+    gateway_container: dict[str, Any],
+) -> None:
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    job = jobs["quota-streams-gateway"]
+    (sd,) = job["kubernetes_sd_configs"]
+    assert sd["role"] == "pod"
+    assert sd["namespaces"]["names"] == [
+        yaml.safe_load((K8S / "kustomization.yaml").read_text())["namespace"]]
+    pod_labels = gateway_k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    kept = {tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"]
+            if r.get("action") == "keep"}
+    ((sources, regex),) = [(s, r) for s, r in kept.items() if "pod_label" in s[0]]
+    assert re.fullmatch(regex, ";".join(_label_from_meta(s, pod_labels) for s in sources))
+    assert not re.fullmatch(regex, "quota-streams;worker")
+    port_regex = kept[("__meta_kubernetes_pod_container_port_name",)]
+    assert [p["name"] for p in gateway_container["ports"]
+            if re.fullmatch(port_regex, p["name"])] == ["metrics"]
+
+
+def test_dashboard_shows_what_the_gateway_measures_and_throttles(
+    dashboard: dict[str, Any],
+) -> None:
+    exprs = " ".join(t["expr"] for p in dashboard_panels(dashboard) for t in p["targets"])
+    used = {base_metric(n) for n in metric_names(exprs)}
+    for metric in ("throttle_ms_total", "throttled_responses_total", "muted_connections",
+                   "added_latency_seconds", "closed_connections_total", "buffered_bytes",
+                   "events_dropped_total", "open_connections", "requests_total",
+                   "response_bytes_total"):
+        assert f"quota_streams_gateway_{metric}" in used, metric
+    latency = "quota_streams_gateway_added_latency_seconds_bucket"
+    for q in ("0.5", "0.99"):
+        assert re.search(rf"histogram_quantile\({q}, sum by \(le\) \(rate\({latency}", exprs), q
+    assert re.search(r"sum by \(reason\) \(rate\(quota_streams_gateway_closed_connections_total",
+                     exprs)
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert "gateway" in variables
+
+
+def test_compose_gateway_health_and_stop(compose: dict[str, Any]) -> None:
+    """Its health is /ready on its metrics port; docker's SIGKILL waits for the drain."""
+    from app.cli import build_parser
+
+    gateway = compose["services"]["gateway"]
+    args = build_parser().parse_args(gateway["command"])
+    assert f"127.0.0.1:{args.metrics_port}/ready" in " ".join(gateway["healthcheck"]["test"])
+    grace = int(gateway["stop_grace_period"].removesuffix("s"))
+    assert grace >= args.drain_timeout_ms / 1000 + 5

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from app.cli import main
-from app.commands.gateway import build_config, register
+from app.commands.gateway import build_config, log_level, register
 from app.gateway.limits import Limits
 
 
@@ -38,6 +38,8 @@ from app.gateway.limits import Limits
       "1000"], "must be >= 524288"),  # below what a client may send before authenticating
     (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--max-connections-per-ip",
       "0"], "must be >= 1"),
+    (["--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--proxy-protocol",
+      "--tls-cert", "c.pem", "--tls-key", "k.pem"], "terminate TLS at the load balancer"),
 ])
 def test_bad_arguments_are_one_line(argv: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,3 +76,26 @@ def test_an_unreachable_upstream_is_one_line_naming_it(capsys: pytest.CaptureFix
                  "--no-create-topics"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "cannot reach the upstream cluster (127.0.0.1:1" in line
+
+
+def gateway_args(*extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["gateway", "--upstream", "127.0.0.1:9092", "--listen",
+                              "127.0.0.1:9192", *extra])
+
+
+def test_the_gateway_reads_the_idle_expiry_config_grace_and_log_level_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own quota managers expire and time configs as the workers do (README's settings)."""
+    monkeypatch.setenv("QS_IDLE_EXPIRY_MS", "120000")
+    monkeypatch.setenv("QS_CONFIG_GRACE_MS", "300")
+    monkeypatch.setenv("QS_LOG_LEVEL", "warning")
+    args = gateway_args()
+    local = build_config(args).local
+    assert local is not None
+    assert (local.idle_expiry_ms, local.config_grace_ms) == (120_000, 300)
+    assert log_level(args) == "WARNING"
+    assert log_level(gateway_args("--log-level", "debug")) == "DEBUG"  # the flag wins
+    monkeypatch.delenv("QS_LOG_LEVEL")
+    assert log_level(args) == "INFO"

@@ -125,3 +125,28 @@ async def test_a_broker_connection_made_for_a_client_already_gone_is_closed() ->
     finally:
         await gateway.stop()
         await broker.stop()
+
+
+async def test_a_throttled_connection_counts_as_muted() -> None:
+    broker = FakeBroker()
+    await broker.start()
+    gateway = await start_gateway(broker, quotas=QUOTAS)
+    muted = ("quota_streams_gateway_muted_connections", {})
+    gauge = gateway.metrics.registry.get_sample_value
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listening_port())
+    try:
+        gateway.sweep(gateway.clock())
+        assert gauge(*muted) == 0
+        for corr in range(10, 60):
+            writer.write(frame(produce_request(corr, client_id="plain", size=3000)))
+            got = decode_response(apis.PRODUCE, 9, await read_frame(reader))
+            if got.throttle_time.total_seconds() > 0:
+                break
+        else:
+            raise AssertionError("50 requests over its quota, never throttled")
+        gateway.sweep(gateway.clock())
+        assert gauge(*muted) == 1
+    finally:
+        writer.close()
+        await gateway.stop()
+        await broker.stop()
