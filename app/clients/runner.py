@@ -13,9 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 Lines = list[dict[str, Any]]
 
 
-def run_clients(specs: list[tuple[str, list[str]]], timeout: float = 120.0) -> dict[str, Lines]:
+def run_clients(specs: list[tuple[str, list[str]]], timeout: float = 120.0,
+                log_dir: Path | None = None) -> dict[str, Lines]:
     """Run `python -m app.clients --name NAME ARGV...` for every (name, argv) at once; each
-    one's JSON lines by name. Raises `RuntimeError` with its stderr if one fails."""
+    one's JSON lines by name. Raises `RuntimeError` with its stderr if one fails. With
+    `log_dir`, each one's stderr (its library's log) is kept there as `NAME.log`."""
     procs = {name: subprocess.Popen(
         [sys.executable, "-m", "app.clients", "--name", name, *argv],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name, argv in specs}
@@ -27,6 +29,8 @@ def run_clients(specs: list[tuple[str, list[str]]], timeout: float = 120.0) -> d
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()
+        if log_dir is not None:
+            (log_dir / f"{name}.log").write_bytes(stderr)
         if proc.returncode != 0:
             failed.append(f"{name}: {stderr.decode(errors='replace')[-2000:]}")
         out[name] = [json.loads(line) for line in stdout.decode().splitlines()

@@ -124,7 +124,8 @@ def sasl_stack(kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="module")
-def sasl_loop(sasl_stack: SaslStack) -> dict[str, list[dict[str, Any]]]:
+def sasl_loop(sasl_stack: SaslStack, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, list[dict[str, Any]]]:
     """A producer (4x its quota) through A and a consumer through B per library, together."""
     s = sasl_stack
     produce = lambda lib: [  # noqa: E731
@@ -135,7 +136,18 @@ def sasl_loop(sasl_stack: SaslStack) -> dict[str, list[dict[str, Any]]]:
         "--client-id", f"c-{lib}", "--group", f"sasl-{lib}", *s.flags(f"u-{lib}")]
     return run_clients([(f"{kind}-{lib}", ["--seconds", str(LOOP_S), *argv(lib)])
                         for lib in LIBRARIES for kind, argv in (("p", produce), ("c", consume))],
-                       timeout=150)
+                       timeout=150, log_dir=CLIENT_LOGS.setdefault(
+                           "dir", tmp_path_factory.mktemp("sasl-clients")))
+
+
+#: where the loop's clients left their logs (their libraries' stderr)
+CLIENT_LOGS: dict[str, Path] = {}
+
+
+def client_log(name: str, tail: int = 3000) -> str:
+    """The end of a loop client's log, for an assertion's message."""
+    path = CLIENT_LOGS.get("dir")
+    return (path / f"{name}.log").read_text(errors="replace")[-tail:] if path else ""
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -149,7 +161,8 @@ def test_a_users_producer_byte_rate_holds_through_the_gateway(
 def test_a_users_consumer_byte_rate_holds_through_the_gateway(
         sasl_loop: dict[str, Any], library: str) -> None:
     rate = rate_after(sasl_loop[f"c-{library}"], WARMUP_S, LOOP_S)
-    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate)
+    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate, sasl_loop[f"c-{library}"][-1],
+                                                client_log(f"c-{library}"))
 
 
 def test_every_request_is_charged_to_the_user_the_broker_accepted(
