@@ -5,10 +5,11 @@
 
 The anchor (jvm/streams-anchor, built by `make setup`) is a Kafka Streams application that
 computes the worker's per-entity windows: it decodes the same request records (JSON or
-columnar), re-keys the samples by user through a repartition topic as the worker re-keys them
-to its samples topic, and charges each Produce's bytes per (user, client id) and each Fetch's
-bytes per user to Kafka's sampled rate (11 samples of 1 s, the engine's arithmetic), publishing
-a directive-like record under the worker's rule when a rate is over its limit. Limits are the
+columnar), re-keys the samples by broker and user through a repartition topic as the worker
+re-keys them to its samples topic, and charges each Produce's bytes per (user, client id) and
+each Fetch's bytes per user, on each broker as the worker's default scope does, to Kafka's
+sampled rate (11 samples of 1 s, the engine's arithmetic), publishing a directive-like record
+under the worker's rule when a rate is over its limit. Limits are the
 worker's under this benchmark's configs (bench_pipeline's: 1,000,000 B/s producer per user and
 client, 4,000,000 B/s consumer per user). The worker does more per sample: it also resolves
 the configs per principal and charges request time; the table says so.
@@ -293,7 +294,7 @@ def main() -> int:
     print("\n".join(table(figures)))
     print("\nworker: every quota of the configs (byte rates and request time), configs resolved per "
           "principal;\nStreams anchor: producer and consumer byte rates only, limits fixed "
-          f"({PRODUCER_LIMIT:,} / {CONSUMER_LIMIT:,} B/s); both 11 x 1 s windows, Kafka's Rate")
+          f"({PRODUCER_LIMIT:,} / {CONSUMER_LIMIT:,} B/s); both per broker, 11 x 1 s windows, Kafka's Rate")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0

@@ -12,8 +12,9 @@ import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.state.Stores;
 
 /**
- * Source records -> samples re-keyed by user through a repartition topic (the worker routes a
- * principal's windows by user under the benchmark's configs) -> the windows -> directives. The
+ * Source records -> samples re-keyed by broker and user through a repartition topic (the worker
+ * routes a principal's windows so in broker scope under the benchmark's configs) -> the windows
+ * -> directives. The
  * same two stages as the worker: its ingest re-keys to the samples topic, its engine keeps the
  * windows with a changelog.
  */
@@ -39,7 +40,7 @@ public final class AnchorTopology {
                 Stores.inMemoryKeyValueStore(STORE), Serdes.String(), RATES).withCachingEnabled());
         builder.stream(input, Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
                 .flatMap((key, value) -> RequestDecoder.decode(value, dropped).stream()
-                        .map(s -> KeyValue.pair(s.user(), s)).toList())
+                        .map(s -> KeyValue.pair("b" + s.broker() + ":u:" + s.user(), s)).toList())
                 .repartition(Repartitioned.with(Serdes.String(), SAMPLES).withName("samples"))
                 .process(() -> new WindowProcessor(windows), STORE)
                 .to(output, Produced.with(Serdes.String(), Serdes.String()));

@@ -54,15 +54,17 @@ public final class RequestDecoder {
 
     private static void json(JsonNode node, List<Sample> out, LongAdder dropped) {
         if ("batch".equals(node.path("type").asText())) {
+            JsonNode broker = node.get("broker");
             for (JsonNode event : node.path("events")) {
-                event(event, out, dropped);
+                event(event, broker, out, dropped);
             }
         } else {
-            event(node, out, dropped);
+            event(node, null, out, dropped);
         }
     }
 
-    private static void event(JsonNode e, List<Sample> out, LongAdder dropped) {
+    /** {@code batchBroker}: the batch's {@code broker}, for an event that names none. */
+    private static void event(JsonNode e, JsonNode batchBroker, List<Sample> out, LongAdder dropped) {
         if (!"request".equals(e.path("type").asText())) {
             return;
         }
@@ -70,12 +72,13 @@ public final class RequestDecoder {
         JsonNode user = e.get("user");
         JsonNode client = e.get("client_id");
         JsonNode api = e.get("api");
-        if (ts == null || !ts.canConvertToLong() || user == null || !user.isTextual()
+        JsonNode broker = e.has("broker") ? e.get("broker") : batchBroker;
+        if (broker == null || !broker.canConvertToInt() || ts == null || !ts.canConvertToLong() || user == null || !user.isTextual()
                 || client == null || !client.isTextual() || api == null || !api.isTextual()) {
             dropped.increment();
             return;
         }
-        out.add(new Sample(ts.asLong(), user.asText(), client.asText(), api.asText(),
+        out.add(new Sample(ts.asLong(), broker.asInt(), user.asText(), client.asText(), api.asText(),
                 e.path("bytes").asLong(0)));
     }
 
@@ -105,6 +108,7 @@ public final class RequestDecoder {
             in.position(in.position() + lengths[i]);
         }
         int tsAt = in.position();
+        int brokerAt = tsAt + rows * 8;
         int userAt = tsAt + rows * (8 + 4 + 4 + 4);  // past ts, broker, gateway, listener
         int clientAt = userAt + rows * 4;
         int apiAt = clientAt + rows * 4 * 2;  // past client_id, ip
@@ -114,7 +118,7 @@ public final class RequestDecoder {
             throw new IllegalArgumentException("columnar length");
         }
         for (int r = 0; r < rows; r++) {
-            out.add(new Sample(in.getLong(tsAt + 8 * r), names[in.getInt(userAt + 4 * r)],
+            out.add(new Sample(in.getLong(tsAt + 8 * r), in.getInt(brokerAt + 4 * r), names[in.getInt(userAt + 4 * r)],
                     names[in.getInt(clientAt + 4 * r)], names[in.getInt(apiAt + 4 * r)],
                     in.getLong(bytesAt + 8 * r)));
         }

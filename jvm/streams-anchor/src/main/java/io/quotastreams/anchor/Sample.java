@@ -4,17 +4,17 @@ import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 
 /**
- * One request event as the windows need it, and its form on the repartition topic (ts, bytes,
- * api, user, client id: the fields the byte-rate windows read).
+ * One request event as the windows need it, and its form on the repartition topic (the fields
+ * the byte-rate windows read).
  */
-public record Sample(long ts, String user, String clientId, String api, long bytes) {
+public record Sample(long ts, int broker, String user, String clientId, String api, long bytes) {
 
     public byte[] toBytes() {
         byte[] u = user.getBytes(StandardCharsets.UTF_8);
         byte[] c = clientId.getBytes(StandardCharsets.UTF_8);
         byte[] a = api.getBytes(StandardCharsets.UTF_8);
-        return ByteBuffer.allocate(16 + 12 + u.length + c.length + a.length)
-                .putLong(ts).putLong(bytes)
+        return ByteBuffer.allocate(20 + 12 + u.length + c.length + a.length)
+                .putLong(ts).putInt(broker).putLong(bytes)
                 .putInt(u.length).put(u).putInt(c.length).put(c).putInt(a.length).put(a)
                 .array();
     }
@@ -22,10 +22,11 @@ public record Sample(long ts, String user, String clientId, String api, long byt
     public static Sample fromBytes(byte[] data) {
         ByteBuffer in = ByteBuffer.wrap(data);
         long ts = in.getLong();
+        int broker = in.getInt();
         long bytes = in.getLong();
         String user = text(in);
         String clientId = text(in);
-        return new Sample(ts, user, clientId, text(in), bytes);
+        return new Sample(ts, broker, user, clientId, text(in), bytes);
     }
 
     private static String text(ByteBuffer in) {

@@ -8,7 +8,8 @@ import org.apache.kafka.streams.processor.api.Record;
 import org.apache.kafka.streams.state.KeyValueStore;
 
 /**
- * Charges each sample to its entity's window, Kafka's way ({@link KafkaRate}), and forwards a
+ * Charges each sample to its entity's window on its broker (the worker's default broker scope,
+ * Kafka's own accounting), Kafka's way ({@link KafkaRate}), and forwards a
  * directive (the shape of the worker's, keyed {@code <quota>|<entity as JSON>}) when the rate is
  * over the limit. The state lives in a store whose changelog makes it survive a restart, as the
  * worker's windows do.
@@ -48,8 +49,8 @@ public final class WindowProcessor implements Processor<String, Sample, String, 
         } else {
             return;
         }
-        ObjectNode entity = JSON.createObjectNode().put("user", s.user()).put("client_id", client);
-        String key = quota + "|" + entity;
+        // the store key needs no JSON: the entity is written out only for a directive
+        String key = quota + '\u0000' + s.broker() + '\u0000' + s.user() + '\u0000' + client;
         KafkaRate rate = store.get(key);
         if (rate == null) {
             rate = new KafkaRate(windows.samples());
@@ -63,11 +64,11 @@ public final class WindowProcessor implements Processor<String, Sample, String, 
             if (throttle > 0 && (rate.until() <= now || until > rate.until() + windows.minExtensionMs())) {
                 rate.until(until);
                 ObjectNode directive = JSON.createObjectNode().put("v", 1).put("ts", now)
-                        .put("scope", "cluster").put("quota", quota).put("action", "throttle")
+                        .put("scope", "broker").put("broker", s.broker()).put("quota", quota).put("action", "throttle")
                         .put("throttle_time_ms", throttle).put("until", until)
                         .put("observed", observed).put("limit", limit).put("window_ms", window);
-                directive.set("entity", entity);
-                context.forward(new Record<>(key, directive.toString(), record.timestamp()));
+                ObjectNode entity = directive.putObject("entity").put("user", s.user()).put("client_id", client);
+                context.forward(new Record<>(quota + "|" + entity, directive.toString(), record.timestamp()));
             }
         }
         store.put(key, rate);

@@ -3,7 +3,7 @@ package io.quotastreams.anchor;
 /**
  * The quotas the anchor enforces, as the benchmark configures the worker: every Produce's bytes
  * against {@code producer_byte_rate} per (user, client id), every Fetch's against
- * {@code consumer_byte_rate} per user, over {@code samples} windows of {@code windowMs};
+ * {@code consumer_byte_rate} per user, each on its broker, over {@code samples} windows of {@code windowMs};
  * a directive is published when none is active at the event's time or it moves the active one's
  * end later by more than {@code minExtensionMs} (the engine's rule).
  */

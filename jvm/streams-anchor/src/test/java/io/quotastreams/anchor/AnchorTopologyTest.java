@@ -59,7 +59,11 @@ class AnchorTopologyTest {
     }
 
     private static String produce(long ts, String user, String client, long bytes) {
-        return "{\"type\":\"request\",\"v\":1,\"ts\":" + ts + ",\"broker\":1,\"user\":\"" + user
+        return produce(ts, 1, user, client, bytes);
+    }
+
+    private static String produce(long ts, int broker, String user, String client, long bytes) {
+        return "{\"type\":\"request\",\"v\":1,\"ts\":" + ts + ",\"broker\":" + broker + ",\"user\":\"" + user
                 + "\",\"client_id\":\"" + client + "\",\"api\":\"Produce\",\"bytes\":" + bytes + "}";
     }
 
@@ -88,6 +92,21 @@ class AnchorTopologyTest {
         assertEquals(10_500 + 2100, d.get("until").asLong());
         assertEquals(10_500, d.get("window_ms").asLong());
         assertEquals(600.0, d.get("observed").asDouble(), 1e-9);
+        assertEquals(1, d.get("broker").asInt());
+    }
+
+    @Test
+    void eachBrokerKeepsItsOwnWindows() throws Exception {
+        // 4000 B/s on each of two brokers: under 5000 on each, as Kafka's brokers count
+        String fetch = "\"api\":\"Fetch\",\"bytes\":40000}";
+        send("{\"type\":\"batch\",\"v\":1,\"broker\":1,\"events\":["
+                + produce(0, "bob", "a", 0).replace("\"broker\":1,", "").replace("\"api\":\"Produce\",\"bytes\":0}", fetch) + ","
+                + produce(0, 2, "bob", "a", 0).replace("\"api\":\"Produce\",\"bytes\":0}", fetch) + "]}");
+        assertTrue(output.isEmpty());
+        send(produce(1, 2, "bob", "a", 0).replace("\"api\":\"Produce\",\"bytes\":0}", fetch));
+        List<JsonNode> out = directives();
+        assertEquals(1, out.size(), "8000 B/s on broker 2");
+        assertEquals(2, out.get(0).get("broker").asInt());
     }
 
     @Test
@@ -123,8 +142,8 @@ class AnchorTopologyTest {
     @Test
     void columnarBatchesDecodeAsTheirJson() {
         List<Sample> samples = RequestDecoder.decode(HexFormat.of().parseHex(COLUMNAR), dropped);
-        assertEquals(List.of(new Sample(1000, "alice", "app", "Produce", 300),
-                new Sample(1001, "bob", "etl", "Fetch", 7000)), samples);
+        assertEquals(List.of(new Sample(1000, 1, "alice", "app", "Produce", 300),
+                new Sample(1001, 2, "bob", "etl", "Fetch", 7000)), samples);
         assertEquals(0, dropped.sum());
     }
 
