@@ -73,8 +73,9 @@ public final class RequestDecoder {
         JsonNode client = e.get("client_id");
         JsonNode api = e.get("api");
         JsonNode broker = e.has("broker") ? e.get("broker") : batchBroker;
-        if (broker == null || !broker.canConvertToInt() || ts == null || !ts.canConvertToLong() || user == null || !user.isTextual()
-                || client == null || !client.isTextual() || api == null || !api.isTextual()) {
+        if (broker == null || !broker.canConvertToInt() || ts == null || !ts.canConvertToLong()
+                || user == null || !user.isTextual() || client == null || !client.isTextual()
+                || api == null || !api.isTextual()) {
             dropped.increment();
             return;
         }

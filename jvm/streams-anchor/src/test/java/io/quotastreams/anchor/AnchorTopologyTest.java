@@ -26,7 +26,8 @@ class AnchorTopologyTest {
     private static final ObjectMapper JSON = new ObjectMapper();
     /** Two request events (alice/app Produce 300 B at 1000, bob/etl Fetch 7000 B at 1001) as
      * `app.intake.columnar.encode_events` writes them. */
-    private static final String COLUMNAR = "515343420100000002000000090000000900000005000000030000000000000007000000030000000300000009000000"
+    private static final String COLUMNAR =
+            "515343420100000002000000090000000900000005000000030000000000000007000000030000000300000009000000"
             + "05000000504c41494e54455854616c69636561707050726f64756365626f6265746c3132372e302e302e314665746368"
             + "e803000000000000e9030000000000000100000002000000ffffffffffffffff00000000030000000100000005000000"
             + "0200000006000000030000000700000004000000080000002c01000000000000581b00000000000020a1070000000000"
@@ -59,12 +60,22 @@ class AnchorTopologyTest {
     }
 
     private static String produce(long ts, String user, String client, long bytes) {
-        return produce(ts, 1, user, client, bytes);
+        return request(ts, "1", user, client, "Produce", bytes);
     }
 
-    private static String produce(long ts, int broker, String user, String client, long bytes) {
-        return "{\"type\":\"request\",\"v\":1,\"ts\":" + ts + ",\"broker\":" + broker + ",\"user\":\"" + user
-                + "\",\"client_id\":\"" + client + "\",\"api\":\"Produce\",\"bytes\":" + bytes + "}";
+    private static String fetch(long ts, String broker, String user, String client, long bytes) {
+        return request(ts, broker, user, client, "Fetch", bytes);
+    }
+
+    /** A request event; {@code broker} null: none of its own (a batch's applies). */
+    private static String request(long ts, String broker, String user, String client, String api, long bytes) {
+        return "{\"type\":\"request\",\"v\":1,\"ts\":" + ts
+                + (broker == null ? "" : ",\"broker\":" + broker) + ",\"user\":\"" + user
+                + "\",\"client_id\":\"" + client + "\",\"api\":\"" + api + "\",\"bytes\":" + bytes + "}";
+    }
+
+    private static String batch(String... events) {
+        return "{\"type\":\"batch\",\"v\":1,\"broker\":1,\"events\":[" + String.join(",", events) + "]}";
     }
 
     private List<JsonNode> directives() throws Exception {
@@ -81,7 +92,7 @@ class AnchorTopologyTest {
         // against 500 B/s, so 100/500 * 10500 = 2100 ms
         send(produce(0, "alice", "app", 300));
         assertTrue(output.isEmpty(), "30 B/s over the minimum window of 10 s is under the limit");
-        send("{\"type\":\"batch\",\"v\":1,\"broker\":1,\"events\":[" + produce(10_500, "alice", "app", 6000) + "]}");
+        send(batch(produce(10_500, "alice", "app", 6000)));
         List<JsonNode> out = directives();
         assertEquals(1, out.size());
         JsonNode d = out.get(0);
@@ -98,12 +109,9 @@ class AnchorTopologyTest {
     @Test
     void eachBrokerKeepsItsOwnWindows() throws Exception {
         // 4000 B/s on each of two brokers: under 5000 on each, as Kafka's brokers count
-        String fetch = "\"api\":\"Fetch\",\"bytes\":40000}";
-        send("{\"type\":\"batch\",\"v\":1,\"broker\":1,\"events\":["
-                + produce(0, "bob", "a", 0).replace("\"broker\":1,", "").replace("\"api\":\"Produce\",\"bytes\":0}", fetch) + ","
-                + produce(0, 2, "bob", "a", 0).replace("\"api\":\"Produce\",\"bytes\":0}", fetch) + "]}");
+        send(batch(fetch(0, null, "bob", "a", 40_000), fetch(0, "2", "bob", "a", 40_000)));
         assertTrue(output.isEmpty());
-        send(produce(1, 2, "bob", "a", 0).replace("\"api\":\"Produce\",\"bytes\":0}", fetch));
+        send(fetch(1, "2", "bob", "a", 40_000));
         List<JsonNode> out = directives();
         assertEquals(1, out.size(), "8000 B/s on broker 2");
         assertEquals(2, out.get(0).get("broker").asInt());
@@ -129,9 +137,7 @@ class AnchorTopologyTest {
 
     @Test
     void fetchBytesAreChargedToTheUserAcrossClients() throws Exception {
-        send("{\"type\":\"batch\",\"v\":1,\"broker\":1,\"events\":["
-                + produce(0, "bob", "a", 0).replace("Produce", "Fetch").replace("\"bytes\":0", "\"bytes\":30000") + ","
-                + produce(0, "bob", "b", 0).replace("Produce", "Fetch").replace("\"bytes\":0", "\"bytes\":30000") + "]}");
+        send(batch(fetch(0, "1", "bob", "a", 30_000), fetch(0, "1", "bob", "b", 30_000)));
         List<JsonNode> out = directives();
         assertEquals(1, out.size(), "3000 B/s is under 5000, 6000 B/s over");
         assertEquals("consumer_byte_rate", out.get(0).get("quota").asText());
