@@ -137,6 +137,8 @@ public final class ControlFollower implements Runnable {
         config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
         config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         config.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, 100);
+        // asking for a missing control topic must not create it with the broker's defaults
+        config.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, false);
         config.remove(ConsumerConfig.GROUP_ID_CONFIG);
         return config;
     }
