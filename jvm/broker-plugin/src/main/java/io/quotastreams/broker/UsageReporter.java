@@ -148,6 +148,7 @@ public final class UsageReporter implements MetricsReporter {
 
     private void readLoop() {
         Map<MetricName, UsageAggregator.Source> known = new HashMap<>();
+        long[] reportedDrops = {0, 0};
         while (running) {
             try {
                 Thread.sleep(settings.usageIntervalMs());
@@ -176,7 +177,20 @@ public final class UsageReporter implements MetricsReporter {
                     dropped.incrementAndGet();
                 }
             }
+            reportedDrops = reportDrops(reportedDrops);
         }
+    }
+
+    /** Say in the broker's log, at most once a minute, how many usage records were lost. */
+    private long[] reportDrops(long[] reported) {
+        long now = System.currentTimeMillis();
+        long lost = dropped.get();
+        if (lost > reported[0] && now - reported[1] >= 60_000) {
+            LOG.warn("quota-streams: {} usage records dropped so far (queue full or write failed), {} written",
+                    lost, sent.get());
+            return new long[] {lost, now};
+        }
+        return reported;
     }
 
     private void sendLoop() {
