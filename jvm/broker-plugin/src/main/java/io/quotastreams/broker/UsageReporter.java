@@ -166,10 +166,12 @@ public final class UsageReporter implements MetricsReporter {
                 UsageAggregator.Source source = known.computeIfAbsent(metric.metricName(), UsageReporter::source);
                 try {
                     aggregator.observe(source, samples(metric));
-                } catch (ReflectiveOperationException | RuntimeException e) {
+                } catch (ReflectiveOperationException e) {
                     LOG.error("quota-streams: reading a quota sensor failed ({}); no usage is written", e.toString());
                     running = false;
                     return;
+                } catch (RuntimeException e) {  // this sensor this time; its gain is read next time
+                    LOG.warn("quota-streams: reading the sensor of {} failed ({})", source, e.toString());
                 }
             }
             for (byte[] record : aggregator.drain()) {
