@@ -69,7 +69,7 @@ public final class UsageAggregator {
         for (Map.Entry<Bucket, double[]> e : buckets.entrySet()) {
             Source s = e.getKey().source();
             ObjectNode event = events.addObject();
-            event.put("v", 1).put("ts", e.getKey().second()).put("broker", broker)
+            event.put("type", "request").put("v", 1).put("ts", e.getKey().second()).put("broker", broker)
                     .put("user", s.user()).put("client_id", s.clientId()).put("api", s.api())
                     .put("bytes", Math.round(e.getValue()[0]))
                     .put("count", Math.max(1, (long) e.getValue()[1]));

@@ -37,6 +37,7 @@ class UsageAggregatorTest {
         assertEquals(5, first.get("count").asLong());
         assertEquals(2, first.get("broker").asLong());
         assertEquals(1, first.get("v").asInt());
+        assertEquals("request", first.get("type").asText());
 
         // the same sample grew, a new one started in the next second
         agg.observe(LOADER, List.of(new UsageAggregator.Sample(10_000, 80_000, 8, 10_990),
