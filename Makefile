@@ -15,12 +15,14 @@ $(VENV)/.installed: pyproject.toml setup.py app/engine_build.py $(wildcard app/e
 	touch $@
 
 # Apache Kafka (the dev stack's broker, jvm/kafka/pom.xml) from Maven Central, the Java client
-# programs (jvm/clients: kafka-clients) and the Kafka Streams anchor of the benchmarks
-# (jvm/streams-anchor), their unit tests run by the build; Maven checks the jars' checksums
-# (-C). Nothing fetched or built is committed.
+# programs (jvm/clients: kafka-clients), the Kafka Streams anchor of the benchmarks
+# (jvm/streams-anchor) and the broker plugin (jvm/broker-plugin, docs/broker-plugin.md), their
+# unit tests run by the build; Maven checks the jars' checksums (-C). Nothing fetched or built
+# is committed.
 KAFKA_LIBS := jvm/kafka/target/libs
 $(KAFKA_LIBS)/.fetched: jvm/pom.xml jvm/kafka/pom.xml jvm/clients/pom.xml jvm/streams-anchor/pom.xml \
-		$(shell find jvm/clients/src jvm/streams-anchor/src -name '*.java')
+		jvm/broker-plugin/pom.xml \
+		$(shell find jvm/clients/src jvm/streams-anchor/src jvm/broker-plugin/src -name '*.java')
 	@command -v mvn >/dev/null || { echo "make setup needs Maven to fetch Apache Kafka: apt-get install maven" >&2; exit 2; }
 	mvn -q -B -C -f jvm/pom.xml package
 	touch $@

@@ -161,13 +161,15 @@ class KafkaCluster:
 
     Use as a context manager, or `start()` / `stop()`. `bootstrap(listener)` is what clients
     connect to; `users` maps each user to its password; `ca` is the CA file TLS clients trust.
-    `broker_config` adds to (or overrides) every node's server.properties.
+    `broker_config` adds to (or overrides) every node's server.properties; `classpath` puts
+    more jars on every node's classpath after Kafka's (a broker plugin, docs/broker-plugin.md).
     """
 
     brokers: int = 1
     listeners: tuple[str, ...] = ("PLAINTEXT",)
     users: Mapping[str, str | None] = field(default_factory=dict)
     broker_config: Mapping[str, str] = field(default_factory=dict)
+    classpath: tuple[Path, ...] = ()
     work_dir: Path | None = None
     heap_mb: int = 512
     startup_timeout: float = 90.0
@@ -304,7 +306,7 @@ class KafkaCluster:
         return config
 
     def _format(self, node: Node, java_bin: str, libs: Path, cluster_id: str) -> None:
-        cmd = [java_bin, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{libs}/*",
+        cmd = [java_bin, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", self._classpath(libs),
                f"-Dlog4j2.configurationFile={self.work_dir}/log4j2.properties",
                "kafka.tools.StorageTool", "format", "-t", cluster_id,
                "-c", str(node.directory / "server.properties")]
@@ -317,11 +319,21 @@ class KafkaCluster:
             raise ClusterError(f"formatting Kafka node {node.node_id} failed: "
                                f"{first_error(result.stderr + result.stdout)}")
 
+    def _classpath(self, libs: Path) -> str:
+        """Kafka's jars, then the extra ones (the storage tool loads the configured plugin
+        classes too, when it checks server.properties)."""
+        missing = [str(jar) for jar in self.classpath if not jar.is_file()]
+        if missing:
+            raise ClusterError(f"{', '.join(missing)} not found: run `make setup` (it builds "
+                               "the JVM modules)")
+        return os.pathsep.join([f"{libs}/*", *(str(jar) for jar in self.classpath)])
+
     def _spawn(self, node: Node, java_bin: str, libs: Path) -> None:
         cmd = [java_bin, f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={self.work_dir}/log4j2.properties",
-               "-cp", f"{libs}/*", "kafka.Kafka", str(node.directory / "server.properties")]
+               "-cp", self._classpath(libs), "kafka.Kafka",
+               str(node.directory / "server.properties")]
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,

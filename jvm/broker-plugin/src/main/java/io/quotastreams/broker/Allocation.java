@@ -1,0 +1,13 @@
+package io.quotastreams.broker;
+
+import java.util.Map;
+
+/** One validated allocation record: the limit each enforcer holds until {@code validUntil}. */
+public record Allocation(String quota, String user, String clientId, long ts, long validUntil,
+                         double limit, double others, Map<Long, Double> enforcers) {
+
+    /** This enforcer's limit: its own, or the floor of those the record does not list. */
+    public double limitFor(long enforcer) {
+        return enforcers.getOrDefault(enforcer, others);
+    }
+}

@@ -1,0 +1,240 @@
+package io.quotastreams.broker;
+
+import java.lang.reflect.Field;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.MetricName;
+import org.apache.kafka.common.metrics.KafkaMetric;
+import org.apache.kafka.common.metrics.MetricsReporter;
+import org.apache.kafka.common.metrics.stats.Rate;
+import org.apache.kafka.common.metrics.stats.SampledStat;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A {@code metric.reporters} plugin that writes the broker's per-client usage to the request
+ * topic: every {@code usage.interval.ms} it reads the samples of each client's Produce and Fetch
+ * byte-rate sensor (the ones Kafka's quota managers charge), and a background producer writes
+ * what they gained as pre-aggregated request events (UsageAggregator). Records wait in a bounded
+ * queue; when it is full a record is dropped and counted, so a slow event topic never holds the
+ * broker up.
+ *
+ * <p>Kafka offers no public way to read a sensor's samples: they are read by reflection from
+ * kafka-clients' Rate, SampledStat and its Sample (checked at start; without them nothing is
+ * written and the broker says so once).
+ */
+public final class UsageReporter implements MetricsReporter {
+    private static final Logger LOG = LoggerFactory.getLogger(UsageReporter.class);
+    private static final Map<String, String> APIS = Map.of("Produce", "Produce", "Fetch", "Fetch");
+    static final String OWN_CLIENT_PREFIX = "quota-streams-plugin-";
+
+    private final Map<MetricName, KafkaMetric> sensors = new ConcurrentHashMap<>();
+    private final AtomicLong dropped = new AtomicLong();
+    private final AtomicLong sent = new AtomicLong();
+    private Settings settings;
+    private UsageAggregator aggregator;
+    private BlockingQueue<byte[]> queue;
+    private volatile boolean running;
+    private Thread reader;
+    private Thread sender;
+    private Field rateStat;
+    private Field statSamples;
+    private Field metricLock;
+    private Field sampleStart;
+    private Field sampleValue;
+    private Field sampleCount;
+    private Field sampleLastEvent;
+
+    @Override
+    public void configure(Map<String, ?> configs) {
+        settings = Settings.from(configs);
+        aggregator = new UsageAggregator(settings.brokerId());
+        queue = new ArrayBlockingQueue<>(settings.usageQueueRecords());
+        try {
+            rateStat = Rate.class.getDeclaredField("stat");
+            statSamples = SampledStat.class.getDeclaredField("samples");
+            metricLock = KafkaMetric.class.getDeclaredField("lock");
+            Class<?> sample = Class.forName(SampledStat.class.getName() + "$Sample");
+            sampleStart = sample.getDeclaredField("startTimeMs");
+            sampleValue = sample.getDeclaredField("value");
+            sampleCount = sample.getDeclaredField("eventCount");
+            sampleLastEvent = sample.getDeclaredField("lastEventMs");
+            for (Field f : List.of(rateStat, statSamples, metricLock, sampleStart, sampleValue, sampleCount, sampleLastEvent)) {
+                f.setAccessible(true);
+            }
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            LOG.error("quota-streams: cannot read Kafka's quota samples ({}); no usage is written", e.toString());
+            return;
+        }
+        running = true;
+        reader = daemon(this::readLoop, "quota-streams-usage-reader");
+        sender = daemon(this::sendLoop, "quota-streams-usage-sender");
+    }
+
+    private static Thread daemon(Runnable body, String name) {
+        Thread t = new Thread(body, name);
+        t.setDaemon(true);
+        t.start();
+        return t;
+    }
+
+    /** Records dropped because the queue was full, and records the producer acknowledged. */
+    public long dropped() {
+        return dropped.get();
+    }
+
+    public long sent() {
+        return sent.get();
+    }
+
+    static UsageAggregator.Source source(MetricName name) {
+        String api = APIS.get(name.group());
+        Map<String, String> tags = name.tags();
+        if (api == null || !name.name().equals("byte-rate") || !tags.keySet().equals(Set.of("user", "client-id"))) {
+            return null;
+        }
+        String clientId = tags.get("client-id");
+        if (clientId.startsWith(OWN_CLIENT_PREFIX)) {
+            return null;
+        }
+        return new UsageAggregator.Source(api, tags.get("user"), clientId);
+    }
+
+    @Override
+    public void init(List<KafkaMetric> metrics) {
+        metrics.forEach(this::metricChange);
+    }
+
+    @Override
+    public void metricChange(KafkaMetric metric) {
+        if (source(metric.metricName()) != null) {
+            sensors.put(metric.metricName(), metric);
+        }
+    }
+
+    @Override
+    public void metricRemoval(KafkaMetric metric) {
+        sensors.remove(metric.metricName());
+    }
+
+    private List<UsageAggregator.Sample> samples(KafkaMetric metric) throws ReflectiveOperationException {
+        Object measurable = metric.measurable();
+        if (!(measurable instanceof Rate)) {
+            return List.of();
+        }
+        SampledStat stat = (SampledStat) rateStat.get(measurable);
+        List<UsageAggregator.Sample> out = new ArrayList<>();
+        synchronized (metricLock.get(metric)) {
+            for (Object s : (List<?>) statSamples.get(stat)) {
+                out.add(new UsageAggregator.Sample(sampleStart.getLong(s), sampleValue.getDouble(s),
+                        sampleCount.getLong(s), sampleLastEvent.getLong(s)));
+            }
+        }
+        return out;
+    }
+
+    private void readLoop() {
+        Map<MetricName, UsageAggregator.Source> known = new HashMap<>();
+        long[] reportedDrops = {0, 0};
+        while (running) {
+            try {
+                Thread.sleep(settings.usageIntervalMs());
+            } catch (InterruptedException e) {
+                return;
+            }
+            known.keySet().removeIf(name -> {
+                if (!sensors.containsKey(name)) {
+                    aggregator.forget(known.get(name));
+                    return true;
+                }
+                return false;
+            });
+            for (KafkaMetric metric : sensors.values()) {
+                UsageAggregator.Source source = known.computeIfAbsent(metric.metricName(), UsageReporter::source);
+                try {
+                    aggregator.observe(source, samples(metric));
+                } catch (ReflectiveOperationException e) {
+                    LOG.error("quota-streams: reading a quota sensor failed ({}); no usage is written", e.toString());
+                    running = false;
+                    return;
+                } catch (RuntimeException e) {  // this sensor this time; its gain is read next time
+                    LOG.warn("quota-streams: reading the sensor of {} failed ({})", source, e.toString());
+                }
+            }
+            for (byte[] record : aggregator.drain()) {
+                if (!queue.offer(record)) {
+                    dropped.incrementAndGet();
+                }
+            }
+            reportedDrops = reportDrops(reportedDrops);
+        }
+    }
+
+    /** Say in the broker's log, at most once a minute, how many usage records were lost. */
+    private long[] reportDrops(long[] reported) {
+        long now = System.currentTimeMillis();
+        long lost = dropped.get();
+        if (lost > reported[0] && now - reported[1] >= 60_000) {
+            LOG.warn("quota-streams: {} usage records dropped so far (queue full or write failed), {} written",
+                    lost, sent.get());
+            return new long[] {lost, now};
+        }
+        return reported;
+    }
+
+    private void sendLoop() {
+        Map<String, Object> config = new HashMap<>(settings.clientConfig());
+        config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, settings.bootstrap());
+        config.put(ProducerConfig.CLIENT_ID_CONFIG, OWN_CLIENT_PREFIX + "usage-" + settings.brokerId());
+        config.put(ProducerConfig.LINGER_MS_CONFIG, 0);
+        byte[] key = ("broker/" + settings.brokerId()).getBytes(StandardCharsets.UTF_8);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(config, new ByteArraySerializer(),
+                new ByteArraySerializer())) {
+            Integer partition = null;
+            while (running) {
+                byte[] value = queue.poll(200, TimeUnit.MILLISECONDS);
+                if (value == null) {
+                    continue;
+                }
+                try {
+                    if (partition == null) {
+                        partition = (int) (settings.brokerId() % producer.partitionsFor(settings.requestTopic()).size());
+                    }
+                    producer.send(new ProducerRecord<>(settings.requestTopic(), partition, key, value), (meta, error) -> {
+                        if (error == null) {
+                            sent.incrementAndGet();
+                        } else {
+                            dropped.incrementAndGet();
+                        }
+                    });
+                } catch (RuntimeException e) {
+                    dropped.incrementAndGet();
+                    LOG.warn("quota-streams: writing usage to {} failed ({})", settings.requestTopic(), e.toString());
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    @Override
+    public void close() {
+        running = false;
+        if (reader != null) {
+            reader.interrupt();
+        }
+    }
+}

@@ -1,0 +1,120 @@
+package io.quotastreams.broker;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.common.security.auth.KafkaPrincipal;
+import org.apache.kafka.server.quota.ClientQuotaEntity;
+import org.apache.kafka.server.quota.ClientQuotaType;
+import org.junit.jupiter.api.Test;
+
+class QuotaCallbackTest {
+    private static final KafkaPrincipal ANON = new KafkaPrincipal(KafkaPrincipal.USER_TYPE, "ANONYMOUS");
+    private final AtomicLong now = new AtomicLong(2000);
+    private final AllocationTable table = new AllocationTable(60_000);
+
+    private QuotaCallback broker(long id) {
+        return QuotaCallback.over(table, id, 3, now::get);
+    }
+
+    private void allocate(long ts, long validUntil) throws BadRecord {
+        table.apply(RecordsTest.parse(RecordsTest.allocation("producer_byte_rate", ts, validUntil, "600000", RecordsTest.THREE)), now.get());
+    }
+
+    @Test
+    void eachBrokerHoldsItsAllocationAndTheOthersTheFloor() throws BadRecord {
+        allocate(1000, 6000);
+        Map<String, String> tags = broker(2).quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "loader");
+        assertEquals(Map.of("user", "", "client-id", "loader"), tags);  // the client-id quota's window
+        assertEquals(200000.0, broker(1).quotaLimit(ClientQuotaType.PRODUCE, tags));
+        assertEquals(250000.0, broker(2).quotaLimit(ClientQuotaType.PRODUCE, tags));
+        assertEquals(30000.0, broker(4).quotaLimit(ClientQuotaType.PRODUCE, tags));
+        assertNull(broker(2).quotaLimit(ClientQuotaType.FETCH, tags));
+        assertNull(broker(2).quotaLimit(ClientQuotaType.REQUEST, tags));
+    }
+
+    @Test
+    void clientsWithoutAnAllocationAreTheirOwnUnlimitedWindow() throws BadRecord {
+        allocate(1000, 6000);
+        Map<String, String> tags = broker(1).quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "other");
+        assertEquals(Map.of("user", "ANONYMOUS", "client-id", "other"), tags);
+        assertNull(broker(1).quotaLimit(ClientQuotaType.PRODUCE, tags));
+    }
+
+    @Test
+    void whenTheControlTopicGoesQuietEachBrokerHoldsTheStaticSplit() throws BadRecord {
+        allocate(1000, 6000);
+        QuotaCallback callback = broker(2);
+        Map<String, String> tags = Map.of("user", "", "client-id", "loader");
+        assertTrue(callback.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertFalse(callback.quotaResetRequired(ClientQuotaType.PRODUCE));
+        now.set(5999);
+        table.tick(now.get());
+        assertFalse(callback.quotaResetRequired(ClientQuotaType.PRODUCE));
+        now.set(6000);
+        table.tick(now.get());
+        assertTrue(callback.quotaResetRequired(ClientQuotaType.PRODUCE));  // Kafka re-reads the bound
+        assertEquals(200000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));  // 600000 / 3
+        now.set(6000 + 60_000);
+        table.tick(now.get());
+        assertTrue(callback.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertNull(callback.quotaLimit(ClientQuotaType.PRODUCE, tags));  // fail-safe period over
+    }
+
+    @Test
+    void theNewestAllocationWinsAndAnOldOneRebuiltAtStartGivesTheStaticSplit() throws BadRecord {
+        now.set(10_000);
+        allocate(1000, 6000);  // read back at start, already ended: the static split
+        assertEquals(200000.0, broker(2).quotaLimit(ClientQuotaType.PRODUCE, Map.of("user", "", "client-id", "loader")));
+        allocate(9000, 14000);
+        allocate(8000, 13000);  // stale
+        assertEquals(250000.0, broker(2).quotaLimit(ClientQuotaType.PRODUCE, Map.of("user", "", "client-id", "loader")));
+    }
+
+    private static ClientQuotaEntity.ConfigEntity part(ClientQuotaEntity.ConfigEntityType type, String name) {
+        return new ClientQuotaEntity.ConfigEntity() {
+            @Override
+            public String name() {
+                return name;
+            }
+
+            @Override
+            public ClientQuotaEntity.ConfigEntityType entityType() {
+                return type;
+            }
+        };
+    }
+
+    private static ClientQuotaEntity entity(ClientQuotaEntity.ConfigEntity... parts) {
+        return () -> List.of(parts);
+    }
+
+    @Test
+    void kafkasOwnQuotaConfigsStayInForcePerBrokerWithKafkasPrecedence() throws BadRecord {
+        QuotaCallback callback = broker(1);
+        ClientQuotaEntity.ConfigEntity loader = part(ClientQuotaEntity.ConfigEntityType.CLIENT_ID, "loader");
+        callback.updateQuota(ClientQuotaType.REQUEST, entity(loader), 50.0);
+        Map<String, String> tags = callback.quotaMetricTags(ClientQuotaType.REQUEST, ANON, "loader");
+        assertEquals(Map.of("user", "", "client-id", "loader"), tags);
+        assertEquals(50.0, callback.quotaLimit(ClientQuotaType.REQUEST, tags));
+
+        callback.updateQuota(ClientQuotaType.REQUEST, entity(part(ClientQuotaEntity.ConfigEntityType.DEFAULT_USER, "<default>")), 20.0);
+        tags = callback.quotaMetricTags(ClientQuotaType.REQUEST, ANON, "loader");
+        assertEquals(Map.of("user", "ANONYMOUS", "client-id", ""), tags);  // /users/<default> comes first
+        assertEquals(20.0, callback.quotaLimit(ClientQuotaType.REQUEST, tags));
+        callback.removeQuota(ClientQuotaType.REQUEST, entity(part(ClientQuotaEntity.ConfigEntityType.DEFAULT_USER, "<default>")));
+        assertEquals(Map.of("user", "", "client-id", "loader"), callback.quotaMetricTags(ClientQuotaType.REQUEST, ANON, "loader"));
+
+        // a byte rate the workers allocate: the allocation, not the per-broker config, bounds it
+        callback.updateQuota(ClientQuotaType.PRODUCE, entity(loader), 1_000_000.0);
+        Map<String, String> produce = callback.quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "loader");
+        assertEquals(1_000_000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, produce));
+        allocate(1000, 6000);
+        assertEquals(200000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, produce));
+    }
+}
