@@ -16,8 +16,10 @@ Tolerances, and why (each row prints its own):
   throttle is `bytes/limit - windowSize` and `windowSize` depends only on this request's time
   and the first one's (the oldest sample's start), so the throttle is uncertain by
   `u_this + u_first` + 1 ms (Math.round). The token bucket's balance is linear in time the
-  same way. A strict mutation's response carries the last rejection's throttle minus the time
-  since (KIP-599): up to the request's own round trip less.
+  same way. A CreateTopics round trip is long (the controller charges the quota when it reads
+  the request, then commits the topics before answering), so its middle is later than the
+  charge by tens of ms; and the response carries the last rejection's throttle minus the time
+  since (KIP-599): up to the request's own round trip less than the engine's.
 - `windowSize` drops by one window (1000 ms) each time the elapsed time crosses a whole
   window, so a request within its uncertainty of such a crossing may differ by exactly 1000 ms
   (flagged `boundary`); the schedules keep requests away from crossings.
@@ -346,11 +348,11 @@ def _refusals(topics: tuple[str, ...]) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = (f"{'case':<22} {'request':<22} {'at ms':>6} {'kafka ms':>9} {'engine ms':>9} "
+    head = (f"{'case':<24} {'request':<22} {'at ms':>6} {'kafka ms':>9} {'engine ms':>9} "
             f"{'kafka':<14} {'engine':<14} {'tolerance':>11}  ok")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.case:<22} {r.label:<22} {r.offset_ms:>6} {r.kafka_ms:>9} "
+        lines.append(f"{r.case:<24} {r.label:<22} {r.offset_ms:>6} {r.kafka_ms:>9} "
                      f"{r.engine_ms:>9} {r.kafka_what:<14} {r.engine_what:<14} "
                      f"{f'-{r.tolerance[0]}/+{r.tolerance[1]}':>11}  "
                      f"{'yes' if r.agrees else 'NO'} {r.note}")
