@@ -187,8 +187,10 @@ class Stack:
 
 
 def run_cells(stack: Stack, library: str, roles: Sequence[str], topics: dict[str, str],
-              quota: float, warmup: int, seconds: int) -> list[Cell]:
-    """The library's cells of the stack's mode, its roles' clients all at once."""
+              quota: float, warmup: int, seconds: int, series: dict[str, list[float]]
+              ) -> list[Cell]:
+    """The library's cells of the stack's mode, its roles' clients all at once; each cell's
+    per-second rates x quota over the whole run, warm-up included, into `series`."""
     mode = stack.mode.name
     epoch = time.time() + LEAD_S
     run_s = warmup + seconds + 1
@@ -207,11 +209,14 @@ def run_cells(stack: Stack, library: str, roles: Sequence[str], topics: dict[str
     cells = []
     for role in roles:
         lines = [v for k, v in out.items() if k.startswith(f"{role}-")]
-        cells.append(cell(library, role, mode, summed(lines, warmup, warmup + seconds), quota))
+        whole = summed(lines, 0, run_s)
+        cells.append(cell(library, role, mode, whole[warmup:warmup + seconds], quota))
+        series[f"{library} {role} {mode}"] = [round(v / quota, 3) for v in whole]
     return cells
 
 
-def run(args: argparse.Namespace, modes: Sequence[Mode], work_dir: Path) -> list[Cell]:
+def run(args: argparse.Namespace, modes: Sequence[Mode], work_dir: Path,
+        series: dict[str, list[float]]) -> list[Cell]:
     cells: list[Cell] = []
     total = len(args.libraries) * len(args.roles) * len(modes)
     log("starting Apache Kafka ...")
@@ -233,7 +238,7 @@ def run(args: argparse.Namespace, modes: Sequence[Mode], work_dir: Path) -> list
                 for library in args.libraries:
                     try:
                         done = run_cells(stack, library, args.roles, topics, args.quota,
-                                         args.warmup, args.seconds)
+                                         args.warmup, args.seconds, series)
                     except RuntimeError as exc:  # a client failed: its cells stay empty
                         log(f"{library} {mode.name}: a client failed, its cells are left "
                             f"empty: {str(exc)[-300:]}")
@@ -284,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
             report(cells, settings["quota"], int(settings["warmup"]), int(settings["seconds"]))
             return 0
         prepare(args.libraries)
+        series: dict[str, list[float]] = {}
         with tempfile.TemporaryDirectory(prefix="bench-accuracy-") as tmp:
-            cells = run(args, modes, Path(tmp))
+            cells = run(args, modes, Path(tmp), series)
     except UserError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -294,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_bytes(orjson.dumps({"quota": args.quota, "warmup_s": args.warmup,
                                             "seconds": args.seconds,
-                                            "cells": [dataclasses.asdict(c) for c in cells]},
+                                            "cells": [dataclasses.asdict(c) for c in cells],
+                                            "per_second_x_quota": series},
                                            option=orjson.OPT_INDENT_2))
     return 0
 
