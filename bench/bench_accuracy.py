@@ -19,8 +19,12 @@ workers run with QS_ACCOUNTING=served and Kafka's default windows (11 x 1 s), as
 quotas do. Printed: mean and p95 of the per-second delivered rate x quota after the warm-up
 (app/clients/accuracy.py), and the cells whose mean misses 1.00x by more than 5%.
 
+With Kafka's default windows a client over its quota gets a staircase of ~11 s period (a burst
+of up to a window's allowance, then a throttle), straight to Kafka as through the gateways: a
+cell of a few periods or less reads that staircase's phase as much as the quota (bench/RESULTS.md).
+
 A full run (5 libraries, 4 modes) takes ~13 minutes with the defaults; `--quick` (confluent-kafka
-only) ~4. KafkaJS is installed with npm on first use (app/clients/node.py); the Java programs
+only) ~3. KafkaJS is installed with npm on first use (app/clients/node.py); the Java programs
 need `make setup`. Figures vary with the machine's load: the broker, workers, gateways and
 clients share its cores.
 
