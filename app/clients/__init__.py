@@ -1,7 +1,7 @@
 """Real Kafka client programs, for the demo and the gateway's tests.
 
-Each is an ordinary client of one library (confluent-kafka, kafka-python or aiokafka), run as
-its own process (`python -m app.clients KIND ...`) against any bootstrap address, so what goes
+Each is an ordinary client of one library (confluent-kafka, kafka-python, aiokafka, Java's
+kafka-clients or, for produce and consume, KafkaJS), run as its own process (`python -m app.clients KIND ...`) against any bootstrap address, so what goes
 through the gateway is what those libraries really send. Every second it prints one JSON line
 with what it achieved in that second (bytes delivered or consumed, connections accepted, topics
 created or rejected); the demo's view and the tests read those lines.

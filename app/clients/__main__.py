@@ -9,7 +9,7 @@ import time
 
 from app.cli_support import int_at_least, positive_float
 from app.clients import security
-from app.clients.producers import LIBRARIES
+from app.clients.producers import PROGRAM_LIBRARIES
 from app.clients.report import Reporter
 from app.errors import UserError
 from app.kafka_security import KafkaSecurity
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="begin S seconds after --epoch (default: at once)")
     sub = parser.add_subparsers(dest="kind", required=True)
     p = sub.add_parser("produce", help="offer RATE bytes/s to a topic")
-    p.add_argument("--library", choices=LIBRARIES, required=True)
+    p.add_argument("--library", choices=PROGRAM_LIBRARIES, required=True)
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--client-id", required=True)
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="unacknowledged bytes at most (default %(default)s)")
     security.add_flags(p)
     c = sub.add_parser("consume", help="read a topic from the beginning in a group")
-    c.add_argument("--library", choices=LIBRARIES, required=True)
+    c.add_argument("--library", choices=PROGRAM_LIBRARIES, required=True)
     c.add_argument("--bootstrap", required=True)
     c.add_argument("--topic", required=True)
     c.add_argument("--client-id", required=True)
@@ -82,7 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         if kafka_security is not None and args.library == "java":
             from app.clients import java
 
-            java.run(args.kind, _java_options(args), kafka_security)
+            java.run(args.kind, _program_options(args), kafka_security)
+            return 0
+        if kafka_security is not None and args.library == "kafkajs":
+            from app.clients import node
+
+            if kafka_security.protocol != "PLAINTEXT":
+                raise UserError("the kafkajs programs connect in plain text only")
+            node.run(args.kind, _program_options(args))
             return 0
         _run(args, kafka_security, reporter)
     except security.AuthenticationFailed as exc:
@@ -95,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _java_options(args: argparse.Namespace) -> dict[str, object]:
-    """The flags the Java program shares with this one (app/clients/java.py)."""
+def _program_options(args: argparse.Namespace) -> dict[str, object]:
+    """The flags the Java and Node.js programs share with this one (app/clients/java.py,
+    app/clients/node.py)."""
     common = {"name": args.name, "seconds": args.seconds, "epoch": args.epoch,
               "bootstrap": args.bootstrap, "topic": args.topic, "client-id": args.client_id}
     if args.kind == "produce":

@@ -7,7 +7,8 @@ second: `bytes` and `records` acknowledged, `errors`.
 
 confluent-kafka (librdkafka) and aiokafka ignore `throttle_time_ms`; kafka-python honours it
 (gateway notes): only the connection being muted holds the first two back. `java` is
-kafka-clients, run as its own program (`app.clients.java`). A broker refusing the client's
+kafka-clients, run as its own program (`app.clients.java`), and `kafkajs` KafkaJS
+(`app.clients.node`). A broker refusing the client's
 authentication is `AuthenticationFailed` in every library (`app.clients.security`).
 """
 
@@ -25,8 +26,10 @@ from app.kafka_security import KafkaSecurity
 
 T = TypeVar("T")
 
-#: The client libraries of the produce and consume programs.
+#: The client libraries of the produce and consume programs that `make setup` installs.
 LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka", "java")
+#: ... and KafkaJS, installed on first use (app/clients/node.py).
+PROGRAM_LIBRARIES = (*LIBRARIES, "kafkajs")
 
 
 def produce(library: str, bootstrap: str, topic: str, client_id: str, rate: float,

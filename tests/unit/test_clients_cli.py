@@ -1,5 +1,6 @@
-"""`python -m app.clients`: its security flags, the Java program's command line, and the one way
-every library reports a refused authentication (exit 3, one line)."""
+"""`python -m app.clients`: its security flags, the Java and KafkaJS programs' command lines and
+KafkaJS's install on first use, and the one way every library reports a refused authentication
+(exit 3, one line)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.clients import java
+from app.clients import java, node
 from app.clients.__main__ import main
 from app.clients.security import AUTHENTICATION_FAILED, AuthenticationFailed, LoggedRefusals
 from app.errors import UserError
@@ -158,3 +159,46 @@ def test_a_topic_storm_keeps_a_bounded_number_of_topics() -> None:
     assert len(admin.topics) == 3
     assert admin.topics[-1].startswith("p-")
     assert int(admin.topics[-1].removeprefix("p-")) > 10
+
+
+def test_kafkajs_is_installed_once_per_lockfile(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QS_NODE_CLIENTS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = node.install_dir()
+    assert first.parent == tmp_path / "quota-streams" and first.name.startswith("node-clients-")
+    monkeypatch.setenv("QS_NODE_CLIENTS", str(tmp_path / "mine"))
+    assert node.install_dir() == tmp_path / "mine"
+    package = tmp_path / "mine" / "node_modules" / "kafkajs" / "package.json"
+    package.parent.mkdir(parents=True)
+    package.write_text("{}")
+    monkeypatch.setattr(node, "_tool", lambda name: pytest.fail(f"{name} was run"))
+    assert node.ensure_installed() == tmp_path / "mine" / "node_modules"
+
+
+def test_without_npm_the_kafkajs_clients_say_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QS_NODE_CLIENTS", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(UserError, match="need Node.js and npm"):
+        node.ensure_installed()
+
+
+def test_the_kafkajs_program_gets_the_same_flags_and_its_lines_are_relayed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(node, "_tool", lambda name: f"/bin/{name}")
+    assert node.command("consume", {"name": "c", "group": "g", "epoch": None}) == [
+        "/bin/node", str(node.PROGRAM), "consume", "--name", "c", "--group", "g"]
+    monkeypatch.setattr(node, "ensure_installed", lambda: tmp_path)
+    script = "print('{\"name\": \"n\", \"t\": 0, \"bytes\": 5}')"
+    monkeypatch.setattr(node, "command", lambda *_: [sys.executable, "-c", script])
+    node.run("produce", {})
+    assert capsys.readouterr().out == '{"name": "n", "t": 0, "bytes": 5}\n'
+
+
+def test_kafkajs_refuses_security_flags_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["produce", "--library", "kafkajs", "--bootstrap", "127.0.0.1:1", "--topic", "t",
+                 "--client-id", "c", "--rate", "1000", "--security-protocol", "SSL"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == "the kafkajs programs connect in plain text only"
