@@ -203,7 +203,12 @@ async def attack(args: argparse.Namespace, out: IO[str]) -> None:
     while attacker.stats.attempts < slots and not stop.is_set():
         await asyncio.sleep(0.05)
     print("ready", file=out, flush=True)
-    await stop.wait()
+    parent = os.getppid()
+    while not stop.is_set() and os.getppid() == parent:  # a killed bench leaves no attacker
+        try:
+            await asyncio.wait_for(stop.wait(), 1.0)
+        except TimeoutError:
+            pass
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -343,6 +348,8 @@ def main() -> int:
     from app.broker import create_topics_sync
     from app.launcher import LocalCluster, free_port, isolated_env
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the cluster on the way out
+
     tag = uuid.uuid4().hex[:6]
     cluster = LocalCluster(0, env={**isolated_env(f"bench-{tag}"), "QS_PARTITIONS": "1"})
     metrics_port = free_port()
@@ -363,10 +370,10 @@ def main() -> int:
                     print(f"round {round_ + 1}: opening {args.connections:,} hostile connections"
                           f" and {args.slow_senders} slow senders", file=sys.stderr)
                     attacker = start_attacker(gateway.bootstrap, args)
-                    row["during"] = scrape(metrics_port)
                 print(f"round {round_ + 1}: {phase}, producing for {args.seconds:g} s",
                       file=sys.stderr)
                 row[phase] = run_measure(gateway.bootstrap, topic, args.seconds, args.size)
+                print(f"round {round_ + 1}: {phase} {mbps(row[phase]):.1f} MB/s", file=sys.stderr)
                 if attacker is not None:
                     row["after"] = scrape(metrics_port)
                     row["rss"] = rss_kib(pid)
