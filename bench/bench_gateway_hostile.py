@@ -13,8 +13,8 @@ random bodies, SaslHandshake v0 followed by junk, and connections that say nothi
 --slow-senders that write a frame one byte at a time. A connection the gateway closes is opened
 again after --reopen-delay, so the load lasts the whole measurement.
 
-Printed per round and as medians: quiet and under-attack MB/s and their ratio (target: >= 0.90,
-printed, not asserted), the attacker's CPU seconds and connections opened per second, the
+Printed per round: quiet and under-attack MB/s and their ratio (target: >= 0.90, printed, not
+asserted; the median over the rounds too), the attacker's CPU seconds and connections opened per second, the
 gateway's RSS (from /proc) and, from its /metrics, its open connections, buffered bytes and
 connections closed by reason. The machine's cores are shared by the broker, the gateway, the
 client and the attacker, so the ratio mixes the gateway's own cost of the attack with plain CPU
@@ -128,12 +128,12 @@ class AttackStats:
 
 
 class Attacker:
-    """Keeps `slots` hostile connections open against one gateway port, each reopened after
-    `reopen_delay` seconds once the gateway closes it."""
+    """Hostile connections against one gateway port, each opened again `reopen_delay` seconds
+    after the gateway closed it; at most CONNECTING being opened at once."""
 
-    def __init__(self, host: str, port: int, sources: list[str], reopen_delay: float,
-                 slow_interval: float, seed: int) -> None:
-        self.host, self.port, self.sources = host, port, sources
+    def __init__(self, host: str, port: int, reopen_delay: float, slow_interval: float,
+                 seed: int) -> None:
+        self.host, self.port = host, port
         self.reopen_delay, self.slow_interval = reopen_delay, slow_interval
         self.rng = random.Random(seed)
         self.stats = AttackStats()
@@ -192,7 +192,7 @@ async def attack(args: argparse.Namespace, out: IO[str]) -> None:
     and its counts as JSON when stopped."""
     host, port = args.bootstrap.rsplit(":", 1)
     sources = source_addresses(args.connections + args.slow_senders, args.per_ip)
-    attacker = Attacker(host, int(port), sources, args.reopen_delay, args.slow_interval, args.seed)
+    attacker = Attacker(host, int(port), args.reopen_delay, args.slow_interval, args.seed)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     tasks = [asyncio.create_task(attacker.hostile(KINDS[i % len(KINDS)], sources[i % len(sources)]))
