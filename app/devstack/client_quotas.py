@@ -23,6 +23,8 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import f64, i16, i32
 
+from app.devstack.kafka import read_exactly
+
 ALTER_CLIENT_QUOTAS = 49
 _I32 = struct.Struct(">i")
 
@@ -59,17 +61,8 @@ def set_client_quotas(bootstrap: str, client_id: str, quotas: Mapping[str, float
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sock.sendall(alter_request(client_id, quotas))
-        size = _I32.unpack(_read(sock, 4))[0]
-        problems = errors_in(_read(sock, size))
+        size = _I32.unpack(read_exactly(sock, 4))[0]
+        problems = errors_in(read_exactly(sock, size))
     if problems:
         raise RuntimeError(f"the broker refused the quotas of {client_id!r}: {'; '.join(problems)}")
 
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return data

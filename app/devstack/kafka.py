@@ -111,8 +111,8 @@ def broker_count(host: str, port: int, timeout: float = 2.0) -> int:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
             sock.sendall(struct.pack(">i", len(body)) + body)
-            size = struct.unpack(">i", _read(sock, 4))[0]
-            data = _read(sock, size)
+            size = struct.unpack(">i", read_exactly(sock, 4))[0]
+            data = read_exactly(sock, size)
     except (OSError, struct.error):
         return 0
     if len(data) < 8 or struct.unpack_from(">i", data, 0)[0] != 1:
@@ -120,12 +120,13 @@ def broker_count(host: str, port: int, timeout: float = 2.0) -> int:
     return max(0, struct.unpack_from(">i", data, 4)[0])
 
 
-def _read(sock: socket.socket, n: int) -> bytes:
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    """`n` bytes from a blocking socket (the dev stack's raw Kafka exchanges)."""
     out = b""
     while len(out) < n:
         chunk = sock.recv(n - len(out))
         if not chunk:
-            raise OSError("connection closed")
+            raise ConnectionError("the broker closed the connection")
         out += chunk
     return out
 
