@@ -37,6 +37,7 @@ from app.engine.kafka_math import (
     INT_MAX,
     UNLIMITED,
     bounded_throttle_time_ms,
+    java_round,
     round_half_even,
     saturate_int,
     throttle_time_ms,
@@ -185,6 +186,9 @@ class Limits(Protocol):
 
     def limit(self, quota: str, user: str, client_id: str, enforcer: int, full: float) -> float: ...
 
+    def split(self, full: float) -> float:
+        """The static split of a quota `full`: its share on each live enforcer."""
+
 
 class Window:
     """One window a principal uses: its quota, state key, the entity sharing it, limit, level.
@@ -194,17 +198,19 @@ class Window:
     engine works on that same store (see `QuotaEngine`).
     """
 
-    __slots__ = ("quota", "key", "entity", "limit", "level", "w", "rate", "store", "drain",
-                 "shares", "observed")
+    __slots__ = ("quota", "key", "entity", "limit", "level", "w", "split", "rate", "store",
+                 "drain", "shares", "observed")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
-                 level: str | None, w: int) -> None:
+                 level: str | None, w: int, split: float = 0.0) -> None:
         self.quota = quota
         self.key = key
         self.entity = entity
         self.limit = limit
         self.level = level
         self.w = w  # the sample length (ms) the window is measured over
+        #: allocated windows only: the quota's static split, which bounds a throttle (`_cap`)
+        self.split = split
         self.rate: Rate | None = None
         self.store: object = None
         #: the engine's drain count when this window's key was last added to `touched`
@@ -454,17 +460,32 @@ class QuotaEngine:
             if res is None:
                 windows.append(None)
                 continue
-            limit, w, where = res.limit, self._w, broker
+            limit, w, where, split = res.limit, self._w, broker, 0.0
             if limits is not None and quota in ALLOCATED:
                 limit = limits.limit(quota, res.user, res.client_id, enforcer, res.limit)
-                w, where = self._aw, enforcer
+                w, where, split = self._aw, enforcer, limits.split(res.limit)
             windows.append(Window(
                 quota, self._key(KEY_CODE[quota], where, res.user, res.client_id),
-                {"user": res.user, "client_id": res.client_id}, limit, res.level, w))
+                {"user": res.user, "client_id": res.client_id}, limit, res.level, w, split))
         if len(self._principals) > 1_000_000:
             self._principals.clear()
         cached = self._principals[pk] = tuple(windows)
         return cached
+
+    def _cap(self, window: Window, nbytes: int) -> int | None:
+        """The longest bandwidth throttle of a request: None (Kafka's: uncapped) but for a
+        request larger than its allocated window holds at its limit, which waits one window
+        span, or the time it takes at the quota's static split when that is longer.
+
+        An allocation below the split lends share to busier enforcers; it can be the floor when
+        a client comes back with what piled up while it was away, or muted. Kafka's formula
+        would then mute it for the whole request at the floor (1 MB at 20 kB/s: 50 s), and a
+        muted client looks idle, so its allocation never recovers. Past one span every sample
+        is purged anyway, and the workers re-divide the quota within a check."""
+        span = self._n * window.w
+        if not window.split or nbytes * 1000.0 <= window.limit * span:
+            return None
+        return max(span, java_round(nbytes * 1000.0 / window.split))
 
     def _check(self, window: Window, rate: Rate, t: int, value: float, cap: int | None,
                where: int, decisions: list[Decision]) -> int:
@@ -559,7 +580,7 @@ class QuotaEngine:
             if produce is not None:
                 rate = self._window_rate(produce)
                 t = rate.advance(ts, self._idle)
-                self._check(produce, rate, t, nbytes, None, where, decisions)
+                self._check(produce, rate, t, nbytes, self._cap(produce, nbytes), where, decisions)
             if request is not None:
                 self._request_time(request, ts, thread_ns, network_ns, where, decisions)
         elif api == "Fetch" and not exempt:
@@ -570,7 +591,7 @@ class QuotaEngine:
             if fetch is not None:
                 rate = self._window_rate(fetch)
                 t = rate.advance(ts, self._idle)
-                bw = self._check(fetch, rate, t, nbytes, None, where, decisions)
+                bw = self._check(fetch, rate, t, nbytes, self._cap(fetch, nbytes), where, decisions)
                 if (bw > 0 or rq > 0) and self.take_back:
                     rate.record(-nbytes, t, self._n, fetch.w)
         elif request is not None:

@@ -171,5 +171,8 @@ class AllocatedLimits:
             return full
         a = self.allocations.get(quota, user, client_id)
         if a is None or a.limit <= 0.0:
-            return full / max(1, self.live_enforcers())
+            return self.split(full)
         return a.limit_for(enforcer) * full / a.limit
+
+    def split(self, full: float) -> float:
+        return full / max(1, self.live_enforcers())

@@ -15,6 +15,7 @@ from app.engine import allocation
 from app.engine.allocation import FLOOR_SHARE, HEADROOM, Shares, allocate
 from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.kafka_math import throttle_time_ms
 from app.engine.events import BadEvent, RequestEvent, parse_event, parse_record
 from app.engine.state_codec import decode, encode
 from app.sim.meter import PhaseFigures
@@ -294,6 +295,26 @@ def test_an_enforcer_holds_allocated_quotas_over_short_samples_and_the_rest_over
     assert 10 * 100 <= windows["allocated"] <= 11 * 100  # Kafka's window size: N-1 samples or more
     assert 10 * 1000 <= windows["plain"] <= 11 * 1000
 
+
+
+@pytest.mark.parametrize("nbytes, cap_ms", [(0.2 * Q, 1100), (1.2 * Q, 2400)])
+def test_a_request_far_over_its_allocation_waits_a_span_or_its_time_at_the_static_split(
+        nbytes: float, cap_ms: int) -> None:
+    # a client back on an enforcer left at the floor (0.05 Q) sends what piled up while it was
+    # away: Kafka's uncapped formula would mute it for far longer than the 1.1 s its window
+    # remembers; it waits a span, or what the request takes at the split (Q / 2 enforcers)
+    settings = EngineSettings(window_num=11, window_ms=1000, allocation_sample_ms=100)
+    configs = cluster_engine().configs
+    allocations = Allocations()
+    allocations.apply(record(enforcers=[{"enforcer": 1, "limit": Q, "usage": 0.0,
+                                         "saturated": True}]), T0)
+    engine = QuotaEngine(settings, configs, limits=AllocatedLimits(allocations, lambda: 2))
+    event = RequestEvent(T0, 2, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce", int(nbytes),
+                         0.0, 0.0, False, 1)
+    decision = max(engine.process(event)[0], key=lambda d: d.throttle_time_ms)
+    assert decision.limit == pytest.approx(FLOOR_SHARE * Q)
+    assert throttle_time_ms(decision.observed, decision.limit, decision.window_ms) > 2 * cap_ms
+    assert decision.throttle_time_ms == cap_ms
 
 # -- the closed loop ----------------------------------------------------------------------------
 
