@@ -13,14 +13,16 @@ random bodies, SaslHandshake v0 followed by junk, and connections that say nothi
 --slow-senders that write a frame one byte at a time. A connection the gateway closes is opened
 again after --reopen-delay, so the load lasts the whole measurement.
 
+With --rate the producer offers a fixed rate instead, as a tenant within its quota does.
 Printed per round: quiet and under-attack MB/s and their ratio (target: >= 0.90, printed, not
-asserted; the median over the rounds too), the attacker's CPU seconds and connections opened per second, the
-gateway's RSS (from /proc) and, from its /metrics, its open connections, buffered bytes and
-connections closed by reason. The machine's cores are shared by the broker, the gateway, the
-client and the attacker, so the ratio mixes the gateway's own cost of the attack with plain CPU
-contention: read it beside the attacker's CPU seconds. Run:
+asserted; the median over the rounds too), the attacker's CPU seconds and connections opened
+per second, the gateway's own CPU seconds in each phase, its RSS (from /proc) and, from its
+/metrics, its open connections, buffered bytes and connections closed by reason. The machine's
+cores are shared by the broker, the gateway, the client and the attacker, so the ratio mixes
+the gateway's own cost of the attack with plain CPU contention: read it beside the CPU seconds.
+Run:
 
-    python bench/bench_gateway_hostile.py [--seconds 30] [--rounds 2] [--connections 3000]
+    python bench/bench_gateway_hostile.py [--seconds 30] [--rounds 2] [--connections 3000] [--rate 0]
 """
 
 from __future__ import annotations
@@ -218,9 +220,10 @@ async def attack(args: argparse.Namespace, out: IO[str]) -> None:
 # ------------------------------------------------------------------ the well-behaved client
 
 
-def measure_produce(bootstrap: str, topic: str, seconds: float, size: int) -> dict[str, Any]:
-    """Records of `size` bytes as fast as acks=all allows for `seconds`, then a flush: the
-    acknowledged bytes over the whole time."""
+def measure_produce(bootstrap: str, topic: str, seconds: float, size: int, rate: float
+                    ) -> dict[str, Any]:
+    """Records of `size` bytes for `seconds`, at `rate` bytes/s (0: as fast as acks=all
+    allows), then a flush: the acknowledged bytes over the whole time."""
     from confluent_kafka import Producer
 
     delivered = [0, 0]  # ok, failed
@@ -232,21 +235,27 @@ def measure_produce(bootstrap: str, topic: str, seconds: float, size: int) -> di
                          "batch.size": 1_000_000, "on_delivery": done})
     value = b"x" * size
     start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    sent = 0
+    while (now := time.perf_counter()) - start < seconds:
+        if rate and sent * size > rate * (now - start):
+            producer.poll(0.001)  # ahead of the rate: wait
+            continue
         try:
             producer.produce(topic, value)
         except BufferError:
             producer.poll(0.001)
             continue
+        sent += 1
         producer.poll(0)
     producer.flush(120)
     elapsed = time.perf_counter() - start
     return {"seconds": elapsed, "bytes": delivered[0] * size, "failed": delivered[1]}
 
 
-def run_measure(bootstrap: str, topic: str, seconds: float, size: int) -> dict[str, Any]:
+def run_measure(bootstrap: str, topic: str, seconds: float, size: int, rate: float
+                ) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--measure", bootstrap, topic, str(seconds),
-                          str(size)], check=False, capture_output=True, text=True,
+                          str(size), str(rate)], check=False, capture_output=True, text=True,
                          timeout=seconds + 300, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"measurement failed: {out.stderr[-2000:]}")
@@ -327,9 +336,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--per-ip", type=int, default=800,
                         help="hostile connections per source address (the gateway's cap: 1000)")
     parser.add_argument("--seed", type=int, default=20261125)
+    parser.add_argument("--rate", type=float, default=0.0, metavar="MB/S",
+                        help="the producer's offered rate (0: as fast as it goes)")
     parser.add_argument("--gateway-args", nargs=argparse.REMAINDER, default=[],
                         help="the rest of the line goes to `quota-streams gateway`")
-    parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--measure", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--attack", metavar="BOOTSTRAP", help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -337,8 +348,9 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     if args.measure:
-        bootstrap, topic, seconds, size = args.measure
-        print(json.dumps(measure_produce(bootstrap, topic, float(seconds), int(size))))
+        bootstrap, topic, seconds, size, rate = args.measure
+        print(json.dumps(measure_produce(bootstrap, topic, float(seconds), int(size),
+                                         float(rate))))
         return 0
     if args.attack:
         args.bootstrap = args.attack
@@ -347,6 +359,7 @@ def main() -> int:
 
     from app.broker import create_topics_sync
     from app.launcher import LocalCluster, free_port, isolated_env
+    from bench_gateway import cpu_seconds
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the cluster on the way out
 
@@ -372,7 +385,10 @@ def main() -> int:
                     attacker = start_attacker(gateway.bootstrap, args)
                 print(f"round {round_ + 1}: {phase}, producing for {args.seconds:g} s",
                       file=sys.stderr)
-                row[phase] = run_measure(gateway.bootstrap, topic, args.seconds, args.size)
+                cpu = cpu_seconds(pid)
+                row[phase] = run_measure(gateway.bootstrap, topic, args.seconds, args.size,
+                                         args.rate * 1e6)
+                row[phase]["gateway_cpu_s"] = cpu_seconds(pid) - cpu
                 print(f"round {round_ + 1}: {phase} {mbps(row[phase]):.1f} MB/s", file=sys.stderr)
                 if attacker is not None:
                     row["after"] = scrape(metrics_port)
@@ -392,12 +408,15 @@ def mbps(result: dict[str, Any]) -> float:
 
 def report(rounds: list[dict[str, Any]], rss_before: dict[str, int], rss_end: dict[str, int],
            final: dict[str, Any], args: argparse.Namespace) -> None:
-    print(f"\ngateway under attack: 1 producer of {args.size} B records for {args.seconds:g} s, "
+    offered = f"at {args.rate:g} MB/s" if args.rate else "as fast as it goes"
+    print(f"\ngateway under attack: 1 producer of {args.size} B records {offered} for "
+          f"{args.seconds:g} s, "
           f"{args.connections:,} hostile connections + {args.slow_senders} slow senders "
           f"(reopen delay {args.reopen_delay:g} s), {args.rounds} rounds, "
           f"os.cpu_count()={os.cpu_count()} shared by broker, gateway, client and attacker")
     print(f"{'round':>5}{'quiet MB/s':>12}{'attack MB/s':>13}{'ratio':>7}{'attacker CPU s':>16}"
-          f"{'opens/s':>9}{'open conns':>12}{'buffered MB':>13}{'RSS MB':>8}")
+          f"{'opens/s':>9}{'open conns':>12}{'buffered MB':>13}{'RSS MB':>8}"
+          f"{'gw CPU s quiet':>16}{'gw CPU s attack':>17}")
     ratios = []
     for i, row in enumerate(rounds):
         quiet, attacked = mbps(row["quiet"]), mbps(row["attack"])
@@ -405,7 +424,8 @@ def report(rounds: list[dict[str, Any]], rss_before: dict[str, int], rss_end: di
         a = row["attacker"]
         print(f"{i + 1:>5}{quiet:>12.1f}{attacked:>13.1f}{ratios[-1]:>7.2f}{a['cpu_s']:>16.1f}"
               f"{a['opened'] / row['attack_s']:>9,.0f}{row['after']['open']:>12,}"
-              f"{row['after']['buffered'] / 1e6:>13.1f}{row['rss']['VmRSS'] / 1024:>8.0f}")
+              f"{row['after']['buffered'] / 1e6:>13.1f}{row['rss']['VmRSS'] / 1024:>8.0f}"
+              f"{row['quiet']['gateway_cpu_s']:>16.1f}{row['attack']['gateway_cpu_s']:>17.1f}")
     print(f"median ratio {statistics.median(ratios):.2f} (target >= 0.90)")
     print(f"gateway RSS: {rss_before['VmRSS'] / 1024:.0f} MB before, "
           f"{rss_end['VmRSS'] / 1024:.0f} MB after, peak {rss_end['VmHWM'] / 1024:.0f} MB")

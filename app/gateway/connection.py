@@ -199,6 +199,8 @@ class Session:
         self._limited = False
         self._limited_as_of: tuple[int, str, str] | None = None
         self._internal_ids = 0
+        #: the first request, read before its broker connection was made (`_read_loop`)
+        self._first: tuple[RequestHeader, bytes] | None = None
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -215,7 +217,7 @@ class Session:
         if not self.core.opened(self):
             return
         if self._proxy is None:
-            self._pause("accept")  # until admitted (connection quotas) and the broker is up
+            self._pause("accept")  # until admitted (connection quotas)
             self.core.admit(self)
         # else its first bytes are read: the PROXY header names the client to admit
 
@@ -238,9 +240,14 @@ class Session:
             return
         self.broker = transport
 
-    def accepted(self) -> None:
-        """Admitted and connected to the broker: start reading the client."""
+    def admitted(self) -> None:
+        """Within the connection quotas: start reading the client. Its broker connection is
+        made for its first request (`_read_loop`)."""
         self._resume("accept")
+
+    def connected(self) -> None:
+        """The broker connection is up: its first request goes on."""
+        self._resume("upstream")
 
     def close(self, reason: str | None = None, detail: str = "") -> None:
         """Close both sides. `reason` (one of `limits.CLOSE_REASONS`): the gateway refuses what
@@ -313,8 +320,8 @@ class Session:
             (self.broker.pause_reading if paused else self.broker.resume_reading)()
 
     def _pause(self, why: str) -> None:
-        """Stop reading the client's socket, for `why`: "accept" (not admitted yet), "mute" (a
-        throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting),
+        """Stop reading the client's socket, for `why`: "accept" (not admitted yet), "upstream"
+        (its broker connection is being made), "mute" (a throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting),
         "drain" (the gateway stops: no request is handled, the socket is still read, `drain`)."""
         if not self._pauses and self.client is not None and not self.closed:
             self.client.pause_reading()
@@ -380,6 +387,11 @@ class Session:
             if self._muted_until and self.core.now_ms() < self._muted_until:
                 self._mute_until(self._muted_until)
                 break
+            if self._first is not None:
+                header, payload = self._first
+                self._first = None
+                self._request(header, payload)
+                continue
             payload = self._next_frame()
             if payload is None:
                 break
@@ -391,6 +403,15 @@ class Session:
             except FrameError as exc:
                 self.close("bad_header", str(exc))
                 return
+            if self._refused(header):
+                return
+            if self.broker is None:
+                # the broker sees a connection only once it sent a well-formed request: junk,
+                # absurd sizes and silence are refused here and cost the broker nothing
+                self._first = (header, payload)
+                self._pause("upstream")
+                self.core.connect(self)
+                continue
             self._request(header, payload)
         if self.closed:
             return
@@ -434,14 +455,20 @@ class Session:
             self._limited = local.limited(self.user, self._client_id)
         return 1 if self._limited else self.core.max_in_flight
 
-    def _request(self, header: RequestHeader, payload: bytes) -> None:
-        core, key, version = self.core, header.api_key, header.api_version
+    def _refused(self, header: RequestHeader) -> bool:
+        """Close the connection for a request it may not send now, or that the gateway could
+        not rewrite: whether it did."""
+        key, version = header.api_key, header.api_version
         if not self.auth.allows(key):
             self.close("unauthenticated_request", f"{apis.api_name(key)} before authenticating")
-            return
+            return True
         if not apis.rewritable(key, version):
             self.close("unrewritable_request", f"{apis.api_name(key)} v{version}")
-            return
+            return True
+        return False
+
+    def _request(self, header: RequestHeader, payload: bytes) -> None:
+        core, key, version = self.core, header.api_key, header.api_version
         core.metrics.request(key)
         self._client_id = header.client_id
         if key in apis.SASL_APIS:

@@ -220,7 +220,7 @@ class Acceptor:
                 asyncio.get_running_loop().call_later(step.close_ms / 1000.0, session.close)
                 continue
             gw.metrics.connection("accepted")
-            gw.connect(session)
+            session.admitted()
 
 
 def _gone(session: Session) -> bool:
@@ -636,7 +636,7 @@ class Gateway:
         session.placed = True
         if session.node_id == UNKNOWN_NODE:  # no broker to decide for yet: charged when placed
             self.metrics.connection("accepted")
-            self.connect(session)
+            session.admitted()
             return
         acceptor = self._acceptors.get(session.node_id)
         if acceptor is None:
@@ -674,7 +674,7 @@ class Gateway:
                 continue
             session.connecting = None
             if not session.closed:
-                session.accepted()
+                session.connected()
             return
         session.connecting = None
         session.close()

@@ -92,7 +92,7 @@ class Harness:
 
     def _connect(self, session: Session) -> None:
         session.upstream_made(self.broker)  # type: ignore[arg-type]
-        session.accepted()
+        session.connected()
 
     def send(self, payload: bytes) -> None:
         self.session.client_data(frame(payload))

@@ -90,7 +90,8 @@ async def test_a_client_that_leaves_while_its_broker_connection_is_made_leaves_n
     assert isinstance(gateway, HeldConnects)
     try:
         _reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listening_port())
-        await gateway.connecting.wait()  # admitted: its broker connection is being made
+        writer.write(frame(produce_request(1)))
+        await gateway.connecting.wait()  # its first request: its broker connection is being made
         (session,) = gateway.sessions
         writer.transport.abort()
         # what asyncio then reports (a TLS transport even while reading is paused; a plain one

@@ -45,7 +45,7 @@ class Balanced(Harness):
     def _connect(self, session: Session) -> None:
         broker = self.brokers.setdefault(session, FakeSocket())
         session.upstream_made(broker)  # type: ignore[arg-type]
-        session.accepted()
+        session.connected()
 
     def connect(self) -> tuple[Session, FakeSocket]:
         session, client = Session(self.gateway, BROKER), FakeSocket(BALANCER)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from app.gateway import apis, messages
-from app.gateway.frames import request_header
+from app.gateway.frames import frame, request_header
 from tests.unit.gateway_harness import BROKER, Harness, answered, sent
 from tests.unit.kafka_frames import (
     NONE,
@@ -254,9 +256,22 @@ async def test_an_accepted_connection_is_an_event() -> None:
 async def test_bytes_that_are_not_kafka_close_the_connection_and_are_counted() -> None:
     h = Harness()
     h.session.client_data(b"\xff\xff\xff\xf0GET / HTTP/1.1\r\n\r\n")  # a negative size
-    assert h.session.closed and h.client.closed and h.broker.closed
-    assert h.broker.written == b""  # nothing reaches the broker unread
+    assert h.session.closed and h.client.closed
+    assert h.session.broker is None  # the broker never saw the connection
     assert h.closed("frame_size") == 1
+
+
+@pytest.mark.parametrize("first", [b"\x00\x00\x00\x02\x00\x00",  # too short for a header
+                                   frame(b"\x00\x00\x00"),  # a header cut short
+                                   b"\x00\x10\x00\x00half a frame"])
+async def test_a_broker_connection_is_made_for_a_well_formed_first_request_only(
+        first: bytes) -> None:
+    h = Harness()
+    h.session.client_data(first)
+    assert h.session.broker is None
+    good = Harness()
+    good.send(produce_request(1))
+    assert good.session.broker is good.broker and good.broker.written  # made, then forwarded
 
 
 def _sasl(h: Harness, mechanism: str, token: bytes, ok: bool) -> None:
