@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -223,6 +224,10 @@ class LocalCluster:
                 proc.wait()
         if self.broker is not None:
             self.broker.stop()
+            # its topics were this stack's alone (a benchmark's can hold tens of GB): the logs
+            # stay to be read, the data goes
+            for data in (self.work_dir / "kafka").glob("node-*/data"):
+                shutil.rmtree(data, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
