@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from app.cli import UserError
+    from app.gateway.memory import fix_malloc_thresholds
     from app.gateway.server import Gateway, GatewayError
 
     config = build_config(args)
@@ -191,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("aiokafka", "kafka"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    fix_malloc_thresholds()
     gateway = Gateway(config)
     try:
         asyncio.run(_serve(gateway, args))
