@@ -321,8 +321,9 @@ class Session:
 
     def _pause(self, why: str) -> None:
         """Stop reading the client's socket, for `why`: "accept" (not admitted yet), "upstream"
-        (its broker connection is being made), "mute" (a throttle), "broker" (its socket is full), "backlog" (READ_AHEAD bytes are waiting),
-        "drain" (the gateway stops: no request is handled, the socket is still read, `drain`)."""
+        (its broker connection is being made), "mute" (a throttle), "broker" (its socket is
+        full), "backlog" (READ_AHEAD bytes are waiting), "drain" (the gateway stops: no request
+        is handled, the socket is still read, `drain`)."""
         if not self._pauses and self.client is not None and not self.closed:
             self.client.pause_reading()
         self._pauses.add(why)
