@@ -209,13 +209,18 @@ def saturate(cluster: LocalCluster, bootstrap: str, env: dict[str, str], total: 
     return total / (done - ready), [cpu_seconds(pid) - c for pid, c in zip(pids, cpu_ready)]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_load_options(ap: argparse.ArgumentParser, format_help: str) -> None:
+    """The options of the load these benchmarks offer: its record format, size and entities."""
     ap.add_argument("--format", choices=("columnar", "json"), default="columnar",
-                    help="source record format (default %(default)s)")
+                    help=f"{format_help} (default %(default)s)")
     ap.add_argument("--records", type=int, default=2000, help="batch records for saturation (default %(default)s)")
     ap.add_argument("--batch", type=int, default=300, help="samples per batch record (default %(default)s)")
     ap.add_argument("--entities", type=int, default=10_000, help="distinct (user, client) pairs (default %(default)s)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_load_options(ap, "source record format")
     ap.add_argument("--rates", default="20000,50000,100000",
                     help="samples/s of the latency runs, comma-separated (default %(default)s)")
     ap.add_argument("--latency-seconds", type=int, default=10, help="length of each latency run (default %(default)s)")

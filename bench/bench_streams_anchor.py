@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.broker import create_topics_sync  # noqa: E402
 from app.launcher import LocalCluster, isolated_env  # noqa: E402
-from bench_pipeline import (PARTITIONS, cpu_seconds, encode, make_batches, pct, produce,  # noqa: E402
+from bench_pipeline import (PARTITIONS, add_load_options, cpu_seconds, encode, make_batches, pct, produce,  # noqa: E402
                             saturate, wait_committed, write_configs)
 
 ANCHOR_DIR = Path(__file__).resolve().parents[1] / "jvm" / "streams-anchor" / "target"
@@ -265,11 +265,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--format", choices=("columnar", "json"), default="columnar",
-                    help="source record format, read by both (default %(default)s)")
-    ap.add_argument("--records", type=int, default=2000, help="batch records for saturation (default %(default)s)")
-    ap.add_argument("--batch", type=int, default=300, help="samples per batch record (default %(default)s)")
-    ap.add_argument("--entities", type=int, default=10_000, help="distinct (user, client) pairs (default %(default)s)")
+    add_load_options(ap, "source record format, read by both")
     ap.add_argument("--rate", type=int, default=20_000, help="samples/s of the latency runs (default %(default)s)")
     ap.add_argument("--warmup-seconds", type=int, default=3,
                     help="load before the latency runs count (default %(default)s)")

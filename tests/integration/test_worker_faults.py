@@ -14,6 +14,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -144,6 +145,14 @@ def test_sigterm_stops_a_busy_worker_promptly(kafka_bootstrap: str, tmp_path: Pa
         cluster.stop()
 
 
+def assert_only_junk_dead_lettered(bootstrap: str, env: dict[str, str], junk: dict[str, Any]
+                                   ) -> None:
+    """The dead-letter topic holds `junk` alone, judged against the stream time."""
+    dead = [orjson.loads(v) for v in asyncio.run(
+        read_directives(bootstrap, env["QS_TOPIC_DEADLETTER"], 1, timeout=20))]
+    assert [d["value"] for d in dead] == [junk]
+    assert "from the stream time" in dead[0]["reason"]
+
 def test_a_junk_timestamp_first_after_a_restart_costs_only_itself(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     """The stream clock is rebuilt from the records before the restarted worker's first one:
@@ -166,10 +175,7 @@ def test_a_junk_timestamp_first_after_a_restart_costs_only_itself(
         cluster.start_worker(0)
         cluster.wait_ready()
         asyncio.run(wait_committed(kafka_bootstrap, env, timeout=120))
-        dead = [orjson.loads(v) for v in asyncio.run(
-            read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 1, timeout=20))]
-        assert [d["value"] for d in dead] == [junk]
-        assert "from the stream time" in dead[0]["reason"]
+        assert_only_junk_dead_lettered(kafka_bootstrap, env, junk)
     finally:
         cluster.stop()
 
@@ -192,10 +198,7 @@ def test_a_quiet_partitions_held_records_are_judged_and_committed(
         asyncio.run(send(kafka_bootstrap, env["QS_TOPIC_REQUEST"],
                          [orjson.dumps(junk), orjson.dumps(good)]))
         asyncio.run(wait_committed(kafka_bootstrap, env, timeout=60))
-        dead = [orjson.loads(v) for v in asyncio.run(
-            read_directives(kafka_bootstrap, env["QS_TOPIC_DEADLETTER"], 1, timeout=20))]
-        assert [d["value"] for d in dead] == [junk]
-        assert "from the stream time" in dead[0]["reason"]
+        assert_only_junk_dead_lettered(kafka_bootstrap, env, junk)
     finally:
         cluster.stop()
 
