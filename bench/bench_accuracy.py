@@ -67,6 +67,8 @@ from app.launcher import LocalCluster, isolated_env  # noqa: E402
 LEAD_S = 4.0
 #: partitions of the produced-to and consumed-from topics (at least the most gateways)
 PARTITIONS = 6
+#: the backlog's largest record batch (`fill`)
+BACKLOG_BATCH_BYTES = 16_384
 QUICK_LIBRARY = "confluent-kafka"
 
 
@@ -97,6 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "cell (default %(default)s)")
     p.add_argument("--quota", type=float, default=200_000.0,
                    help="producer_byte_rate and consumer_byte_rate, bytes/s (default %(default)s)")
+    p.add_argument("--record-bytes", type=int, default=1000,
+                   help="the producers' record size (default %(default)s): a quota counts whole "
+                   "requests, so the smaller the records, the more of it their framing takes")
     p.add_argument("--json", type=Path, help="also write the cells here")
     p.add_argument("--from-json", type=Path, nargs="+", metavar="FILE",
                    help="run nothing: print the matrix of the cells these --json files hold "
@@ -131,11 +136,15 @@ def prepare(libraries: Sequence[str]) -> None:
 
 
 def fill(bootstrap: str, topic: str, nbytes: int) -> None:
-    """`nbytes` of 1 kB records, the consumers' backlog, by a client id without a quota."""
+    """`nbytes` of 1 kB records, the consumers' backlog, by a client id without a quota.
+
+    In record batches of at most 16 KiB, the Java producer's default `batch.size`: a fetch
+    returns at least one whole batch, so with librdkafka's default (1 MB) every consumer, Kafka's
+    own included, gets its quota in bursts of about five seconds' worth (bench/RESULTS.md)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": "acc-fill",
-                         "linger.ms": 20})
+                         "linger.ms": 20, "batch.size": BACKLOG_BATCH_BYTES})
     value = b"y" * 1000
     for _ in range(nbytes // len(value)):
         while True:
@@ -191,8 +200,8 @@ class Stack:
 
 
 def run_cells(stack: Stack, library: str, roles: Sequence[str], topics: dict[str, str],
-              quota: float, warmup: int, seconds: int, series: dict[str, list[float]]
-              ) -> list[Cell]:
+              quota: float, warmup: int, seconds: int, series: dict[str, list[float]],
+              record_bytes: int = 1000) -> list[Cell]:
     """The library's cells of the stack's mode, its roles' clients all at once; each cell's
     per-second rates x quota over the whole run, warm-up included, into `series`."""
     mode = stack.mode.name
@@ -205,7 +214,8 @@ def run_cells(stack: Stack, library: str, roles: Sequence[str], topics: dict[str
         for i, bootstrap in enumerate(stack.bootstraps):
             common = ["--library", library, "--bootstrap", bootstrap, "--topic", topics[role],
                       "--client-id", cid]
-            argv = (["produce", *common, "--rate", str(4 * quota / len(stack.bootstraps))]
+            argv = (["produce", *common, "--rate", str(4 * quota / len(stack.bootstraps)),
+                     "--record-bytes", str(record_bytes)]
                     if role == "producer" else
                     ["consume", *common, "--group", group])
             specs.append((f"{role}-{i}", ["--epoch", str(epoch), "--seconds", str(run_s), *argv]))
@@ -242,7 +252,7 @@ def run(args: argparse.Namespace, modes: Sequence[Mode], work_dir: Path,
                 for library in args.libraries:
                     try:
                         done = run_cells(stack, library, args.roles, topics, args.quota,
-                                         args.warmup, args.seconds, series)
+                                         args.warmup, args.seconds, series, args.record_bytes)
                     except RuntimeError as exc:  # a client failed: its cells stay empty
                         log(f"{library} {mode.name}: a client failed, its cells are left "
                             f"empty: {str(exc)[-300:]}")

@@ -69,22 +69,28 @@ class LocalQuotas:
         return False
 
     def request(self, broker: int, ts: int, listener: str, user: str, client_id: str, ip: str,
-                api: str, nbytes: int, thread_ms: float, exempt: bool) -> int:
-        """Record one request; the throttle Kafka would answer it with (0: none). A throttled
-        Fetch's bytes are taken back, as the broker sends an empty response instead."""
+                api: str, nbytes: int, thread_ms: float, exempt: bool) -> tuple[int, bool]:
+        """Record one request; the throttle Kafka would answer it with (0: none), and whether a
+        throttled Fetch is still delivered. A throttled Fetch's bytes are taken back, as the
+        broker sends an empty response instead, but on an allocated window, which delivers it
+        and keeps them (`QuotaEngine.kept_fetch`)."""
+        engine = self.engine
         event = RequestEvent(ts, broker, listener, user, client_id, ip, api, nbytes, thread_ms,
                              0.0, exempt, 1, self.gateway)
-        decisions, _ = self.engine.process(event)
-        self.engine.expire_due(ts)  # idle principals leave memory
-        return max((d.throttle_time_ms for d in decisions), default=0)
+        decisions, _ = engine.process(event)
+        engine.expire_due(ts)  # idle principals leave memory
+        return (max((d.throttle_time_ms for d in decisions), default=0),
+                api == "Fetch" and engine.kept_fetch)
 
-    def fetch_cap(self, user: str, client_id: str) -> int | None:
-        """Most bytes a Fetch from this principal may return, or None (no consumer quota).
+    def fetch_cap(self, broker: int, user: str, client_id: str) -> int | None:
+        """Most bytes a Fetch from this principal to `broker` may return, or None (no consumer
+        quota).
 
         Kafka caps a consumer's fetch at what its quota allows in a window (`KafkaApis`:
         `getMaxValueInQuotaWindow` = limit x (N-1) x W), so one response never exceeds the
         window by itself: it would be throttled, sent empty, and fetched again forever. The
-        gateway asks for a fiftieth of that. A broker returns a whole first record batch past
+        gateway asks for a fiftieth of that, of the enforcer's allocation over its short
+        samples when it holds one. A broker returns a whole first record batch past
         `max_bytes` (the session cuts the partial ones after it: `messages.whole_batches`); and
         a throttled fetch returns nothing for its whole mute, so a greedy consumer gets less
         than its quota the larger its fetches are. With the engine
@@ -92,11 +98,9 @@ class LocalQuotas:
         50% of the quota, a tenth of it 90%, a fiftieth 96%. At the quota that is 50 fetches
         per window, 5/s with Kafka's default windows.
         """
-        res = self.engine.configs.resolve(cfg.FETCH, user, client_id)
-        if res is None or res.limit >= UNLIMITED:
-            return None
-        s = self.engine.settings
-        return max(1, int(res.limit * (s.window_num - 1) * s.window_ms / 1000 / FETCH_CAP_SHARE))
+        enforcer = self.gateway if self.gateway >= 0 else broker
+        held = self.engine.allowance(cfg.FETCH, broker, enforcer, user, client_id)
+        return None if held is None else max(1, int(held / FETCH_CAP_SHARE))
 
     def mutation(self, broker: int, ts: int, user: str, client_id: str, api: str,
                  api_version: int, partitions: int, validate_only: bool) -> Decision | None:

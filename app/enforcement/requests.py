@@ -5,7 +5,8 @@ force say and what the local quota managers decide as they charge it.
   carries the throttle.
 - Fetch from a consumer: `consumer_byte_rate` and `request_percentage`; a throttled fetch gets an
   empty response (Kafka's `getThrottledResponse`), so when the directives throttle it its bytes
-  are not charged locally.
+  are not charged locally. On an allocated window it is delivered, charged and muted for, as
+  a Produce is (`QuotaEngine.kept_fetch`).
 - Every other request: `request_percentage`.
 
 Then the channel is muted until the throttle ends (KIP-219); muting is the caller's (a socket, a
@@ -13,6 +14,8 @@ simulated channel).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from app.enforcement.sources import QuotaSources
 from app.subscriber.directive import FETCH_QUOTAS, PRODUCE_QUOTAS
@@ -29,6 +32,15 @@ def quotas_for(api: str) -> frozenset[str]:
     return REQUEST_QUOTAS
 
 
+class Throttle(NamedTuple):
+    """A request's throttle, and what its response carries."""
+
+    ms: int
+    #: a consumer Fetch answered empty (Kafka's `getThrottledResponse`): throttled, and not by
+    #: an allocated window, which delivers it (`LocalQuotas.request`)
+    empty: bool = False
+
+
 class RequestQuota:
     """Client quotas (bytes in and out, request time) on the requests of one enforcer."""
 
@@ -39,17 +51,19 @@ class RequestQuota:
 
     def throttle(self, broker: int, now: int, listener: str, user: str, client_id: str, ip: str,
                  api: str, nbytes: int, thread_ms: float, fetch: bool = False,
-                 exempt: bool = False) -> int:
-        """Milliseconds of `throttle_time_ms` for a request to `broker` handled at `now`, with
-        its measured `nbytes` and `thread_ms` charged to the local quota managers (0: none).
-        `fetch`: a consumer Fetch, whose response is emptied when throttled; `exempt`: charged
-        its bytes, not its time (acks=0 Produce)."""
+                 exempt: bool = False) -> Throttle:
+        """The throttle for a request to `broker` handled at `now`, with its measured `nbytes`
+        and `thread_ms` charged to the local quota managers. `fetch`: a consumer Fetch, whose
+        response is emptied when throttled; `exempt`: charged its bytes, not its time (acks=0
+        Produce)."""
         sources = self.sources
         ms = sources.directives.request_throttle(user, client_id, now, quotas_for(api),
                                                  broker).throttle_ms
+        kept = False
         local = sources.local
         if local is not None:
             served = 0 if fetch and ms > 0 else nbytes
-            ms = max(ms, local.request(broker, now, listener, user, client_id, ip, api, served,
-                                       thread_ms, exempt))
-        return ms
+            local_ms, kept = local.request(broker, now, listener, user, client_id, ip, api,
+                                           served, thread_ms, exempt)
+            ms = max(ms, local_ms)
+        return Throttle(ms, fetch and ms > 0 and not kept)

@@ -37,7 +37,6 @@ from app.engine.kafka_math import (
     INT_MAX,
     UNLIMITED,
     bounded_throttle_time_ms,
-    java_round,
     round_half_even,
     saturate_int,
     throttle_time_ms,
@@ -52,6 +51,10 @@ SEP: Final = "\x1f"
 KEY_CODE: Final = {cfg.PRODUCE: "P", cfg.FETCH: "F", cfg.REQUEST: "R", cfg.MUTATION: "M"}
 #: prefix of a cluster window's per-broker usage (`Shares`), before the window's own key
 SHARES_CODE: Final = "A"
+#: prefix of an allocated window's debt (`TokenBucket`), before the window's own key
+DEBT_CODE: Final = "D"
+#: the windows a principal may use, in the order `QuotaEngine._principal` lists them
+WINDOW_QUOTAS: Final = (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION)
 #: the quotas allocations divide (rates: the mutation bucket and connection rates keep directives)
 ALLOCATED: Final = frozenset({cfg.PRODUCE, cfg.FETCH, cfg.REQUEST})
 NANOS_TO_PERCENT: Final = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
@@ -199,7 +202,7 @@ class Window:
     """
 
     __slots__ = ("quota", "key", "entity", "limit", "level", "w", "split", "rate", "store",
-                 "drain", "shares", "observed")
+                 "drain", "shares", "debt", "observed")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
                  level: str | None, w: int, split: float = 0.0) -> None:
@@ -209,7 +212,8 @@ class Window:
         self.limit = limit
         self.level = level
         self.w = w  # the sample length (ms) the window is measured over
-        #: allocated windows only: the quota's static split, which bounds a throttle (`_cap`)
+        #: allocated windows only (0.0: not one): the quota's static split, which bounds a
+        #: throttle (`_allocated_throttle`)
         self.split = split
         self.rate: Rate | None = None
         self.store: object = None
@@ -217,6 +221,8 @@ class Window:
         self.drain = -1
         #: allocations only: the window's per-broker usage, kept while `store` is the same
         self.shares: Shares | None = None
+        #: allocated windows only: what the enforcer admitted past its limit, kept as `shares`
+        self.debt: TokenBucket | None = None
         #: the rate its last check measured (what the metrics' top entities show)
         self.observed = 0.0
 
@@ -274,6 +280,13 @@ class QuotaEngine:
         self.cluster = self.settings.scope == "cluster"
         self.take_back = self.settings.accounting == "kafka"
         self.exempt_requests = 0
+        #: whether the last Fetch throttled keeps its bytes, to be delivered, not emptied.
+        #: Kafka empties a throttled fetch and takes its bytes back; against an allocated
+        #: window (a second's worth of a share) one record batch is a large part of what it
+        #: holds, and the client would then sit out a throttle for room it never used. Delivered and charged, as a Produce is, its
+        #: overshoot is what its throttle pays back; and one larger than the whole window,
+        #: emptied, would be fetched again at the same size and never fit.
+        self.kept_fetch = False
         s = self.settings
         self._n, self._w = s.window_num, s.window_ms
         self._aw = s.allocation_sample_ms
@@ -424,7 +437,7 @@ class QuotaEngine:
         if rate is None or window.store is not self.store:
             rate = window.rate = self._rate(window.key)
             window.store = self.store
-            window.shares = None
+            window.shares = window.debt = None
             window.drain = self._drains
             self.windows_used[window.key] = window
         elif window.drain != self._drains:
@@ -455,7 +468,7 @@ class QuotaEngine:
             return cached
         windows: list[Window | None] = []
         limits = self.limits
-        for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION):
+        for quota in WINDOW_QUOTAS:
             res = self._configs.resolve(quota, user, client_id)
             if res is None:
                 windows.append(None)
@@ -472,30 +485,80 @@ class QuotaEngine:
         cached = self._principals[pk] = tuple(windows)
         return cached
 
-    def _cap(self, window: Window, nbytes: int) -> int | None:
-        """The longest bandwidth throttle of a request: None (Kafka's: uncapped) but for a
-        request larger than its allocated window holds at its limit, which waits one window
-        span, or the time it takes at the quota's static split when that is longer.
+    def _allocated_throttle(self, window: Window, t: int, value: float, cap: int | None) -> int:
+        """The throttle of a request on an allocated window: its debt, repaid at the
+        enforcer's limit, but at most one window span or the debt repaid at the quota's static
+        split (quota / live enforcers), whichever is longer.
 
-        An allocation below the split lends share to busier enforcers; it can be the floor when
-        a client comes back with what piled up while it was away, or muted. Kafka's formula
-        would then mute it for the whole request at the floor (1 MB at 20 kB/s: 50 s), and a
-        muted client looks idle, so its allocation never recovers. Past one span every sample
-        is purged anyway, and the workers re-divide the quota within a check."""
-        span = self._n * window.w
-        if not window.split or nbytes * 1000.0 <= window.limit * span:
+        The debt is a token bucket (KIP-599's: refilled at the limit, bursting to what the
+        window holds, allowed below zero) charged with every request. Kafka's formula,
+        X = (O - T)/T x W, assumes the window keeps what it holds while the client waits; over
+        an enforcer's short window (11 x 100 ms) its samples leave during the wait, and a client
+        with requests of a fifth of the window, or several in flight, gets well over its limit
+        (docs/allocations.md). A debt is forgotten only when it is repaid.
+
+        The bound is for a client that comes back to an enforcer whose allocation fell to the
+        floor while it was away or muted, with what piled up meanwhile: repaid at the floor
+        (1 MB at 20 kB/s: 50 s) it would sit muted, and a muted client reads as idle, so the
+        allocation would never recover. It waits as if its enforcer held the split, and the
+        rest of its debt stays: the next request's throttle counts it, so over time the enforcer
+        still admits its limit, no more.
+
+        Example: at the floor, 0.05 Q, of a quota split over two (0.5 Q each), a full bucket
+        (0.05 Q x 1.1 s) takes 1.2 Q in one request: the debt is 1.145 Q, 22.9 s at the floor,
+        bounded to 1.145 / 0.5 = 2.29 s."""
+        debt = window.debt
+        if debt is None:
+            key = DEBT_CODE + SEP + window.key
+            state = self.store.get(key)
+            if not isinstance(state, TokenBucket):
+                state = TokenBucket(burst(window.limit, self._n, window.w), t)
+                self.store[key] = state
+            self.touched.add(key)
+            debt = window.debt = state
+        limit = window.limit
+        if limit >= UNLIMITED:
+            return 0
+        debt.record(value, t, limit, burst(limit, self._n, window.w))
+        if debt.tokens >= 0.0:
+            return 0
+        longest = max(self._n * window.w, token_throttle_time_ms(debt.tokens, window.split))
+        if cap is not None:
+            longest = min(longest, cap)
+        throttle = saturate_int(min(token_throttle_time_ms(debt.tokens, limit), longest))
+        debt.until = max(debt.until, t + throttle)
+        return throttle
+
+    def allowance(self, quota: str, broker: int, enforcer: int, user: str, client_id: str
+                  ) -> float | None:
+        """What a principal's `quota` window holds at its limit over its full samples (Kafka's
+        `getMaxValueInQuotaWindow`: limit x (N-1) x sample), by the configs and limits of the
+        last event; None when no such quota applies. An allocated window holds its allocation
+        over its short samples.
+
+        Example: a 1 MB/s consumer quota in Kafka's 11 x 1 s windows holds 10 MB; its
+        allocation of 200 kB/s over 11 x 100 ms samples holds 200 kB."""
+        window = self._principal(broker, enforcer, user, client_id)[WINDOW_QUOTAS.index(quota)]
+        if window is None or window.limit >= UNLIMITED:
             return None
-        return max(span, java_round(nbytes * 1000.0 / window.split))
+        return window.limit * (self._n - 1) * window.w / 1000.0
 
     def _check(self, window: Window, rate: Rate, t: int, value: float, cap: int | None,
                where: int, decisions: list[Decision]) -> int:
         """Sensor.record with the quota check: record, measure, throttle if over the bound.
+        `cap`: the longest throttle (None: Kafka's, uncapped); an allocated window's throttle is
+        its debt's (`_allocated_throttle`);
         `where`: the broker (broker scope), or the enforcer the usage counts on (cluster)."""
         observed = rate.record_measure(value, t, self._n, window.w)
         limit = window.limit
         throttle = 0
         action = "none"
-        if observed > limit:
+        if window.split:
+            throttle = self._allocated_throttle(window, t, value, cap)
+            if throttle > 0:
+                action = "throttle"
+                self._throttled = True
+        elif observed > limit:
             if cap is None:
                 throttle = saturate_int(throttle_time_ms(observed, limit, rate.window))
             else:
@@ -580,19 +643,23 @@ class QuotaEngine:
             if produce is not None:
                 rate = self._window_rate(produce)
                 t = rate.advance(ts, self._idle)
-                self._check(produce, rate, t, nbytes, self._cap(produce, nbytes), where, decisions)
+                self._check(produce, rate, t, nbytes, None, where, decisions)
             if request is not None:
                 self._request_time(request, ts, thread_ns, network_ns, where, decisions)
         elif api == "Fetch" and not exempt:
             # handleFetchRequest: request time first, then bytes; a throttled fetch sends an
             # empty response, so its bytes are taken back out of the window (either cause)
+            self.kept_fetch = False
             rq = 0 if request is None else self._request_time(request, ts, thread_ns, network_ns,
                                                               where, decisions)
             if fetch is not None:
                 rate = self._window_rate(fetch)
                 t = rate.advance(ts, self._idle)
-                bw = self._check(fetch, rate, t, nbytes, self._cap(fetch, nbytes), where, decisions)
-                if (bw > 0 or rq > 0) and self.take_back:
+                bw = self._check(fetch, rate, t, nbytes, None, where, decisions)
+                throttled = bw > 0 or rq > 0
+                # an allocated window delivers it and keeps its bytes
+                self.kept_fetch = throttled and fetch.split > 0.0
+                if throttled and self.take_back and not self.kept_fetch:
                     rate.record(-nbytes, t, self._n, fetch.w)
         elif request is not None:
             self._request_time(request, ts, thread_ns, network_ns, where, decisions)
@@ -606,6 +673,9 @@ class QuotaEngine:
                                decisions)
         if network_ns:
             rate.record(network_ns * NANOS_TO_PERCENT, t, self._n, window.w)
+            if window.debt is not None:
+                window.debt.record(network_ns * NANOS_TO_PERCENT, t, window.limit,
+                                   burst(window.limit, self._n, window.w))
         return throttle
 
     def process_requests(self, batch: RequestColumns, decisions: list[list[Decision]] | None = None

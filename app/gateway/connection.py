@@ -486,8 +486,8 @@ class Session:
                     return
             elif key == apis.FETCH:
                 context = messages.fetch_request(payload, version, header.body)
-                cap = None if core.local is None else core.local.fetch_cap(self.user,
-                                                                           header.client_id)
+                cap = None if core.local is None else core.local.fetch_cap(
+                    self.node_id, self.user, header.client_id)
                 if cap is not None and context.max_bytes > cap:
                     payload, context = messages.cap_fetch(payload, context, cap)
         except MessageError as exc:
@@ -577,7 +577,7 @@ class Session:
                            "Produce", len(payload), 0.0, 0.0, exempt=True)
         ms = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
                                          header.client_id, self.ip, "Produce", len(payload), 0.0,
-                                         exempt=True)
+                                         exempt=True).ms
         if ms > 0:
             core.metrics.throttled(apis.PRODUCE, ms)
             self._mute_until(now + ms)
@@ -758,15 +758,15 @@ class Session:
         if fetch is not None and fetch.capped:  # only what the client can use is charged
             payload = self._whole_batches(payload, version)
         charged = self.auth.charged(key)
-        throttle = 0
+        throttle, empty = 0, False
         thread_ms = max(0.0, service_ms - fetch.max_wait_ms) if fetch else service_ms
         nbytes = pending.size if key == apis.PRODUCE else len(payload) if key == apis.FETCH else 0
         name = ""
         if charged:
             name = apis.api_name(key)
-            throttle = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
-                                                   client_id, self.ip, name, nbytes, thread_ms,
-                                                   fetch is not None)
+            throttle, empty = core.request_quota.throttle(self.node_id, now, core.listener,
+                                                          self.user, client_id, self.ip, name,
+                                                          nbytes, thread_ms, fetch is not None)
         if mutation is not None and mutation.plan is not None:
             throttle = max(throttle, mutation.throttle_until - now,
                            mutation.plan.reject_ms if mutation.plan.rejected else 0)
@@ -776,7 +776,7 @@ class Session:
             if mutation is not None and mutation.plan is not None and mutation.plan.rejected:
                 payload = messages.add_rejections(key, version, payload, mutation.request,
                                                   mutation.plan.rejected, throttle)
-            if throttle > 0 and fetch is not None:
+            if empty:
                 payload = messages.empty_fetch_response(payload, version, throttle, fetch.incremental)
             else:
                 payload = messages.patch_response(key, version, payload, throttle,

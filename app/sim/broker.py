@@ -132,9 +132,10 @@ class SimBroker:
         """Handle a Produce or Fetch read at `t`; return (throttle_time_ms, bytes delivered)."""
         now = int(t)
         fetch = api == "Fetch"
-        throttle = self.requests.throttle(self.id, now, conn.listener, conn.user, conn.client_id,
-                                          conn.ip, api, nbytes, thread_ms, fetch)
-        if fetch and throttle > 0:
+        throttle, empty = self.requests.throttle(self.id, now, conn.listener, conn.user,
+                                                 conn.client_id, conn.ip, api, nbytes, thread_ms,
+                                                 fetch)
+        if empty:
             nbytes = 0  # KafkaApis: a throttled fetch gets an empty response
         self.usage.request(self.id, now, conn.listener, conn.user, conn.client_id, conn.ip, api,
                            nbytes, thread_ms, network_ms)

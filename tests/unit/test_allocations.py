@@ -241,7 +241,7 @@ def test_local_quotas_throttle_at_the_brokers_allocation() -> None:
     def first_throttle(broker: int) -> int:
         for i in range(200):
             if local.request(broker, T0 + i * 100, "PLAINTEXT", "alice", "app", "10.0.0.1",
-                             "Produce", int(Q / 10), 0.0, False):
+                             "Produce", int(Q / 10), 0.0, False)[0]:
                 return i
         return -1
 
@@ -259,7 +259,7 @@ def test_a_named_gateway_holds_its_allocation_over_all_the_brokers_behind_it() -
     for i in range(100):  # 10 s, 0.2 Q on each of brokers 1, 2 and 3 behind gateway 2
         for broker in (1, 2, 3):
             if local.request(broker, T0 + i * 100, "PLAINTEXT", "alice", "app", "10.0.0.1",
-                             "Produce", int(0.02 * Q), 0.0, False) == 0:
+                             "Produce", int(0.02 * Q), 0.0, False)[0] == 0:
                 admitted += 1
     # one window over the three brokers at gateway 2's 0.3 Q, not three at a broker's each
     assert admitted * 0.02 * Q / 10 <= 0.45 * Q
@@ -297,12 +297,13 @@ def test_an_enforcer_holds_allocated_quotas_over_short_samples_and_the_rest_over
 
 
 
-@pytest.mark.parametrize("nbytes, cap_ms", [(0.2 * Q, 1100), (1.2 * Q, 2400)])
-def test_a_request_far_over_its_allocation_waits_a_span_or_its_time_at_the_static_split(
+@pytest.mark.parametrize("nbytes, cap_ms", [(0.2 * Q, 1100), (1.2 * Q, 2290)])
+def test_a_request_far_over_its_allocation_waits_a_span_or_its_debt_at_the_static_split(
         nbytes: float, cap_ms: int) -> None:
     # a client back on an enforcer left at the floor (0.05 Q) sends what piled up while it was
-    # away: Kafka's uncapped formula would mute it for far longer than the 1.1 s its window
-    # remembers; it waits a span, or what the request takes at the split (Q / 2 enforcers)
+    # away: repaid at the floor its debt would mute it for far longer than the 1.1 s its window
+    # remembers; it waits a span, or its debt at the split (Q / 2 enforcers): a full bucket
+    # of 0.05 Q x 1.1 s less 1.2 Q is a debt of 1.145 Q, 2290 ms at 0.5 Q
     settings = EngineSettings(window_num=11, window_ms=1000, allocation_sample_ms=100)
     configs = cluster_engine().configs
     allocations = Allocations()
@@ -315,6 +316,64 @@ def test_a_request_far_over_its_allocation_waits_a_span_or_its_time_at_the_stati
     assert decision.limit == pytest.approx(FLOOR_SHARE * Q)
     assert throttle_time_ms(decision.observed, decision.limit, decision.window_ms) > 2 * cap_ms
     assert decision.throttle_time_ms == cap_ms
+
+
+def test_requests_pipelined_behind_an_oversized_one_add_to_its_mute() -> None:
+    # a client with requests in flight (five by default for most) sends them before the first
+    # throttled response mutes it: each one's wait counts what the window already holds
+    settings = EngineSettings(window_num=11, window_ms=1000, allocation_sample_ms=100)
+    allocations = Allocations()
+    allocations.apply(record(enforcers=[{"enforcer": 1, "limit": Q}]), T0)
+    engine = QuotaEngine(settings, cluster_engine().configs,
+                         limits=AllocatedLimits(allocations, lambda: 2))
+    waits = []
+    for _ in range(3):  # 0.6 Q each in the same millisecond, at the floor 0.05 Q, split 0.5 Q
+        event = RequestEvent(T0, 2, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce",
+                             int(0.6 * Q), 0.0, 0.0, False, 1)
+        waits.append(max(d.throttle_time_ms for d in engine.process(event)[0]))
+    # the debt after each (0.545, 1.145 and 1.745 Q) at the split: a span, then 2.29 s, 3.49 s
+    assert waits == [1100, 2290, 3490]
+
+
+def consumer_at_the_floor() -> LocalQuotas:
+    """Enforcer 2 in front of alice's consumers, held at the floor: enforcer 1 has all of it."""
+    engine = QuotaEngine(EngineSettings(scope="cluster", allocations=True))
+    engine.process(ConfigUpdate("client", ("alice", None), {"consumer_byte_rate": Q}, T0))
+    allocations = Allocations()
+    allocations.apply(record(quota="consumer_byte_rate",
+                             enforcers=[{"enforcer": 1, "limit": Q}]), T0)
+    local = LocalQuotas(EngineSettings(window_num=11, window_ms=1000, allocation_sample_ms=100),
+                        engine.configs)
+    local.obey(AllocatedLimits(allocations, lambda: 2))
+    return local
+
+
+def test_a_throttled_fetch_on_an_allocated_window_is_delivered_and_charged() -> None:
+    # at the floor enforcer 2's window holds 0.05 Q x 1.1 s = 55 kB; the consumer's next record
+    # batch is 200 kB. Emptied, as Kafka answers a throttled fetch, it would be fetched again at
+    # the same size forever and show no demand: it is delivered, and muted for a span instead
+    local = consumer_at_the_floor()
+    assert local.request(2, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", int(0.2 * Q),
+                         0.0, False) == (1100, True)
+    # its bytes stay in the window: a small fetch right after it is throttled, and delivered
+    ms, kept = local.request(2, T0 + 10, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", 1000,
+                             0.0, False)
+    assert ms > 0 and kept
+    # on enforcer 1, which holds the whole quota, the same batch fits: delivered, not throttled
+    assert local.request(1, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", int(0.2 * Q),
+                         0.0, False) == (0, False)
+
+
+def test_a_fetch_is_capped_at_a_fiftieth_of_what_its_window_holds_at_the_enforcers_limit() -> None:
+    local = consumer_at_the_floor()
+    local.request(1, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", 1, 0.0, False)
+    # (N-1) samples of 100 ms at the enforcer's allocation, a fiftieth of it
+    assert local.fetch_cap(2, "alice", "app") == int(FLOOR_SHARE * Q * 1.0 / 50)
+    assert local.fetch_cap(1, "alice", "app") == int(Q * 1.0 / 50)
+    assert local.fetch_cap(1, "bob", "app") is None  # no consumer quota
+    plain = LocalQuotas(EngineSettings(window_num=11, window_ms=1000), local.configs)
+    assert plain.fetch_cap(1, "alice", "app") == int(Q * 10.0 / 50)  # Kafka's 10 s of quota
+
 
 # -- the closed loop ----------------------------------------------------------------------------
 

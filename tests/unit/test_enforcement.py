@@ -10,7 +10,7 @@ import orjson
 from app.enforcement.connections import AcceptQueue, ConnectionQuota
 from app.enforcement.local import LocalQuotas
 from app.enforcement.mutations import MutationQuota, is_strict
-from app.enforcement.requests import RequestQuota
+from app.enforcement.requests import RequestQuota, Throttle
 from app.enforcement.sources import QuotaSources
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
@@ -52,18 +52,18 @@ def test_a_request_is_throttled_by_the_larger_of_the_directive_and_the_local_dec
         {"entity": {"user": "alice"}, "quotas": {"producer_byte_rate": 10_000}})))
     # 11 x 100 ms at 10 kB/s: ~11 kB fit; 20 kB puts the window in debt at once
     own = quota.throttle(BROKER, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce", 20_000, 1.0)
-    assert own > 0
+    assert own.ms > 0 and not own.empty
     directive(active, "producer_byte_rate", "throttle", {"user": "alice", "client_id": ""},
               T0 + 60_000)
     assert quota.throttle(BROKER, T0 + 10, "PLAINTEXT", "alice", "app", "10.0.0.1", "Produce", 1,
-                          1.0) == 60_000 - 10
+                          1.0).ms == 60_000 - 10
     # a directive for another API's quota does not throttle this one
     assert quota.throttle(BROKER, T0 + 10, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", 1,
-                          1.0, fetch=True) == 0
+                          1.0, fetch=True) == (0, False)
 
 
 def test_a_fetch_the_directives_throttle_is_not_charged_locally() -> None:
-    def two_fetches(fetch: bool) -> tuple[int, int]:
+    def two_fetches(fetch: bool) -> tuple[Throttle, Throttle]:
         active = ActiveSet(BROKER)
         quota = RequestQuota(QuotaSources(active, local(
             {"entity": {"user": "carol"}, "quotas": {"consumer_byte_rate": 10_000}})))
@@ -75,9 +75,9 @@ def test_a_fetch_the_directives_throttle_is_not_charged_locally() -> None:
                                100, 1.0, fetch))
 
     # the throttled fetch went out empty: its megabyte is not the consumer's
-    assert two_fetches(fetch=True) == (50, 0)
+    assert two_fetches(fetch=True) == ((50, True), (0, False))
     # a response that keeps its data is charged: ~99 s of debt at 10 kB/s
-    assert two_fetches(fetch=False)[0] > 90_000
+    assert two_fetches(fetch=False)[0].ms > 90_000
 
 
 # -- mutations ---------------------------------------------------------------------------------
