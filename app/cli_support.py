@@ -126,7 +126,7 @@ def ensure_product_topics(settings: object, bootstrap: str | None = None,
                           fix: str = "check KAFKA_BOOTSTRAP_SERVERS") -> None:
     """Create the product's topics if missing; a broker that cannot be reached is one line,
     ending with `fix`. `bootstrap` defaults to KAFKA_BOOTSTRAP_SERVERS."""
-    from app.broker import BrokerError, create_topics_sync
+    from app.kafka.topics import BrokerError, create_topics_sync
     from app.cli import UserError
     from app.pipeline.topology import topic_specs
 

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.admin.config_topic import write_records  # noqa: E402
 from app.admin.entities import canonical_record  # noqa: E402
-from app.broker import create_topics_sync  # noqa: E402
+from app.kafka.topics import create_topics_sync  # noqa: E402
 from app.clients.accuracy import (MODES, ROLES, Cell, Mode, cell, footer, matrix,  # noqa: E402
                                   misses)
 from app.clients.producers import PROGRAM_LIBRARIES  # noqa: E402

@@ -184,7 +184,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
 
-    from app.broker import create_topics_sync
+    from app.kafka.topics import create_topics_sync
     from app.launcher import LocalCluster, isolated_env
 
     tag = uuid.uuid4().hex[:6]

@@ -357,7 +357,7 @@ def main() -> int:
         asyncio.run(attack(args, sys.stdout))
         return 0
 
-    from app.broker import create_topics_sync
+    from app.kafka.topics import create_topics_sync
     from app.launcher import LocalCluster, free_port, isolated_env
     from bench_gateway import cpu_seconds
 

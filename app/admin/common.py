@@ -30,8 +30,9 @@ def run_kafka(bootstrap: str, coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that talks to Kafka; anything Kafka-shaped becomes one `UserError` line."""
     from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError
 
-    from app.broker import BrokerError
-    from app.kafka_io import EndOffsetError, TopicMissing, quiet_client_logs
+    from app.kafka.topics import BrokerError
+    from app.kafka.clients import TopicMissing, quiet_client_logs
+    from app.kafka.offsets import EndOffsetError
 
     quiet_client_logs()
     unreachable = (f"cannot reach Kafka at {bootstrap}", "check KAFKA_BOOTSTRAP_SERVERS "

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--headroom must be > 0")
     _check_out(args.out)
     if needs_kafka:  # before Spark's ~10 s start: an unreachable cluster is known in a moment
-        from app.kafka_io import quiet_client_logs
+        from app.kafka.clients import quiet_client_logs
 
         quiet_client_logs()
         try:

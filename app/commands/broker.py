@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         first = listeners[0]
         if args.create_topics:
-            from app.broker import create_topics_sync
+            from app.kafka.topics import create_topics_sync
             from app.pipeline.topology import topic_specs
             from app.settings import load
 

@@ -51,12 +51,12 @@ def find_scenario(given: str | None) -> Path:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from app.broker import create_topics_sync
     from app.cli import UserError
     from app.demo.lag import LagProbe
     from app.demo.run import run_demo
     from app.demo.spec import load_demo
     from app.demo.view import DemoView
+    from app.kafka.topics import create_topics_sync
     from app.sim.scenario import ScenarioError
     from app.sim.session import start_pipeline, stderr_log, terminate_as_interrupt
 

@@ -61,7 +61,7 @@ def format_record(record: Any, show_meta: bool) -> str | None:
 
 
 async def _consume(bootstrap: str, topic: str, args: argparse.Namespace, out: IO[str]) -> int:
-    from app.kafka_io import consumer, partitions_of
+    from app.kafka.clients import consumer, partitions_of
 
     async with consumer(bootstrap) as c:
         tps = await partitions_of(c, topic)

@@ -95,7 +95,8 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
 
     from app.admin.config_topic import entity_partition
     from app.cli import UserError
-    from app.kafka_io import ensure_topics, producer
+    from app.kafka.clients import producer
+    from app.kafka.topics import ensure_topics
     from app.pipeline.topology import topic_specs
     from app.signing import signing_from_env
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.broker import create_topics_sync
+from app.kafka.topics import create_topics_sync
 from app.devstack.kafka import KafkaCluster
 from app.gateway import apis
 from app.launcher import GatewayProcess, LocalCluster, isolated_env

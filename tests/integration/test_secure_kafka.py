@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from app.audit.synth import CONFIGS, T0, scenario
-from app.broker import create_topics_sync
+from app.kafka.topics import create_topics_sync
 from app.devstack.kafka import KafkaCluster, client_settings
 from app.engine.engine import EngineSettings
 from app.launcher import LocalCluster, isolated_env

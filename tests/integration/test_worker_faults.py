@@ -29,7 +29,7 @@ from app.engine.state_codec import decode
 from app.launcher import LocalCluster, isolated_env
 from app.pipeline.worker import SESSION_TIMEOUT_S
 from app.replay import replay
-from app.kafka_io import partitions_of
+from app.kafka.clients import partitions_of
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,

@@ -15,7 +15,7 @@ from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import RequestEvent
 from app.engine.kafka_math import UNLIMITED
 from app.engine.timeline import NEVER, ConfigTimeline
-from app.pipeline.config_follower import ConfigFollower
+from app.kafka.config_follower import ConfigFollower
 from app.replay import replay
 
 GRACE = 50
