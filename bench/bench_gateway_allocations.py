@@ -42,7 +42,7 @@ from app.admin.entities import canonical_record  # noqa: E402
 from app.clients.runner import run_clients, summed  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
 from app.kafka.whole_topic import read_topic  # noqa: E402
-from app.launcher import LocalCluster, isolated_env  # noqa: E402
+from app.devstack.launcher import LocalCluster, isolated_env  # noqa: E402
 from app.sim.meter import SETTLE_BAND, SETTLE_RUN, phase_figures  # noqa: E402
 from app.sim.report import fmt_ratio, table  # noqa: E402
 

@@ -358,7 +358,7 @@ def main() -> int:
         return 0
 
     from app.kafka.topics import create_topics_sync
-    from app.launcher import LocalCluster, free_port, isolated_env
+    from app.devstack.launcher import LocalCluster, free_port, isolated_env
     from bench_gateway import cpu_seconds
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the cluster on the way out

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
+from app.devstack.launcher import LocalCluster
 from app.engine.configs import ConfigUpdate
-from app.launcher import LocalCluster
 from app.settings import Settings, load
 from app.sim.live import LiveRun, write_configs
 from app.sim.scenario import Scenario

@@ -40,7 +40,7 @@ from app.intake.clock import StreamClock
 from app.intake.records import decode_source
 from app.intake.stream import StreamIntake
 from app.kafka.whole_topic import read_topic
-from app.launcher import GatewayProcess, LocalCluster, isolated_env
+from app.devstack.launcher import GatewayProcess, LocalCluster, isolated_env
 from tests.unit.kafka_frames import nested, request_body
 from tests.unit.kafka_frames import request as kafka_request
 

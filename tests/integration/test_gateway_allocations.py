@@ -24,7 +24,7 @@ from app.admin.entities import canonical_record
 from app.clients.runner import run_clients, summed
 from app.engine.configs import parse_config_record
 from app.kafka.whole_topic import read_topic
-from app.launcher import LocalCluster, isolated_env
+from app.devstack.launcher import LocalCluster, isolated_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -37,7 +37,7 @@ from app.clients.security import AUTHENTICATION_FAILED
 from app.devstack.kafka import KafkaCluster, client_settings
 from app.engine.configs import parse_config_record
 from app.kafka.whole_topic import read_topic
-from app.launcher import GatewayProcess, LocalCluster, isolated_env
+from app.devstack.launcher import GatewayProcess, LocalCluster, isolated_env
 from app.pipeline.topology import topic_specs
 from app.settings import load
 

@@ -19,7 +19,7 @@ from app.audit.synth import CONFIGS, T0, scenario
 from app.kafka.topics import create_topics_sync
 from app.devstack.kafka import KafkaCluster, client_settings
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster, isolated_env
+from app.devstack.launcher import LocalCluster, isolated_env
 from app.pipeline.topology import topic_specs
 from app.replay import replay
 from app.settings import load

@@ -26,7 +26,7 @@ from app.devstack.kafka import KafkaCluster
 from app.engine.engine import SEP, EngineSettings, QuotaEngine
 from app.engine.events import parse_record
 from app.engine.state_codec import decode
-from app.launcher import LocalCluster, isolated_env
+from app.devstack.launcher import LocalCluster, isolated_env
 from app.pipeline.worker import SESSION_TIMEOUT_S
 from app.replay import replay
 from app.kafka.clients import partitions_of
