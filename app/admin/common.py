@@ -8,7 +8,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from app.cli import UserError
+from app.errors import UserError
 from app.settings import Settings, load
 
 T = TypeVar("T")

@@ -7,10 +7,10 @@ import logging
 import sys
 import time
 
-from app.cli_support import int_at_least, positive_float
 from app.clients import security
 from app.clients.producers import PROGRAM_LIBRARIES
 from app.clients.report import Reporter
+from app.commands.support import int_at_least, positive_float
 from app.errors import UserError
 from app.kafka.security import KafkaSecurity
 

@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UserError
     from app.devstack.kafka import KafkaCluster, describe
+    from app.errors import UserError
 
     users: dict[str, str | None] = {}
     for spec in args.user:

@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import orjson
 
-from app.cli_support import int_at_least, positive_float
+from app.commands.support import int_at_least, positive_float
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -32,7 +32,6 @@ import orjson
 from faust.types import TP
 from mode import CrashingSupervisor
 
-from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.intake.clock import StreamClock
 from app.intake.deadletter import encode_deadletter
@@ -43,7 +42,7 @@ from app.kafka.clock_seed import ClockSeeder
 from app.kafka.config_follower import ConfigFollower
 from app.kafka.security import KafkaSecurity
 from app.kafka.supervision import Supervision
-from app.pipeline import codec, faust_patches
+from app.pipeline import codec, faust_patches, metrics
 from app.pipeline.aggregate import apply_record
 from app.pipeline.continuity import Continuity, Verdict
 from app.pipeline.ingest import MAX_ROWS, Outbox

@@ -74,7 +74,7 @@ def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stder
                    work_dir: Path | None = None) -> Pipeline:
     """Kafka (local unless configured), topics, quotas, workers; raises UserError on failure.
     Logs of the broker and workers go to `work_dir` (default: a new temporary directory)."""
-    from app.cli import UserError
+    from app.errors import UserError
     from app.kafka.clients import quiet_client_logs
     from app.kafka.topics import BrokerError
 

@@ -32,7 +32,7 @@ from app.audit.recompute import MODE_FILE, ExplodeContext, archive_configs, reco
 from app.audit.results import DECISION_COLUMNS
 from app.kafka.topics import create_topics
 from app.engine.engine import EngineSettings
-from app.replay import replay
+from app.intake.replay import replay
 from tests.unit.test_audit_summaries import reference_usage
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaProducer
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.engine.engine import EngineSettings
 from app.devstack.launcher import LocalCluster, isolated_env
-from app.replay import replay
+from app.intake.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,

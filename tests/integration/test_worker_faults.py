@@ -28,7 +28,7 @@ from app.engine.events import parse_record
 from app.engine.state_codec import decode
 from app.devstack.launcher import LocalCluster, isolated_env
 from app.pipeline.worker import SESSION_TIMEOUT_S
-from app.replay import replay
+from app.intake.replay import replay
 from app.kafka.clients import partitions_of
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)

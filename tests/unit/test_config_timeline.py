@@ -16,7 +16,7 @@ from app.engine.events import RequestEvent
 from app.engine.kafka_math import UNLIMITED
 from app.engine.timeline import NEVER, ConfigTimeline
 from app.kafka.config_follower import ConfigFollower
-from app.replay import replay
+from app.intake.replay import replay
 
 GRACE = 50
 
