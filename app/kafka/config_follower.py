@@ -32,7 +32,7 @@ from app.engine.timeline import ConfigTimeline
 from app.intake.newest_configs import STALE, NewestConfigs
 from app.intake.records import decode_config
 from app.kafka.clients import partitions_of
-from app.kafka.offsets import end_offsets
+from app.kafka.offsets import end_offsets, read_to_highwater
 from app.kafka.security import client_options
 from app.kafka.supervision import Supervised, Supervision
 from app.signing import REFUSALS, Signing, signing_from_env
@@ -146,14 +146,11 @@ class ConfigFollower:
         if not tps:
             self._advance(int(time.time() * 1000))
             return
-        oldest = None
-        for tp in tps:
-            highwater, polled = consumer.highwater(tp), consumer.last_poll_timestamp(tp)
-            if highwater is None or polled is None or await consumer.position(tp) < highwater:
-                return
-            oldest = polled if oldest is None else min(oldest, polled)
-        if oldest is not None:
-            self._advance(oldest - self.poll_ms)
+        if not await read_to_highwater(consumer, tps):
+            return
+        polled = [t for tp in tps if (t := consumer.last_poll_timestamp(tp)) is not None]
+        if len(polled) == len(tps):
+            self._advance(min(polled) - self.poll_ms)
 
     def _advance(self, confirmed: int) -> None:
         if confirmed > self.confirmed_ms:

@@ -1,4 +1,11 @@
-"""Each partition's end offset (ListOffsets LATEST), from a short-lived consumer."""
+"""Where a partition ends, asked two ways.
+
+- `end_offsets`: each partition's end (ListOffsets LATEST), from a short-lived consumer; what a
+  reader that starts reads up to.
+- `read_to_highwater`: whether a following consumer has read every partition to the high
+  watermark its last Fetch reported, the end as of a fetch, not of a ListOffsets asked before
+  it (the config follower's watermark and the directive subscriber's readiness).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,12 @@ import asyncio
 from collections.abc import Hashable, Iterable
 from typing import Any, TypeVar, cast
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from app.kafka.clients import consumer
 
-__all__ = ["EndOffsetError", "end_offsets"]
+__all__ = ["EndOffsetError", "end_offsets", "read_to_highwater"]
 
 
 class EndOffsetError(RuntimeError):
@@ -41,3 +48,14 @@ async def end_offsets(bootstrap: str, partitions: Iterable[K], *, timeout: float
                              f"{bootstrap} within {timeout:g} s ({type(exc).__name__}): does "
                              "every topic exist? is the cluster up?") from None
     return {key: int(ends[tp]) for tp, key in by_tp.items()}
+
+
+async def read_to_highwater(consumer: AIOKafkaConsumer, partitions: Iterable[TopicPartition]
+                            ) -> bool:
+    """True once the consumer's position in every partition has reached the high watermark of
+    that partition's last Fetch (False while one has had no Fetch answer yet)."""
+    for tp in partitions:
+        highwater = consumer.highwater(tp)
+        if highwater is None or await consumer.position(tp) < highwater:
+            return False
+    return True

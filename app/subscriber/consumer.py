@@ -30,6 +30,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from app.kafka.clients import TopicMissing, partitions_of
+from app.kafka.offsets import read_to_highwater
 from app.kafka.security import client_options
 from app.kafka.supervision import Supervised, Supervision
 from app.signing import Signing, signing_from_env
@@ -215,7 +216,8 @@ class DirectiveSubscriber:
                 batches = await consumer.getmany(
                     timeout_ms=self._poll_timeout_ms, max_records=self._max_records
                 )
-                if not self.ready.is_set() and not batches and await self._caught_up(consumer):
+                if not self.ready.is_set() and not batches \
+                        and await read_to_highwater(consumer, self._partitions):
                     self._set_ready()
             except asyncio.CancelledError:
                 raise
@@ -245,14 +247,6 @@ class DirectiveSubscriber:
             if removed < chunk:
                 return
             await asyncio.sleep(0)
-
-    async def _caught_up(self, consumer: AIOKafkaConsumer) -> bool:
-        """True once every partition's position has reached the high watermark of a Fetch."""
-        for tp in self._partitions:
-            highwater = consumer.highwater(tp)
-            if highwater is None or await consumer.position(tp) < highwater:
-                return False
-        return True
 
     def _set_ready(self) -> None:
         with self._lock:
