@@ -4,7 +4,8 @@
 - `clients`: short-lived aiokafka consumers and producers, and topic questions that never make
   a cluster auto-create a topic (`partitions_of`, `topic_exists`);
 - `topics`: creating the product's topics with explicit partition counts and configs;
-- `offsets`: each partition's end offset; `whole_topic`: a topic read once to its end;
+- `offsets`: where a partition ends (ListOffsets, or a following consumer's last Fetch);
+  `whole_topic`: a topic read once to its end;
 - `config_follower`: the config topic followed onto the engine's timeline (workers, gateways,
   the admin tools); `clock_seed`: a source partition's stream clock read back from its records;
 - `supervision`: reader loops (followers, subscribers) that cannot die unnoticed.
