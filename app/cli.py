@@ -16,7 +16,7 @@ from app.errors import UserError
 from app.gc_tuning import tune_gc
 from app.settings import SettingsError
 
-__all__ = ["UserError", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 COMMANDS = ("replay", "worker", "gateway", "demo", "broker", "produce", "directives", "quotas",
             "simulate", "audit", "explain")

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.admin.config_topic import write_records  # noqa: E402
 from app.admin.entities import canonical_record  # noqa: E402
-from app.broker import create_topics_sync  # noqa: E402
+from app.kafka.topics import create_topics_sync  # noqa: E402
 from app.clients.accuracy import (MODES, ROLES, Cell, Mode, cell, footer, matrix,  # noqa: E402
                                   misses)
 from app.clients.producers import PROGRAM_LIBRARIES  # noqa: E402
@@ -61,7 +61,7 @@ from app.devstack.client_quotas import set_client_quotas  # noqa: E402
 from app.devstack.kafka import KafkaCluster  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
 from app.errors import UserError  # noqa: E402
-from app.launcher import LocalCluster, isolated_env  # noqa: E402
+from app.devstack.launcher import LocalCluster, isolated_env  # noqa: E402
 
 #: seconds between starting a cell's client processes and the epoch their seconds count from
 LEAD_S = 4.0

@@ -71,7 +71,7 @@ async def produce(bootstrap: str, by_topic: dict[str, list[tuple[int, bytes]]],
                   partitions: dict[str, int]) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from app.broker import create_topics
+    from app.kafka.topics import create_topics
 
     await create_topics(bootstrap, [(t, partitions[t], None) for t in by_topic])
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,

@@ -184,8 +184,8 @@ def main() -> int:
         print(json.dumps(result))
         return 0
 
-    from app.broker import create_topics_sync
-    from app.launcher import LocalCluster, isolated_env
+    from app.kafka.topics import create_topics_sync
+    from app.devstack.launcher import LocalCluster, isolated_env
 
     tag = uuid.uuid4().hex[:6]
     env = {**isolated_env(f"bench-{tag}"), "QS_PARTITIONS": "1"}

@@ -41,8 +41,8 @@ from app.admin.config_topic import write_records  # noqa: E402
 from app.admin.entities import canonical_record  # noqa: E402
 from app.clients.runner import run_clients, summed  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
-from app.kafka_io import read_topic  # noqa: E402
-from app.launcher import LocalCluster, isolated_env  # noqa: E402
+from app.kafka.whole_topic import read_topic  # noqa: E402
+from app.devstack.launcher import LocalCluster, isolated_env  # noqa: E402
 from app.sim.meter import SETTLE_BAND, SETTLE_RUN, phase_figures  # noqa: E402
 from app.sim.report import fmt_ratio, table  # noqa: E402
 
@@ -106,7 +106,7 @@ def run(enforcement: str, quota: float, phase_s: int) -> dict[str, Any]:
             gateways = [cluster.start_gateway("--gateway-id", str(i), "--gateways", str(GATEWAYS))
                         for i in range(1, GATEWAYS + 1)]
             topic = f"{prefix}-data"
-            from app.broker import create_topics_sync
+            from app.kafka.topics import create_topics_sync
 
             create_topics_sync(bootstrap, [(topic, 3, {})])
             epoch = time.time() + LEAD_S

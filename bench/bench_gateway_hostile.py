@@ -357,8 +357,8 @@ def main() -> int:
         asyncio.run(attack(args, sys.stdout))
         return 0
 
-    from app.broker import create_topics_sync
-    from app.launcher import LocalCluster, free_port, isolated_env
+    from app.kafka.topics import create_topics_sync
+    from app.devstack.launcher import LocalCluster, free_port, isolated_env
     from bench_gateway import cpu_seconds
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the cluster on the way out

@@ -11,7 +11,7 @@ requests its `--principals` made since its last flush (each principal `--rate` P
 a second, at times spread over the interval, so an event waits for its flush as at a gateway)
 and sends the flush: one record per event kind. `--hot` principals of each gateway offer about
 five times the default per-user quota, so directives keep coming (nothing obeys them here).
-One worker (`app.launcher.LocalCluster`) on a local Apache Kafka reads it all.
+One worker (`app.devstack.launcher.LocalCluster`) on a local Apache Kafka reads it all.
 
 Prints, over the run after the warm-up: source records/s and samples/s written; the worker's
 lag (source records not yet committed by its group, sampled each second: the largest, and at
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.admin.config_topic import write_records  # noqa: E402
 from app.admin.entities import canonical_record  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
-from app.launcher import LocalCluster, isolated_env  # noqa: E402
+from app.devstack.launcher import LocalCluster, isolated_env  # noqa: E402
 from app.usage.drops import REASONS, Drops  # noqa: E402
 from app.usage.publisher import EventPublisher, Source  # noqa: E402
 from app.usage.recorder import CONNECTION, MUTATION, REQUEST, UsageRecorder  # noqa: E402

@@ -43,8 +43,8 @@ from app.admin.entities import canonical_record  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
 from app.engine.events import RequestEvent, parse_event  # noqa: E402
 from app.intake import columnar  # noqa: E402
-from app.launcher import LocalCluster, isolated_env  # noqa: E402
-from app.kafka_io import end_offsets  # noqa: E402
+from app.devstack.launcher import LocalCluster, isolated_env  # noqa: E402
+from app.kafka.offsets import end_offsets  # noqa: E402
 
 PARTITIONS = 8
 P99_TARGET_MS = 50

@@ -50,7 +50,7 @@ async def produce(bootstrap: str, topic: str, records: int, partitions: int) -> 
     """Create the topic explicitly (with its partition count) and fill it fast."""
     from aiokafka import AIOKafkaProducer
 
-    from app.broker import create_topics
+    from app.kafka.topics import create_topics
 
     await create_topics(bootstrap, [(topic, partitions, {})])
     producer = AIOKafkaProducer(

@@ -47,8 +47,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.broker import create_topics_sync  # noqa: E402
-from app.launcher import LocalCluster, isolated_env  # noqa: E402
+from app.kafka.topics import create_topics_sync  # noqa: E402
+from app.devstack.launcher import LocalCluster, isolated_env  # noqa: E402
 from bench_pipeline import (PARTITIONS, add_load_options, cpu_seconds, encode, make_batches, pct, produce,  # noqa: E402
                             saturate, wait_committed, write_configs)
 

@@ -9,4 +9,7 @@ except the kafka-configs entity options, which need an ordered argparse action).
 - `views`: what `describe` and `resolve` show, and plain-text tables (colour on a terminal).
 - `routing`: which topic, key and value each contract line of `produce` goes to.
 - `common`: KAFKA_BOOTSTRAP_SERVERS and one-line errors for anything Kafka throws.
+
+It may import the engine, the intake, `app.kafka`, `app.settings`, `app.signing` and
+`app.errors`; the commands and the simulator build on it.
 """

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from app.cli import UserError
+from app.errors import UserError
 from app.settings import Settings, load
 
 T = TypeVar("T")
@@ -30,8 +30,9 @@ def run_kafka(bootstrap: str, coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that talks to Kafka; anything Kafka-shaped becomes one `UserError` line."""
     from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError
 
-    from app.broker import BrokerError
-    from app.kafka_io import EndOffsetError, TopicMissing, quiet_client_logs
+    from app.kafka.topics import BrokerError
+    from app.kafka.clients import TopicMissing, quiet_client_logs
+    from app.kafka.offsets import EndOffsetError
 
     quiet_client_logs()
     unreachable = (f"cannot reach Kafka at {bootstrap}", "check KAFKA_BOOTSTRAP_SERVERS "

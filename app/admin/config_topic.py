@@ -75,12 +75,12 @@ def apply_values(values: Iterable[bytes | None | tuple[bytes | None, bytes | Non
                  topic: str = "") -> LoadedConfigs:
     """Apply raw record values (or `(key, value, Kafka timestamp)` records) exactly as a
     worker's config follower does."""
-    from app.pipeline.config_follower import ConfigFollower
+    from app.kafka.config_follower import ConfigFollower
 
     loaded = LoadedConfigs()
     follower = ConfigFollower("", topic, loaded.timeline,
                               on_bad=lambda reason, _value: loaded.bad.append(reason))
-    follower_log = logging.getLogger("app.pipeline.config_follower")
+    follower_log = logging.getLogger("app.kafka.config_follower")
     level = follower_log.level
     follower_log.setLevel(logging.ERROR)  # the tool reports bad records itself
     try:
@@ -98,7 +98,8 @@ async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
 
     A config topic that does not exist yet holds no configs (it is not auto-created).
     """
-    from app.kafka_io import TopicMissing, read_topic
+    from app.kafka.clients import TopicMissing
+    from app.kafka.whole_topic import read_topic
 
     try:
         records = await read_topic(bootstrap, topic)
@@ -116,7 +117,8 @@ async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str
     once connected, so its arrival follows within a few ms: a config counts as late only if
     it reaches Kafka more than half the grace after its `ts` (docs/admin.md).
     """
-    from app.kafka_io import ensure_topics, producer
+    from app.kafka.clients import producer
+    from app.kafka.topics import ensure_topics
     from app.signing import signing_from_env
 
     signing = signing_from_env()

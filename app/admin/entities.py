@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from app.cli import UserError
 from app.engine.configs import BROKER_RATE, DEFAULT, ConfigError, ConfigUpdate, parse_config_record
+from app.errors import UserError
 
 #: kafka-configs entity types (and the singular spellings) -> the contract's entity field.
 ENTITY_TYPES = {"users": "user", "clients": "client_id", "ips": "ip", "brokers": "broker"}

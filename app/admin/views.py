@@ -14,7 +14,6 @@ from typing import IO, Any, Sequence
 
 from app.admin.config_topic import level_path
 from app.admin.entities import EntitySpec, canonical_entity, describe_entity, plain_number
-from app.cli import UserError
 from app.engine.configs import (
     BROKER_RATE,
     CLIENT_QUOTAS,
@@ -25,6 +24,7 @@ from app.engine.configs import (
     parse_config_record,
 )
 from app.engine.kafka_math import UNLIMITED
+from app.errors import UserError
 
 _KIND_ORDER = {"client": 0, "ip": 1, "broker": 2}
 

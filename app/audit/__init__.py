@@ -1,0 +1,12 @@
+"""app.audit: the PySpark audit, which recomputes every decision from the input topics (or an
+archive) with the engine and compares the directives with the control topic.
+
+`job` runs the phases; `kafka_source` is the `quota_kafka` Spark data source, `archive` its
+file twin; `recompute` the ordering rules, `event_codec`, `request_items` and `summaries` the
+per-row work; `diff` the comparator (pure: a spec of the statuses); `results`, `recommend`,
+`report` the outputs; `explain` one entity's decisions; `synth` synthetic input for the tests.
+
+It may import the engine, the intake, `app.kafka`, `app.subscriber` (the directive format),
+`app.settings`, `app.signing` and `app.errors`; `diff` only `app.audit.common`, `app.signing`
+and `app.subscriber.directive`.
+"""

@@ -59,7 +59,7 @@ from app.audit.results import (
 from app.audit.summaries import BASE_BUCKET_MS
 from app.engine.engine import EngineSettings
 from app.errors import reason
-from app.kafka_security import client_options, from_env
+from app.kafka.security import client_options, from_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -373,10 +373,10 @@ def clock_seeds(bootstrap: str, starts: dict[tuple[str, int], int], progress: Pr
                 ) -> dict[Any, tuple[int, ...]]:
     """The event timestamps before each of `starts` (the first offset read of a stream read
     from past its log start), read back as a worker that takes a partition over reads them
-    (`app.pipeline.clock_seed`): each stream's clock then judges as the workers' did there."""
+    (`app.kafka.clock_seed`): each stream's clock then judges as the workers' did there."""
     import asyncio
 
-    from app.pipeline.clock_seed import ClockSeeder
+    from app.kafka.clock_seed import ClockSeeder
 
     async def run() -> dict[Any, tuple[int, ...]]:
         seeder = ClockSeeder(bootstrap)

@@ -62,7 +62,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from app.kafka_security import KafkaSecurity
+from app.kafka.security import KafkaSecurity
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -496,7 +496,7 @@ def _run(coro: Any) -> Any:
 async def _probe(opts: KafkaSourceOptions) -> tuple[dict[TP, int], dict[TP, int]]:
     from aiokafka import AIOKafkaConsumer
 
-    from app.kafka_io import partitions_of
+    from app.kafka.clients import partitions_of
 
     consumer = AIOKafkaConsumer(**{**_consumer_kwargs(opts), "max_partition_fetch_bytes": 65536})
     await consumer.start()

@@ -260,7 +260,7 @@ class ExplodeContext:
     stop_after: int | None = None
     max_skew_ms: int = DEFAULT_MAX_SKEW_MS
     #: Kafka mode: (topic, partition) -> the event timestamps before the stream's first record
-    #: read (`app.pipeline.clock_seed`), for a stream read from past its log start
+    #: read (`app.kafka.clock_seed`), for a stream read from past its log start
     seeds: Mapping[Any, tuple[int, ...]] = field(default_factory=dict)
     discover: bool = False
     #: One route key per step-2 partition (`ExplodedRows.to_batch`); an archive's inline

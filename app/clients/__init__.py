@@ -5,4 +5,8 @@ kafka-clients or, for produce and consume, KafkaJS), run as its own process (`py
 through the gateway is what those libraries really send. Every second it prints one JSON line
 with what it achieved in that second (bytes delivered or consumed, connections accepted, topics
 created or rejected); the demo's view and the tests read those lines.
+
+They may import `app.kafka` (security options), `app.errors`, `app.devstack` (the pinned Java
+client), `app.sim`'s figures and tables, and `app.commands.support`'s argparse types for
+their command line; no product package imports them.
 """

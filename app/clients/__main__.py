@@ -7,12 +7,12 @@ import logging
 import sys
 import time
 
-from app.cli_support import int_at_least, positive_float
 from app.clients import security
 from app.clients.producers import PROGRAM_LIBRARIES
 from app.clients.report import Reporter
+from app.commands.support import int_at_least, positive_float
 from app.errors import UserError
-from app.kafka_security import KafkaSecurity
+from app.kafka.security import KafkaSecurity
 
 
 def build_parser() -> argparse.ArgumentParser:

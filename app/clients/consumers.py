@@ -13,7 +13,7 @@ import time
 from app.clients.producers import aiokafka_start, confluent_refusals, kafka_python_start
 from app.clients.report import Reporter
 from app.clients.security import AuthenticationFailed
-from app.kafka_security import KafkaSecurity
+from app.kafka.security import KafkaSecurity
 
 
 def consume(library: str, bootstrap: str, topic: str, client_id: str, group: str,

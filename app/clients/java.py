@@ -17,7 +17,7 @@ from pathlib import Path
 from app.clients.security import AUTHENTICATION_FAILED, AuthenticationFailed, flags
 from app.devstack.kafka import java
 from app.errors import UserError
-from app.kafka_security import KafkaSecurity
+from app.kafka.security import KafkaSecurity
 
 ROOT = Path(__file__).resolve().parents[2]
 #: where `make setup` builds the program (QS_JAVA_CLIENTS overrides it)

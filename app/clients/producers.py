@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from app.clients.report import Pace, Reporter
 from app.clients.security import AuthenticationFailed, aiokafka_refusals, kafka_python_refusals
-from app.kafka_security import KafkaSecurity
+from app.kafka.security import KafkaSecurity
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ import argparse
 import logging
 from typing import Self
 
-from app.kafka_security import MECHANISMS, PROTOCOLS, KafkaSecurity
+from app.kafka.security import MECHANISMS, PROTOCOLS, KafkaSecurity
 
 #: Exit status of a client program whose authentication the broker refused.
 AUTHENTICATION_FAILED = 3

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.cli_support import add_window_options, engine_settings
+from app.commands.support import add_window_options, engine_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UserError
+    from app.errors import UserError
 
     try:
         import pyspark  # noqa: F401
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--headroom must be > 0")
     _check_out(args.out)
     if needs_kafka:  # before Spark's ~10 s start: an unreachable cluster is known in a moment
-        from app.kafka_io import quiet_client_logs
+        from app.kafka.clients import quiet_client_logs
 
         quiet_client_logs()
         try:
@@ -180,7 +180,7 @@ def _print_summary(summary: dict, format_recommendations) -> None:  # type: igno
 def _check_out(out: str) -> None:
     """A local output directory must be creatable before Spark starts (remote ones, s3a:// or
     hdfs://, are Spark's to reach)."""
-    from app.cli import UserError
+    from app.errors import UserError
 
     if "://" in out and not out.startswith("file:"):
         return

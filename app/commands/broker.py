@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UserError
     from app.devstack.kafka import KafkaCluster, describe
+    from app.errors import UserError
 
     users: dict[str, str | None] = {}
     for spec in args.user:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         first = listeners[0]
         if args.create_topics:
-            from app.broker import create_topics_sync
+            from app.kafka.topics import create_topics_sync
             from app.pipeline.topology import topic_specs
             from app.settings import load
 

@@ -42,7 +42,7 @@ def find_scenario(given: str | None) -> Path:
     for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
         if (base / DEMO_FILE).is_file():
             return base / DEMO_FILE
-    from app.cli import UserError
+    from app.errors import UserError
 
     raise UserError(f"{DEMO_FILE} not found: run the demo from the project directory, "
                     "or give --scenario FILE")
@@ -51,12 +51,12 @@ def find_scenario(given: str | None) -> Path:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from app.broker import create_topics_sync
-    from app.cli import UserError
     from app.demo.lag import LagProbe
     from app.demo.run import run_demo
     from app.demo.spec import load_demo
     from app.demo.view import DemoView
+    from app.errors import UserError
+    from app.kafka.topics import create_topics_sync
     from app.sim.scenario import ScenarioError
     from app.sim.session import start_pipeline, stderr_log, terminate_as_interrupt
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _need_client_libraries() -> None:
     """The demo's clients are confluent-kafka, kafka-python and aiokafka programs."""
-    from app.cli import UserError
+    from app.errors import UserError
 
     for module, package in (("confluent_kafka", "confluent-kafka"), ("kafka", "kafka-python")):
         try:

@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import orjson
 
-from app.cli_support import int_at_least, positive_float
+from app.commands.support import int_at_least, positive_float
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,7 +61,7 @@ def format_record(record: Any, show_meta: bool) -> str | None:
 
 
 async def _consume(bootstrap: str, topic: str, args: argparse.Namespace, out: IO[str]) -> int:
-    from app.kafka_io import consumer, partitions_of
+    from app.kafka.clients import consumer, partitions_of
 
     async with consumer(bootstrap) as c:
         tps = await partitions_of(c, topic)

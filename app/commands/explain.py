@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from app.cli_support import add_window_options, engine_settings
+from app.commands.support import add_window_options, engine_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from app.audit.common import parse_entity, parse_when
     from app.audit.explain import ExplainError, explain, iter_quota_names, read_files, read_kafka, render
     from app.audit.job import AuditError, Topics
-    from app.cli import UserError
+    from app.errors import UserError
 
     try:
         spec = parse_entity(args.entity)

@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from app.cli_support import int_at_least, positive_float
+from app.commands.support import int_at_least, positive_float
 from app.gateway.limits import MAX_REQUEST_BYTES, PRE_AUTH_FRAME, Limits
 
 if TYPE_CHECKING:
@@ -174,13 +174,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from app.cli import UserError
+    from app.errors import UserError
     from app.gateway.memory import fix_malloc_thresholds
     from app.gateway.server import Gateway, GatewayError
 
     config = build_config(args)
     if not args.no_create_topics:
-        from app.cli_support import ensure_product_topics
+        from app.commands.support import ensure_product_topics
         from app.settings import load
 
         settings = load()
@@ -247,9 +247,9 @@ def log_level(args: argparse.Namespace) -> str:
 
 def build_config(args: argparse.Namespace) -> GatewayConfig:
     """The validated `GatewayConfig` for these arguments and the environment."""
-    from app.cli import UserError
     from app.engine.engine import EngineSettings
     from app.engine.events import MAX_ID
+    from app.errors import UserError
     from app.gateway.server import GatewayConfig
     from app.gateway.tls import client_context, server_context
     from app.settings import load
@@ -316,7 +316,7 @@ def check_upstream_identity(args: argparse.Namespace) -> None:
     """The TLS flags that only mean something together. A certificate the gateway presents to
     the brokers is presented for every client: allowed only when every client had to present
     its own (`--tls-client-ca`), or when the operator says every client shares it."""
-    from app.cli import UserError
+    from app.errors import UserError
 
     if args.tls_client_ca and not args.tls_cert:
         raise UserError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are "

@@ -7,7 +7,7 @@ import contextlib
 import sys
 from collections import Counter
 
-from app.cli_support import int_at_least, open_input, progress
+from app.commands.support import int_at_least, open_input, progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -94,8 +94,9 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
     from aiokafka.errors import KafkaError
 
     from app.admin.config_topic import entity_partition
-    from app.cli import UserError
-    from app.kafka_io import ensure_topics, producer
+    from app.errors import UserError
+    from app.kafka.clients import producer
+    from app.kafka.topics import ensure_topics
     from app.pipeline.topology import topic_specs
     from app.signing import signing_from_env
 

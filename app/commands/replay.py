@@ -11,10 +11,10 @@ from typing import IO, cast
 
 import orjson
 
-from app.cli_support import add_window_options, engine_settings, open_input, progress
+from app.commands.support import add_window_options, engine_settings, open_input, progress
 from app.intake.deadletter import encode_deadletter
 from app.intake.records import file_configs
-from app.replay import replay
+from app.intake.replay import replay
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -85,7 +85,7 @@ def rewindable(source: IO[bytes], stack: contextlib.ExitStack) -> IO[bytes]:
 
 def _open_out(path: str | None, stack: contextlib.ExitStack, mode: str = "wb") -> IO[bytes] | None:
     """An output file (`-`: stdout); one that cannot be written is a user error, not a traceback."""
-    from app.cli import UserError
+    from app.errors import UserError
 
     if path is None:
         return None

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UserError
+    from app.errors import UserError
     from app.sim.scenario import ScenarioError, load_scenario
 
     try:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -> int:
     import asyncio
 
-    from app.cli import UserError
+    from app.errors import UserError
     from app.sim.live import LiveRun
     from app.sim.session import run_live, start_pipeline, stderr_log, terminate_as_interrupt
     from app.subscriber.watcher import DirectiveWatcher

@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 
-from app.cli_support import ensure_product_topics
+from app.commands.support import ensure_product_topics
 from app.settings import load
 
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UserError
+    from app.errors import UserError
 
     settings = load()
     if settings.local_cluster:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 def check_web_address(host: str, port: int) -> None:
     """The web server's address, tried before Faust starts: a port in use or a host that does
     not resolve would otherwise surface as a traceback from deep inside the worker."""
-    from app.cli import UserError
+    from app.errors import UserError
 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

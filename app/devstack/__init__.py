@@ -1,6 +1,11 @@
 """The development stack: a real Apache Kafka cluster on loopback (`kafka`), the certificates
-its TLS listeners use (`certs`), for the demo, `quota-streams broker` and the tests.
+its TLS listeners use (`certs`), Kafka's own client quotas set on it (`client_quotas`), and the
+launcher that starts the product on it as an operator would (`launcher`: the topics, workers and
+gateways as processes), for the demo, `quota-streams broker`, the simulator, the benchmarks and
+the tests.
 
-Nothing in the product imports this package: a deployment points every component at its own
-cluster with KAFKA_BOOTSTRAP_SERVERS. It may import the standard library and `app.errors`.
+No product package imports this one: a deployment points every component at its own cluster
+with KAFKA_BOOTSTRAP_SERVERS. It may import the product (`app.kafka` to create topics,
+`app.pipeline.topology` for their specs, `app.settings`, `app.errors`), never a tool built on it
+(commands, demo, sim, clients).
 """

@@ -14,4 +14,7 @@ the local quota managers (`app.enforcement.local.LocalQuotas`). Time is an argum
 read here, so each is tested with made-up times. These are plain objects with a method per
 decision, not a chain of filters: the wire protocol (framing, addresses, principals, the fetch
 cap) is the gateway's alone, and what the two enforcers share is these few decisions.
+
+It imports the engine, `app.subscriber` and `app.usage` only, and is as pure as the engine (no
+Faust, Kafka client or clock).
 """

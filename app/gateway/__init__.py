@@ -10,4 +10,8 @@ connection), `server` (listeners, admission, events), `metrics`, `tls`. What it 
 connections and requests (throttles, the mutation quota, connection quotas, the local quota
 managers) is `app.enforcement`, shared with the simulator.
 docs/gateway.md is the guide.
+
+It may import `app.enforcement`, `app.usage`, `app.subscriber`, `app.kafka`, the engine,
+`app.settings`, `app.signing` and `app.errors`; never a tool (commands, sim, demo, admin) nor
+the dev stack.
 """

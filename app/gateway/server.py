@@ -58,16 +58,16 @@ from app.gateway.limits import ConnectionCounts, Limits
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
-from app.kafka_security import client_options
+from app.kafka.security import client_options
+from app.kafka.supervision import Supervised, Supervision
 from app.subscriber.allocations import AllocatedLimits
-from app.supervision import Supervised, Supervision
 from app.usage.drops import Drops
 from app.usage.publisher import EventPublisher, Source
 from app.usage.recorder import UsageRecorder
 from app.usage.records import DEFAULT_RECORD_BYTES, RecordEncoder
 
 if TYPE_CHECKING:
-    from app.pipeline.config_follower import ConfigFollower
+    from app.kafka.config_follower import ConfigFollower
 
 logger = logging.getLogger(__name__)
 
@@ -448,7 +448,7 @@ class Gateway:
     def config_follower(self) -> ConfigFollower:
         """The local engine's follower of the config topic, as every worker has one; the
         records it refuses are counted in `quota_streams_gateway_configs_refused_total`."""
-        from app.pipeline.config_follower import ConfigFollower, refused_label
+        from app.kafka.config_follower import ConfigFollower, refused_label
 
         assert self.local is not None
         refused = self.metrics.configs_refused

@@ -4,4 +4,6 @@ Pure like the engine and beside it (no Faust, Kafka or clock import): `records` 
 validates, `columnar` is the columnar batch format, `clock` the stream clock, `routes` where
 each sample's windows live, `deadletter` the shape every dead letter has, `newest_configs` the
 rule that a config older than the newest of its key is refused.
+
+It imports the engine and itself only.
 """

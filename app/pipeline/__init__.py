@@ -1,0 +1,10 @@
+"""app.pipeline: the worker, a Faust application built from settings (`worker`, `faust_app`):
+brokers' events in through the intake, samples re-keyed onto the internal topic (`ingest`,
+`codec`, `partitioner`), the engine on each entity's windows (`aggregate`), directives out; its
+topics (`topology`), offset continuity, every Faust patch with why (`faust_patches`) and the
+metrics it serves (`metrics`).
+
+It may import the engine, the intake, `app.kafka`, `app.subscriber` (the directive record's
+key), `tables`, `app.settings`, `app.signing`, `app.errors` and `app.gc_tuning`; nothing imports
+it but the tools (commands, and the dev stack for the topics' specs).
+"""

@@ -32,18 +32,18 @@ import orjson
 from faust.types import TP
 from mode import CrashingSupervisor
 
-from app import metrics
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.intake.clock import StreamClock
 from app.intake.deadletter import encode_deadletter
 from app.intake.records import Decoded, decode_source
 from app.intake.routes import Router
 from app.intake.stream import StreamIntake
-from app.kafka_security import KafkaSecurity
-from app.pipeline import codec, faust_patches
+from app.kafka.clock_seed import ClockSeeder
+from app.kafka.config_follower import ConfigFollower
+from app.kafka.security import KafkaSecurity
+from app.kafka.supervision import Supervision
+from app.pipeline import codec, faust_patches, metrics
 from app.pipeline.aggregate import apply_record
-from app.pipeline.clock_seed import ClockSeeder
-from app.pipeline.config_follower import ConfigFollower
 from app.pipeline.continuity import Continuity, Verdict
 from app.pipeline.ingest import MAX_ROWS, Outbox
 from app.pipeline.partitioner import MemoPartitioner
@@ -51,7 +51,6 @@ from app.pipeline.topology import samples_topic
 from app.settings import Settings
 from app.signing import Signing
 from app.subscriber.directive import record_key
-from app.supervision import Supervision
 from tables.entity_state import TABLE_NAME, PartitionCache
 from tables.faust_store import PartitionStore, raw_table
 

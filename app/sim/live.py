@@ -25,7 +25,7 @@ from typing import Any, Callable
 from app.admin.config_topic import write_records
 from app.engine.engine import EngineSettings
 from app.admin.entities import canonical_record
-from app.kafka_io import producer
+from app.kafka.clients import producer
 from app.settings import Settings
 from app.sim.broker import CONNECTION, MUTATION, REQUEST
 from app.sim.scenario import Scenario

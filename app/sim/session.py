@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
+from app.devstack.launcher import LocalCluster
 from app.engine.configs import ConfigUpdate
-from app.launcher import LocalCluster
 from app.settings import Settings, load
 from app.sim.live import LiveRun, write_configs
 from app.sim.scenario import Scenario
@@ -74,9 +74,9 @@ def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stder
                    work_dir: Path | None = None) -> Pipeline:
     """Kafka (local unless configured), topics, quotas, workers; raises UserError on failure.
     Logs of the broker and workers go to `work_dir` (default: a new temporary directory)."""
-    from app.broker import BrokerError
-    from app.cli import UserError
-    from app.kafka_io import quiet_client_logs
+    from app.errors import UserError
+    from app.kafka.clients import quiet_client_logs
+    from app.kafka.topics import BrokerError
 
     quiet_client_logs()  # retriable client errors (a new topic's leader moving in) are not news
 

@@ -2,6 +2,9 @@
 
 `ActiveSet` is the pure, clock-free index; `DirectiveSubscriber` (in `.consumer`, imported
 lazily so the index stays usable without aiokafka) keeps one current from the control topic.
+
+It may import the engine, `app.kafka` and `app.signing`, so a broker embeds it without the rest
+of the product.
 """
 
 from app.subscriber.active_set import (

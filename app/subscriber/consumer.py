@@ -8,7 +8,7 @@ The subscriber is ready once a poll returns no records and, for every partition,
 response has reported a high watermark that the position has reached: the end as of a fetch, not
 of a ListOffsets asked before it.
 
-Why the reader is `Supervised` (`app.supervision`): a reader that stopped would leave its owner
+Why the reader is `Supervised` (`app.kafka.supervision`): a reader that stopped would leave its owner
 obeying the directives it had, and none after, without a sign. Fetch errors are retried in the
 loop; anything else that ends it is a crash, which the owner's `Supervision` decides on (by
 default: restart after a backoff, counted in `stats["crashes"]`, `healthy` False meanwhile).
@@ -29,8 +29,10 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from app.kafka_io import TopicMissing, partitions_of
-from app.kafka_security import client_options
+from app.kafka.clients import TopicMissing, partitions_of
+from app.kafka.offsets import read_to_highwater
+from app.kafka.security import client_options
+from app.kafka.supervision import Supervised, Supervision
 from app.signing import Signing, signing_from_env
 from app.subscriber.allocations import Allocations
 from app.subscriber.active_set import (
@@ -40,7 +42,6 @@ from app.subscriber.active_set import (
     Throttle,
 )
 from app.subscriber.directive import BadDirective
-from app.supervision import Supervised, Supervision
 
 __all__ = ["DirectiveSubscriber", "SubscriberError", "wall_clock_ms"]
 
@@ -215,7 +216,8 @@ class DirectiveSubscriber:
                 batches = await consumer.getmany(
                     timeout_ms=self._poll_timeout_ms, max_records=self._max_records
                 )
-                if not self.ready.is_set() and not batches and await self._caught_up(consumer):
+                if not self.ready.is_set() and not batches \
+                        and await read_to_highwater(consumer, self._partitions):
                     self._set_ready()
             except asyncio.CancelledError:
                 raise
@@ -245,14 +247,6 @@ class DirectiveSubscriber:
             if removed < chunk:
                 return
             await asyncio.sleep(0)
-
-    async def _caught_up(self, consumer: AIOKafkaConsumer) -> bool:
-        """True once every partition's position has reached the high watermark of a Fetch."""
-        for tp in self._partitions:
-            highwater = consumer.highwater(tp)
-            if highwater is None or await consumer.position(tp) < highwater:
-                return False
-        return True
 
     def _set_ready(self) -> None:
         with self._lock:

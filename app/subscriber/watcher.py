@@ -6,7 +6,7 @@ loop latency (arrival time minus the directive's `ts`, i.e. the time from a brok
 sample to the directive reaching a reader of the control topic).
 
 It only shows: nothing is enforced from it, so its reader restarts after a crash
-(`app.supervision`) rather than stopping the demo or the simulation; a view that stopped
+(`app.kafka.supervision`) rather than stopping the demo or the simulation; a view that stopped
 updating would otherwise show an empty directive table as if none were in force.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from app.kafka_io import partitions_of
-from app.kafka_security import client_options
+from app.kafka.clients import partitions_of
+from app.kafka.security import client_options
+from app.kafka.supervision import Supervised
 from app.subscriber.consumer import wall_clock_ms
-from app.supervision import Supervised
 
 
 def directive_key(d: dict[str, Any]) -> tuple[Any, ...]:

@@ -6,4 +6,6 @@ events as columns, optionally pre-aggregated), `RecordEncoder` (a flush as one r
 kind within a size bound), `EventPublisher` (those records onto the event topics, keyed by their
 source), `charged_name` (names bounded as the workers bound them) and `Drops` (what could not be
 delivered, by reason).
+
+It may import the engine, the intake, `app.kafka` and `app.errors`.
 """

@@ -15,7 +15,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from app.admin.config_topic import config_key
 from app.engine.configs import parse_config_record
-from app.kafka_io import end_offsets, partitions_of
+from app.kafka.clients import partitions_of
+from app.kafka.offsets import end_offsets
 
 
 def config_record_key(record: dict[str, Any]) -> bytes:

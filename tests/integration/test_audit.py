@@ -30,9 +30,9 @@ from app.audit.common import entity_string
 from app.audit.job import AuditOptions, Topics, run_audit
 from app.audit.recompute import MODE_FILE, ExplodeContext, archive_configs, recompute_local
 from app.audit.results import DECISION_COLUMNS
-from app.broker import create_topics
+from app.kafka.topics import create_topics
 from app.engine.engine import EngineSettings
-from app.replay import replay
+from app.intake.replay import replay
 from tests.unit.test_audit_summaries import reference_usage
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

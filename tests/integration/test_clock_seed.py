@@ -12,7 +12,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.audit.job import Progress, clock_seeds
-from app.broker import create_topics
+from app.kafka.topics import create_topics
 
 pytestmark = pytest.mark.integration
 T0 = 1_763_800_000_000

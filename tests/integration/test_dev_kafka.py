@@ -12,9 +12,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.broker import TopicMismatchError, create_topics, create_topics_sync
+from app.kafka.topics import TopicMismatchError, create_topics, create_topics_sync
 from app.devstack.kafka import ClusterError, KafkaCluster, broker_count
-from app.kafka_io import EndOffsetError, end_offsets
+from app.kafka.offsets import EndOffsetError, end_offsets
 
 pytestmark = pytest.mark.integration
 

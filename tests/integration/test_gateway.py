@@ -39,8 +39,8 @@ from app.intake.apply import apply
 from app.intake.clock import StreamClock
 from app.intake.records import decode_source
 from app.intake.stream import StreamIntake
-from app.kafka_io import read_topic
-from app.launcher import GatewayProcess, LocalCluster, isolated_env
+from app.kafka.whole_topic import read_topic
+from app.devstack.launcher import GatewayProcess, LocalCluster, isolated_env
 from tests.unit.kafka_frames import nested, request_body
 from tests.unit.kafka_frames import request as kafka_request
 
@@ -107,7 +107,7 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from app.broker import create_topics_sync
+    from app.kafka.topics import create_topics_sync
 
     create_topics_sync(bootstrap, [(topic, partitions, {})])
 
@@ -441,7 +441,7 @@ def test_a_strict_create_topics_storm_is_rejected_and_nothing_rejected_is_create
 
 
 def _topics(bootstrap: str, prefix: str) -> list[str]:
-    from app.kafka_io import consumer
+    from app.kafka.clients import consumer
 
     async def run() -> list[str]:
         async with consumer(bootstrap) as c:

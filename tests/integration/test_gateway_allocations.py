@@ -23,8 +23,8 @@ from app.admin.config_topic import write_records
 from app.admin.entities import canonical_record
 from app.clients.runner import run_clients, summed
 from app.engine.configs import parse_config_record
-from app.kafka_io import read_topic
-from app.launcher import LocalCluster, isolated_env
+from app.kafka.whole_topic import read_topic
+from app.devstack.launcher import LocalCluster, isolated_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -62,7 +62,7 @@ def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         cluster.wait_ready(timeout=120)
         gateways = [cluster.start_gateway("--gateway-id", str(i), "--gateways", "2") for i in (1, 2)]
         topic = f"{prefix}-data"
-        from app.broker import create_topics_sync
+        from app.kafka.topics import create_topics_sync
 
         create_topics_sync(kafka_bootstrap, [(topic, 2, {})])
         epoch = time.time() + LEAD_S

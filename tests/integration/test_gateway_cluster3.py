@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.broker import create_topics_sync
+from app.kafka.topics import create_topics_sync
 from app.devstack.kafka import KafkaCluster
 from app.gateway import apis
-from app.launcher import GatewayProcess, LocalCluster, isolated_env
+from app.devstack.launcher import GatewayProcess, LocalCluster, isolated_env
 from app.pipeline.topology import topic_specs
 from app.settings import load
 from tests.unit.kafka_frames import decode_response, request, request_body

@@ -31,13 +31,13 @@ import pytest
 
 from app.admin.config_topic import write_records
 from app.admin.entities import canonical_record
-from app.broker import create_topics_sync
+from app.kafka.topics import create_topics_sync
 from app.clients.runner import ROOT, run_clients
 from app.clients.security import AUTHENTICATION_FAILED
 from app.devstack.kafka import KafkaCluster, client_settings
 from app.engine.configs import parse_config_record
-from app.kafka_io import read_topic
-from app.launcher import GatewayProcess, LocalCluster, isolated_env
+from app.kafka.whole_topic import read_topic
+from app.devstack.launcher import GatewayProcess, LocalCluster, isolated_env
 from app.pipeline.topology import topic_specs
 from app.settings import load
 

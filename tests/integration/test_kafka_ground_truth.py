@@ -7,7 +7,7 @@ one is not, and the quota is the client id's, so the sequence keeps its schedule
 request's `throttle_time_ms`, per-topic error codes, or for connections whether the broker
 served or closed it, are recorded with the times the request left and its answer arrived. The
 same sequence becomes contract events (bytes as the broker counts them, `ts` the middle of that
-interval) and goes through `app.replay.replay`. Run with `-s` to see the per-request table.
+interval) and goes through `app.intake.replay.replay`. Run with `-s` to see the per-request table.
 
 Tolerances, and why (each row prints its own):
 - The broker reads its clock somewhere between a request leaving and its answer arriving, so
@@ -50,7 +50,7 @@ from kio.schema.errors import ErrorCode
 from app.devstack.kafka import KafkaCluster
 from app.engine.engine import EngineSettings
 from app.gateway import apis
-from app.replay import replay
+from app.intake.replay import replay
 from tests.integration import raw_kafka as raw
 
 pytestmark = pytest.mark.integration

@@ -28,8 +28,8 @@ from app.audit.job import Topics
 from app.audit.recompute import ExplodeContext, recompute_local
 from app.audit.synth import CONFIGS, scenario, topic_of
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster, isolated_env
-from app.replay import replay
+from app.devstack.launcher import LocalCluster, isolated_env
+from app.intake.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,

@@ -3,7 +3,7 @@
 Scenarios come from `app.audit.synth` (several brokers, principals over their quotas, strict and
 legacy mutations, connection bursts), the same input the audit's tests use.
 
-Each test runs real `quota-streams worker` processes (app/launcher.py) with their own app id
+Each test runs real `quota-streams worker` processes (app/devstack/launcher.py) with their own app id
 and topics, feeds a generated scenario through the source topics (one partition each, so the
 order every window sees is defined), and compares the directives on the control topic with
 what `replay` publishes for the same lines.
@@ -27,8 +27,8 @@ from aiokafka import AIOKafkaProducer
 
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster, isolated_env
-from app.replay import replay
+from app.devstack.launcher import LocalCluster, isolated_env
+from app.intake.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,

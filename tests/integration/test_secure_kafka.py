@@ -16,12 +16,12 @@ import orjson
 import pytest
 
 from app.audit.synth import CONFIGS, T0, scenario
-from app.broker import create_topics_sync
+from app.kafka.topics import create_topics_sync
 from app.devstack.kafka import KafkaCluster, client_settings
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster, isolated_env
+from app.devstack.launcher import LocalCluster, isolated_env
 from app.pipeline.topology import topic_specs
-from app.replay import replay
+from app.intake.replay import replay
 from app.settings import load
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)

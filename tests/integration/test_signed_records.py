@@ -17,8 +17,8 @@ from aiokafka import AIOKafkaProducer
 
 from app.audit.synth import CONFIGS, T0, scenario
 from app.engine.engine import EngineSettings
-from app.launcher import LocalCluster, isolated_env
-from app.replay import replay
+from app.devstack.launcher import LocalCluster, isolated_env
+from app.intake.replay import replay
 from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber
 

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from app.launcher import isolated_env
+from app.devstack.launcher import isolated_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from app.audit.kafka_source import (
     KafkaSourceOptions,
     probe_partitions,
 )
-from app.broker import create_topics
+from app.kafka.topics import create_topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

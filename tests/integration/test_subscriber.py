@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.broker import create_topics
+from app.kafka.topics import create_topics
 from app.subscriber.consumer import DirectiveSubscriber, SubscriberError, wall_clock_ms
 
 pytestmark = pytest.mark.integration

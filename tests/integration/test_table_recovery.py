@@ -28,8 +28,8 @@ from typing import IO
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.broker import create_topics
-from app.kafka_io import end_offsets
+from app.kafka.topics import create_topics
+from app.kafka.offsets import end_offsets
 
 pytestmark = pytest.mark.integration
 

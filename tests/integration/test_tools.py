@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
-from app.broker import create_topics_sync
+from app.kafka.topics import create_topics_sync
 from app.cli import main
-from app.kafka_io import consumer, producer, read_topic, topic_exists
+from app.kafka.clients import consumer, producer, topic_exists
+from app.kafka.whole_topic import read_topic
 from app.pipeline.topology import topic_specs
 from app.settings import Settings, load
 

@@ -26,10 +26,10 @@ from app.devstack.kafka import KafkaCluster
 from app.engine.engine import SEP, EngineSettings, QuotaEngine
 from app.engine.events import parse_record
 from app.engine.state_codec import decode
-from app.launcher import LocalCluster, isolated_env
+from app.devstack.launcher import LocalCluster, isolated_env
 from app.pipeline.worker import SESSION_TIMEOUT_S
-from app.replay import replay
-from app.kafka_io import partitions_of
+from app.intake.replay import replay
+from app.kafka.clients import partitions_of
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,

@@ -16,7 +16,7 @@ from app.intake.routes import Router
 from app.intake.stream import StreamIntake
 from app.pipeline import codec
 from app.pipeline.aggregate import apply_record
-from app.pipeline.config_follower import ConfigFollower
+from app.kafka.config_follower import ConfigFollower
 from app.pipeline.ingest import Outbox
 from app.signing import Signing
 

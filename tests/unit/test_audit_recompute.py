@@ -42,7 +42,7 @@ from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.engine.kafka_math import UNLIMITED
 from app.engine.timeline import FOREVER
-from app.replay import replay
+from app.intake.replay import replay
 
 SETTINGS = EngineSettings(scope="broker")
 

@@ -15,7 +15,7 @@ import pytest
 
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
-from app.replay import Replayer
+from app.intake.replay import Replayer
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -14,7 +14,7 @@ from app.clients import java, node
 from app.clients.__main__ import main
 from app.clients.security import AUTHENTICATION_FAILED, AuthenticationFailed, LoggedRefusals
 from app.errors import UserError
-from app.kafka_security import KafkaSecurity
+from app.kafka.security import KafkaSecurity
 
 SCRAM = KafkaSecurity("SASL_SSL", "/ca.pem", sasl_mechanism="SCRAM-SHA-512",
                       sasl_username="alice", sasl_password="pw")

@@ -15,8 +15,8 @@ from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.events import RequestEvent
 from app.engine.kafka_math import UNLIMITED
 from app.engine.timeline import NEVER, ConfigTimeline
-from app.pipeline.config_follower import ConfigFollower
-from app.replay import replay
+from app.kafka.config_follower import ConfigFollower
+from app.intake.replay import replay
 
 GRACE = 50
 
@@ -224,3 +224,5 @@ def test_the_watermark_is_the_oldest_fetch_less_its_wait_once_every_partition_is
     assert asyncio.run(confirmed(read, 2)) == 10_000 - 2
     behind = {0: (5, 10_000, 4), 1: (3, 10_040, 3)}  # records left to read: no advance
     assert asyncio.run(confirmed(behind, 5)) == 0
+    unpolled = {0: (5, 10_000, 5), 1: (3, None, 3)}  # a partition not fetched yet: no advance
+    assert asyncio.run(confirmed(unpolled, 5)) == 0

@@ -27,7 +27,7 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
 
-# The metrics the workers export, as documented for dashboards and alerts. app/metrics.py's
+# The metrics the workers export, as documented for dashboards and alerts. app/pipeline/metrics.py's
 # METRIC_NAMES is the authority once it exists; this list must then be part of it.
 DOCUMENTED_METRICS = frozenset(
     {
@@ -56,9 +56,9 @@ PROMETHEUS_BUILTINS = frozenset({"up"})
 
 def exported_metrics() -> frozenset[str]:
     try:
-        from app.metrics import METRIC_NAMES  # type: ignore[attr-defined]
+        from app.pipeline.metrics import METRIC_NAMES  # type: ignore[attr-defined]
     except ModuleNotFoundError as exc:
-        if exc.name != "app.metrics":
+        if exc.name != "app.pipeline.metrics":
             raise
         return DOCUMENTED_METRICS
     except ImportError:  # the module exists but has no METRIC_NAMES (yet)

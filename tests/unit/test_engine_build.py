@@ -21,7 +21,7 @@ from app.engine.configs import PRODUCE, QuotaConfigs, parse_config_record
 from app.engine.engine import EngineSettings
 from app.engine.stats import Rate, TokenBucket
 from app.engine_build import MODULES, compiled_modules
-from app.replay import replay
+from app.intake.replay import replay
 
 #: Runs the replay with every compiled module loaded from its .py source, never an extension.
 INTERPRETED = textwrap.dedent("""
@@ -38,7 +38,7 @@ INTERPRETED = textwrap.dedent("""
     sys.meta_path.insert(0, SourceFirst())
     from app.engine.engine import EngineSettings
     from app.engine_build import compiled_modules
-    from app.replay import replay
+    from app.intake.replay import replay
 
     assert compiled_modules() == [], compiled_modules()
     mode, scope = sys.argv[1:3]

@@ -23,7 +23,7 @@ from app.gateway.server import (
     GatewayError,
     probe_cluster,
 )
-from app.launcher import free_ports
+from app.devstack.launcher import free_ports
 from app.subscriber.active_set import ActiveSet
 from app.usage.records import RecordEncoder
 from tests.unit.gateway_harness import Harness, sent

@@ -21,7 +21,7 @@ from app.intake.clock import StreamClock
 from app.intake.deadletter import MAX_DEADLETTER_BYTES, encode_deadletter
 from app.intake.records import decode_source
 from app.intake.stream import StreamIntake
-from app.replay import replay
+from app.intake.replay import replay
 
 SETTINGS = EngineSettings(window_ms=100)
 T0 = 1_763_800_000_000

@@ -17,7 +17,7 @@ from app.engine.batch import COLUMNS
 from app.engine.engine import EngineSettings
 from app.intake import columnar
 from app.intake.records import decode_source
-from app.replay import replay
+from app.intake.replay import replay
 
 BAD_ROW = {"type": "request", "v": 1, "ts": synth.T0 + 500, "broker": 1, "user": "x",
            "client_id": "y", "api": "Produce", "bytes": 10, "count": 0}

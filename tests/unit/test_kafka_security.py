@@ -10,7 +10,7 @@ import faust
 import pytest
 
 from app.audit.kafka_source import KafkaSourceOptions
-from app.kafka_security import KafkaSecurity
+from app.kafka.security import KafkaSecurity
 from app.settings import SettingsError, load
 
 

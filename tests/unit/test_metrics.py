@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.metrics import reason_label
+from app.pipeline.metrics import reason_label
 
 
 def test_dead_letter_reasons_drop_values_and_numbers() -> None:

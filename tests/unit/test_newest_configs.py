@@ -14,7 +14,7 @@ from app.engine.engine import EngineSettings
 from app.engine.timeline import ConfigTimeline
 from app.gateway.server import Gateway, GatewayConfig
 from app.intake.newest_configs import NewestConfigs, identity
-from app.pipeline.config_follower import ConfigFollower, refused_label
+from app.kafka.config_follower import ConfigFollower, refused_label
 from app.signing import Signing
 
 

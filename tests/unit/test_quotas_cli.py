@@ -21,9 +21,10 @@ from app.admin.entities import (
     parse_entity,
 )
 from app.admin.routing import BadLine, route_line
-from app.cli import UserError, build_parser, main
+from app.cli import build_parser, main
 from app.commands.directives import format_record
 from app.engine.configs import DEFAULT, QuotaConfigs, parse_config_record
+from app.errors import UserError
 
 T0 = 1_763_800_000_000
 

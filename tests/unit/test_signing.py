@@ -13,7 +13,7 @@ from aiokafka.structs import ConsumerRecord
 from app.audit.diff import compare, parse_directive
 from app.audit.recompute import topic_configs
 from app.engine.timeline import ConfigTimeline
-from app.pipeline.config_follower import ConfigFollower
+from app.kafka.config_follower import ConfigFollower
 from app.settings import SettingsError, load
 from app.signing import Signing, SigningError
 from app.subscriber.consumer import DirectiveSubscriber
@@ -214,6 +214,6 @@ def test_a_reader_survives_a_record_its_checks_did_not_foresee(
     follower = ConfigFollower("", "quota.configs", timeline,
                               on_bad=lambda reason, _v: bad.append(reason), signing=signing)
     # the follower's own module (the timeline may be compiled: its methods cannot be patched)
-    monkeypatch.setattr("app.pipeline.config_follower.decode_config", lambda *_: 1 / 0)
+    monkeypatch.setattr("app.kafka.config_follower.decode_config", lambda *_: 1 / 0)
     follower.apply(signing.seal("quota.configs", CKEY, orjson.dumps(CONFIG)), TS, CKEY)
     assert len(bad) == 1 and bad[0].startswith("internal_error")

@@ -14,11 +14,11 @@ from prometheus_client import generate_latest
 
 from app.engine.timeline import ConfigTimeline
 from app.gateway.server import Gateway, GatewayConfig
-from app.pipeline.config_follower import ConfigFollower
+from app.kafka.config_follower import ConfigFollower
 from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber
 from app.subscriber.directive import record_key
-from app.supervision import Supervised, Supervision
+from app.kafka.supervision import Supervised, Supervision
 
 TS = 1_763_800_000_000
 TP = TopicPartition("t", 0)

@@ -11,7 +11,7 @@ if _MARKER:
     from typing import Any
 
     from app.pipeline import worker
-    from app.pipeline.config_follower import ConfigFollower
+    from app.kafka.config_follower import ConfigFollower
 
     _decode_source = worker.decode_source
 

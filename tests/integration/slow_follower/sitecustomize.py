@@ -10,7 +10,7 @@ if _DELAY_MS > 0:
     import asyncio
     from typing import Any
 
-    from app.pipeline.config_follower import ConfigFollower
+    from app.kafka.config_follower import ConfigFollower
 
     _confirm = ConfigFollower._confirm
 

@@ -4,7 +4,7 @@ import java.util.Properties;
 
 /**
  * The client security settings of a program's flags, as kafka-clients configs: the same four
- * protocols and three SASL mechanisms as the product's KAFKA_* settings (app/kafka_security.py),
+ * protocols and three SASL mechanisms as the product's KAFKA_* settings (app/kafka/security.py),
  * TLS trusting a PEM CA file.
  */
 public final class Security {

@@ -14,8 +14,8 @@ import logging
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.intake.clock import CLOCK_SPAN
-from app.kafka_security import client_options
 from app.intake.records import event_timestamps
+from app.kafka.security import client_options
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
-"""Pieces several commands share: window options, input files, progress on a terminal, the
-product's topics."""
+"""Pieces several commands share: window options, argparse number types (also those of the
+client programs' command line, `python -m app.clients`), input files, progress on a terminal,
+the product's topics."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
 
 def open_input(path: str, stack: contextlib.ExitStack) -> IO[bytes]:
     """A file or stdin, as bytes; a missing file is a user error, not a traceback."""
-    from app.cli import UserError
+    from app.errors import UserError
 
     if path == "-":
         return sys.stdin.buffer
@@ -126,8 +127,8 @@ def ensure_product_topics(settings: object, bootstrap: str | None = None,
                           fix: str = "check KAFKA_BOOTSTRAP_SERVERS") -> None:
     """Create the product's topics if missing; a broker that cannot be reached is one line,
     ending with `fix`. `bootstrap` defaults to KAFKA_BOOTSTRAP_SERVERS."""
-    from app.broker import BrokerError, create_topics_sync
-    from app.cli import UserError
+    from app.kafka.topics import BrokerError, create_topics_sync
+    from app.errors import UserError
     from app.pipeline.topology import topic_specs
 
     address = bootstrap or str(settings.kafka_bootstrap_servers)  # type: ignore[attr-defined]

@@ -4,7 +4,7 @@ Every product topic is created explicitly *before* any client touches it: a clus
 auto-creates topics would give it `num.partitions` and no compaction, and a Faust worker
 crash-loops on `PartitionsMismatch` when a topic's partition count is not the one it expects.
 `create_topics()` / `create_topics_sync()` do that idempotently and return once the new topics
-are served.
+are served; `ensure_topics()` creates the missing ones and leaves existing ones alone.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.kafka_security import client_options
+from app.kafka.security import client_options
 
 __all__ = ["BrokerError", "TopicMismatchError", "TopicSpec", "create_topics",
-           "create_topics_sync"]
+           "create_topics_sync", "ensure_topics"]
 
 #: (topic name, partition count, topic configs such as {"cleanup.policy": "compact"}).
 TopicSpec = tuple[str, int, Mapping[str, str]]
@@ -122,3 +122,11 @@ def create_topics_sync(
 ) -> list[str]:
     """`create_topics` for synchronous callers (CLI, fixtures); not for use inside a loop."""
     return asyncio.run(create_topics(bootstrap, list(specs), **kwargs))
+
+
+async def ensure_topics(bootstrap: str, specs: Iterable[tuple[str, int, Mapping[str, str] | None]]) -> list[str]:
+    """Create the given topics if missing (existing ones are left as they are)."""
+    from app.kafka.clients import REQUEST_TIMEOUT_MS
+
+    return await create_topics(bootstrap, list(specs), check_partitions=False,
+                               timeout=REQUEST_TIMEOUT_MS / 1000)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from app.broker import create_topics_sync
 from app.devstack.kafka import KafkaCluster
+from app.kafka.topics import create_topics_sync
 from app.pipeline.topology import topic_specs
 from app.settings import load
 

@@ -11,7 +11,7 @@ event until the watermark passes its arrival plus the grace (`wait_confirmed`). 
 after an event it applies to was released is counted as missed (`released_ms` is how far the
 agents released): the grace did not cover its write delay, and the audit will differ.
 
-Its reading loop runs `Supervised` (`app.supervision`): a follower that stopped would leave its
+Its reading loop runs `Supervised` (`app.kafka.supervision`): a follower that stopped would leave its
 owner judging by stale configs, and holding events until `QS_CONFIG_HOLD_MAX_MS` each. The
 owner says what a crash does: a worker exits (its orchestrator restarts it and the new process
 reads the topic afresh), a gateway restarts the loop with a backoff and reports it.
@@ -31,10 +31,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from app.engine.timeline import ConfigTimeline
 from app.intake.newest_configs import STALE, NewestConfigs
 from app.intake.records import decode_config
-from app.kafka_io import end_offsets, partitions_of
-from app.kafka_security import client_options
+from app.kafka.clients import partitions_of
+from app.kafka.offsets import end_offsets, read_to_highwater
+from app.kafka.security import client_options
+from app.kafka.supervision import Supervised, Supervision
 from app.signing import REFUSALS, Signing, signing_from_env
-from app.supervision import Supervised, Supervision
 
 log = logging.getLogger(__name__)
 
@@ -145,14 +146,11 @@ class ConfigFollower:
         if not tps:
             self._advance(int(time.time() * 1000))
             return
-        oldest = None
-        for tp in tps:
-            highwater, polled = consumer.highwater(tp), consumer.last_poll_timestamp(tp)
-            if highwater is None or polled is None or await consumer.position(tp) < highwater:
-                return
-            oldest = polled if oldest is None else min(oldest, polled)
-        if oldest is not None:
-            self._advance(oldest - self.poll_ms)
+        if not await read_to_highwater(consumer, tps):
+            return
+        polled = [t for tp in tps if (t := consumer.last_poll_timestamp(tp)) is not None]
+        if len(polled) == len(tps):
+            self._advance(min(polled) - self.poll_ms)
 
     def _advance(self, confirmed: int) -> None:
         if confirmed > self.confirmed_ms:

@@ -1,0 +1,15 @@
+"""Kafka I/O that more than one component needs, in one place.
+
+- `security`: the TLS/SASL settings of every Kafka connection, as each client library's options;
+- `clients`: short-lived aiokafka consumers and producers, and topic questions that never make
+  a cluster auto-create a topic (`partitions_of`, `topic_exists`);
+- `topics`: creating the product's topics with explicit partition counts and configs;
+- `offsets`: where a partition ends (ListOffsets, or a following consumer's last Fetch);
+  `whole_topic`: a topic read once to its end;
+- `config_follower`: the config topic followed onto the engine's timeline (workers, gateways,
+  the admin tools); `clock_seed`: a source partition's stream clock read back from its records;
+- `supervision`: reader loops (followers, subscribers) that cannot die unnoticed.
+
+It may import the engine, the intake, `app.settings` and `app.signing`, never a driver or a tool
+(pipeline, gateway, audit, sim, admin, commands, demo) nor the dev stack: the drivers build on it.
+"""

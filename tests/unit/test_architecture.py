@@ -1,0 +1,210 @@
+"""The layout's import rules, read from the source with `ast` (nothing is imported).
+
+Each package's docstring says what it may import; `ALLOWED` holds the same, so a new
+dependency between packages is a decision made here, not an accident. A unit is a package under
+`app/`, a module at the top of `app/`, or `tables`; a unit may always import itself, the
+standard library and third-party packages. The pure modules (`PURE`) may not import Faust, a
+Kafka client, a clock or randomness either, so every driver gets the same answer from them.
+
+A failure names the importing module, its line, and what its unit may import.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ENGINE, INTAKE, KAFKA, TABLES = "app.engine", "app.intake", "app.kafka", "tables"
+SUBSCRIBER, USAGE, ENFORCEMENT = "app.subscriber", "app.usage", "app.enforcement"
+PIPELINE, GATEWAY, AUDIT, SIM = "app.pipeline", "app.gateway", "app.audit", "app.sim"
+ADMIN, CLIENTS, DEMO, DEVSTACK = "app.admin", "app.clients", "app.demo", "app.devstack"
+COMMANDS, CLI = "app.commands", "app.cli"
+ERRORS, SIGNING, SETTINGS = "app.errors", "app.signing", "app.settings"
+GC_TUNING, ENGINE_BUILD = "app.gc_tuning", "app.engine_build"
+
+#: unit -> the other units it may import
+ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
+    # the pure core
+    ENGINE: set(),
+    INTAKE: {ENGINE},
+    TABLES: {ENGINE},
+    # what every layer shares
+    "app": set(),  # app/__init__.py: a docstring, the map of the packages
+    ERRORS: set(),
+    SIGNING: set(),
+    GC_TUNING: set(),
+    ENGINE_BUILD: set(),  # setup.py reads it before the install: standard library only
+    SETTINGS: {ENGINE, SIGNING},
+    # the Kafka I/O the components share
+    KAFKA: {ENGINE, INTAKE, SETTINGS, SIGNING},
+    # what a broker or the gateway embeds
+    SUBSCRIBER: {ENGINE, KAFKA, SIGNING},
+    USAGE: {ENGINE, INTAKE, KAFKA, ERRORS},
+    ENFORCEMENT: {ENGINE, SUBSCRIBER, USAGE},
+    # the drivers
+    PIPELINE: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, TABLES, SETTINGS, SIGNING, ERRORS, GC_TUNING},
+    GATEWAY: {ENGINE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, SETTINGS, SIGNING, ERRORS},
+    AUDIT: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, SETTINGS, SIGNING, ERRORS},
+    # the tools
+    ADMIN: {ENGINE, INTAKE, KAFKA, SETTINGS, SIGNING, ERRORS},
+    DEVSTACK: {KAFKA, PIPELINE, SETTINGS, ERRORS},  # the launcher: topics and their specs
+    SIM: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, AUDIT, ADMIN, DEVSTACK, SETTINGS,
+          ERRORS},
+    CLIENTS: {KAFKA, DEVSTACK, SIM, ERRORS},
+    DEMO: {ENGINE, SUBSCRIBER, SIM, CLIENTS},
+    COMMANDS: {ENGINE, INTAKE, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY,
+               AUDIT, SIM, ADMIN, CLIENTS, DEMO, DEVSTACK, SETTINGS, SIGNING, ERRORS, GC_TUNING},
+    CLI: {COMMANDS, SETTINGS, ERRORS, GC_TUNING},
+}.items()}
+
+#: (importing module, imported module) pairs allowed against the table, each with why
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    # the client programs' own command line (`python -m app.clients`) parses numbers with the
+    # commands' argparse types rather than a copy of them
+    ("app.clients.__main__", "app.commands.support"): "shared argparse types",
+}
+
+#: modules held to a narrower list than their unit's: project modules (prefixes) they may import
+NARROWER: dict[str, tuple[str, ...]] = {
+    "app.audit.diff": ("app.audit.common", SIGNING, "app.subscriber.directive"),
+}
+
+#: the product: what a deployment runs or embeds, which never needs the dev stack
+PRODUCT = (ENGINE, INTAKE, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY, AUDIT)
+#: what drives the engine or a tool: app.kafka serves them and imports none of them
+DRIVERS = (PIPELINE, GATEWAY, AUDIT, SIM, ADMIN, COMMANDS, CLI, DEMO, CLIENTS, DEVSTACK)
+
+#: third-party and standard modules the pure modules never import
+IMPURE = {"faust", "aiokafka", "kafka", "mode", "time", "datetime", "asyncio", "random", "os",
+          "socket", "rocksdict", "pyspark"}
+#: the pure modules: the engine, the intake, the audit's diff and the enforcement decisions
+PURE = (ENGINE, INTAKE, "app.audit.diff", ENFORCEMENT)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for top in ("app", "tables")
+           for p in sorted((ROOT / top).rglob("*.py"))}
+
+
+def unit(module: str) -> str:
+    """The unit a module belongs to: `app.<package or top-level module>`, or `tables`."""
+    parts = module.split(".")
+    return parts[0] if parts[0] != "app" or len(parts) == 1 else ".".join(parts[:2])
+
+
+def project_imports(module: str) -> Iterator[tuple[int, str]]:
+    """(line, imported module) of each project module `module` imports; `from a import b`
+    names the module `a.b` when there is one."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                     for a in node.names]
+        else:
+            continue
+        for name in dict.fromkeys(names):
+            if name.split(".")[0] in ("app", "tables"):
+                yield node.lineno, name
+
+
+def third_party_roots(module: str) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name.split(".")[0]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def where(module: str, line: int) -> str:
+    return f"{MODULES[module].relative_to(ROOT)}:{line}"
+
+
+def violations(module: str) -> list[str]:
+    own = unit(module)
+    allowed = ALLOWED[own] | {own}
+    narrower = next((v for k, v in NARROWER.items() if module == k), None)
+    found = []
+    for line, name in project_imports(module):
+        if any(module == mod and name.startswith(target) for mod, target in EXCEPTIONS):
+            continue
+        if narrower is not None and not name.startswith(narrower):
+            found.append(f"{where(module, line)} imports {name} ({module} may import only "
+                         f"{', '.join(narrower)})")
+        elif unit(name) not in allowed:
+            found.append(f"{where(module, line)} imports {name} ({own} may import "
+                         f"{', '.join(sorted(ALLOWED[own])) or 'nothing of app'})")
+    return found
+
+
+def test_every_unit_has_its_rule() -> None:
+    missing = sorted({unit(m) for m in MODULES} - set(ALLOWED))
+    assert not missing, f"add these to ALLOWED (and say it in their docstring): {missing}"
+    assert not set(ALLOWED) - {unit(m) for m in MODULES}, "ALLOWED names a unit that is gone"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_follow_the_layout(module: str) -> None:
+    found = violations(module)
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith(PURE)])
+def test_a_pure_module_imports_nothing_impure(module: str) -> None:
+    found = [f"{where(module, line)} imports {root}"
+             for line, root in third_party_roots(module) if root in IMPURE]
+    assert not found, "\n".join(found)
+
+
+def test_every_exception_is_still_taken() -> None:
+    unused = [(mod, target) for mod, target in EXCEPTIONS
+              if not any(name.startswith(target) for _, name in project_imports(mod))]
+    assert not unused, f"remove these from EXCEPTIONS: {unused}"
+
+
+def test_the_table_keeps_the_layering() -> None:
+    """The rules the table must keep, whatever else is added to it."""
+    assert ALLOWED[ENGINE] == set()
+    assert ALLOWED[INTAKE] == {ENGINE}
+    assert ALLOWED[TABLES] == {ENGINE}
+    assert not ALLOWED[KAFKA] & set(DRIVERS)
+    assert all(DEVSTACK not in ALLOWED[u] for u in PRODUCT)
+    assert [u for u in ALLOWED if COMMANDS in ALLOWED[u]] == [CLI]
+    assert not [u for u in ALLOWED if CLI in ALLOWED[u]]
+
+
+def test_every_package_says_what_it_may_import() -> None:
+    quiet = [m for m, p in MODULES.items() if p.name == "__init__.py"
+             and "import" not in (ast.get_docstring(ast.parse(p.read_text())) or "")]
+    assert not quiet, f"packages whose docstring does not say what they may import: {quiet}"
+
+
+def test_a_broken_rule_is_reported_with_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """The checker itself: a driver imported into app.kafka is caught, with its file and line;
+    a relative import of its own package and an import of the engine are not."""
+    module = tmp_path / "app" / "kafka" / "bad.py"
+    module.parent.mkdir(parents=True)
+    module.write_text('"""x"""\n\nfrom app.pipeline.worker import Worker\n'
+                      'from . import clients\nfrom app.engine import stats\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setitem(MODULES, "app.kafka.bad", module)
+    assert violations("app.kafka.bad") == [
+        ("app/kafka/bad.py:3 imports app.pipeline.worker (app.kafka may import app.engine, "
+         "app.intake, app.settings, app.signing)")]
