@@ -74,9 +74,10 @@ def test_alter_then_describe_round_trip(env: Settings, capsys: pytest.CaptureFix
     assert cli(capsys, "quotas", "alter", "--broker", "1", "--add-config",
                "listener.name.EXTERNAL.max.connection.creation.rate=30")[0] == 0
 
-    # each record's ts is stamped as it is sent: in Kafka within a few ms, never late
+    # each record's ts is stamped as it is sent, once connected: in Kafka (LogAppendTime) a few
+    # ms later on a quiet machine, never before; the bound leaves room for a busy one
     written = records(env, str(env.topic_configs))
-    assert written and all(0 <= r.timestamp - orjson.loads(r.value)["ts"] < 10 for r in written)
+    assert written and all(0 <= r.timestamp - orjson.loads(r.value)["ts"] < 100 for r in written)
     rows = cli_json(capsys, "quotas", "describe")
     assert [(r["level"], r["quota"], r["value"]) for r in rows] == [
         ("/config/users/alice/clients/<default>", "producer_byte_rate", 1048576),
