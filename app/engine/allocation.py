@@ -19,7 +19,8 @@ How a window's quota `Q` is divided among the enforcers it was used on recently 
   equally: their real demand is hidden by throttling, and the same usage share would hold any
   split forever, so max-min fairness is what moves unused share to where it is needed. With no
   saturated enforcer the rest is split by usage share among all;
-- the listed allocations add up to Q exactly.
+- the listed allocations add up to Q, plus what the unsaturated enforcers hold and do not use,
+  lent to the saturated ones: at most `LEND` x Q (`lend`).
 
 Usage is measured per enforcer over the last `SPAN_MS` (`Shares`); an enforcer stays listed until
 two spans passed without its usage. Enforcers hold allocations over windows of short samples
@@ -45,6 +46,10 @@ FLOOR_SHARE: Final = 0.05
 SATURATED: Final = 0.9
 #: an unsaturated enforcer is allocated its usage times this
 HEADROOM: Final = 1.25
+#: the most an allocation lends the saturated enforcers, as a share of the quota, out of what
+#: the unsaturated ones hold and do not use (`lend`): the listed limits add up to at most
+#: (1 + LEND) x Q
+LEND: Final = 0.1
 #: republish when some enforcer's allocation moves by more than this share of the quota
 THRESHOLD: Final = 0.1
 #: an enforcer still using its allocation keeps at least half of it per this long (ms), and no
@@ -152,8 +157,36 @@ def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_m
              ) -> list[float]:
     """Divide `limit` among enforcers by their usage `rates` and their last `allocated` limits
     (0.0: none yet; scaled to `limit` if the quota changed since), published `elapsed_ms` ago;
-    the result adds up to `limit` and gives every enforcer at least the floor (module
-    docstring)."""
+    the result gives every enforcer at least the floor and adds up to `limit`, plus what `lend`
+    lends (module docstring)."""
+    return lend(limit, rates, allocated, _bounded(limit, rates, allocated, elapsed_ms))
+
+
+def lend(limit: float, rates: list[float], allocated: list[float], out: list[float]
+         ) -> list[float]:
+    """`out` with what the unsaturated enforcers hold and do not use (the headroom over their
+    usage, an idle one's floor) lent to the saturated ones in equal parts, at most LEND x
+    `limit` in all.
+
+    The headroom is what lets an enforcer's growth show: it keeps that. Unlent, it is quota
+    nobody uses: a client moved to one enforcer beside a well-behaved one at a fifth of the
+    quota (allocated a quarter) got 0.91x of the quota. Lent, the sum of the usage is the
+    quota while the unsaturated stay where they are; if they grow into their headroom it is at
+    most (1 + LEND) x the quota until the next division (a check later), which takes it back.
+
+    Example: Q = 1000, one enforcer using 200 of 250, one saturated at 750: 50 is lent, 800."""
+    saturated = [is_saturated(r, a) for r, a in zip(rates, allocated)]
+    takers = sum(saturated)
+    if not takers or takers == len(out):
+        return out
+    unused = sum(max(0.0, o - r) for o, r, sat in zip(out, rates, saturated) if not sat)
+    lent = min(unused, LEND * limit) / takers
+    return [o + lent if sat else o for o, sat in zip(out, saturated)]
+
+
+def _bounded(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int
+             ) -> list[float]:
+    """The division (`_divide`) with decreases bounded by `HALVING_MS`; adds up to `limit`."""
     target = _divide(limit, rates, allocated)
     keep = 0.5 ** (max(0, elapsed_ms) / HALVING_MS)
     low = [min(a * keep, r * HEADROOM) for a, r in zip(allocated, rates)]

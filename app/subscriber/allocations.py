@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from app.engine.allocation import MAX_ENFORCERS
+from app.engine.allocation import LEND, MAX_ENFORCERS
 from app.engine.engine import ALLOCATED
 from app.engine.kafka_math import UNLIMITED
 from app.subscriber.directive import MAX_FUTURE_MS, BadDirective
@@ -96,8 +96,9 @@ def parse_allocation(record: Any) -> Allocation:
         if not isinstance(row, Mapping):
             raise BadDirective("bad_enforcers", "an enforcer entry must be an object")
         enforcers[_int(row, "enforcer")] = _amount(row, "limit", limit)
-    if sum(enforcers.values()) > limit * (1 + 1e-9):
-        raise BadDirective("over_quota", "the enforcers' limits add up to more than the quota")
+    if sum(enforcers.values()) > limit * (1 + LEND + 1e-9):
+        raise BadDirective("over_quota", f"the enforcers' limits add up to more than "
+                           f"{1 + LEND:g} x the quota")
     return Allocation(quota, parts[0], parts[1], ts, valid_until, limit, others, enforcers)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.enforcement.local import LocalQuotas
 from app.engine import allocation
-from app.engine.allocation import FLOOR_SHARE, HEADROOM, Shares, allocate
+from app.engine.allocation import FLOOR_SHARE, HEADROOM, LEND, Shares, allocate
 from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.kafka_math import throttle_time_ms
@@ -39,12 +39,29 @@ LONG_AGO = 60_000  # ms since the last allocation: decreases are not bounded any
 
 
 def test_saturated_brokers_split_what_the_others_leave_equally() -> None:
-    # broker 0 uses 100k of its 400k: it keeps 1.25 x its usage; 1 and 2 use all of theirs
+    # broker 0 uses 100k of its 400k: it keeps 1.25 x its usage; 1 and 2 use all of theirs,
+    # and are lent the 25k of headroom broker 0 does not use
     out = allocate(Q, [100_000.0, 300_000.0, 300_000.0], [400_000.0, 300_000.0, 300_000.0],
                    LONG_AGO)
     assert out[0] == pytest.approx(100_000.0 * HEADROOM)
-    assert out[1] == pytest.approx(out[2]) == pytest.approx((Q - out[0]) / 2)
-    assert sum(out) == pytest.approx(Q)
+    assert out[1] == pytest.approx(out[2]) == pytest.approx((Q - out[0]) / 2 + 25_000.0 / 2)
+    assert sum(out) == pytest.approx(Q + 25_000.0)
+
+
+def test_what_the_unsaturated_do_not_use_is_lent_to_the_saturated_up_to_a_bound() -> None:
+    # the docstring's example: 200 used of 250, the other saturated at 750 is lent the 50
+    assert allocate(1000.0, [200.0, 900.0], [250.0, 750.0], LONG_AGO) == pytest.approx(
+        [250.0, 800.0])
+    # three idle enforcers keep their floors (150 unused): at most LEND x Q of it is lent
+    out = allocate(Q, [0.0, 0.0, 0.0, 900_000.0], [300_000.0, 300_000.0, 300_000.0, 100_000.0],
+                   LONG_AGO)
+    assert out[:3] == pytest.approx([Q * FLOOR_SHARE] * 3)
+    assert sum(out) == pytest.approx(Q * (1 + LEND))
+    # all saturated, or none: nothing to lend, the limits add up to the quota
+    assert sum(allocate(Q, [600_000.0, 600_000.0], [500_000.0, 500_000.0], LONG_AGO)) == \
+        pytest.approx(Q)
+    assert sum(allocate(Q, [100_000.0, 300_000.0], [500_000.0, 500_000.0], LONG_AGO)) == \
+        pytest.approx(Q)
 
 
 def test_a_broker_still_using_its_allocation_loses_at_most_half_of_it_per_halving_time() -> None:
@@ -73,7 +90,7 @@ def test_every_broker_keeps_the_floor_and_new_brokers_count_as_saturated() -> No
     out = allocate(Q, [0.0, 900_000.0, 1_000.0], [500_000.0, 500_000.0, 0.0], LONG_AGO)
     assert min(out) >= Q * FLOOR_SHARE - 1e-6
     assert out[2] > Q * FLOOR_SHARE  # the new one shares the rest with the busy one
-    assert sum(out) == pytest.approx(Q)
+    assert sum(out) == pytest.approx(Q + Q * FLOOR_SHARE)  # broker 0's floor is lent
 
 
 def test_without_saturated_brokers_the_rest_follows_usage_shares() -> None:
@@ -159,7 +176,7 @@ def test_named_gateways_are_the_enforcers_whatever_brokers_they_front() -> None:
             out.extend(produce(engine, step * 100, broker, int(0.8 * Q / 20), gateway=7))
             out.extend(produce(engine, step * 100, broker, int(0.2 * Q / 20), gateway=8))
     limits = {e["enforcer"]: e["limit"] for e in out[-1]["enforcers"]}
-    assert set(limits) == {7, 8} and sum(limits.values()) == pytest.approx(Q)
+    assert set(limits) == {7, 8} and Q * 0.999 <= sum(limits.values()) <= Q * (1 + LEND)
     assert limits[7] > limits[8]
 
 

@@ -19,6 +19,8 @@ public final class Records {
     static final long MAX_VALIDITY_MS = 3_600_000L;
     static final double MAX_LIMIT = 1e15;
     static final int MAX_ENFORCERS = 1024;
+    /** The listed limits may add up to (1 + LEND) x the quota (app.engine.allocation.LEND). */
+    static final double LEND = 0.1;
     static final int MAX_NAME = 1024;
     static final long MAX_THROTTLE_MS = Integer.MAX_VALUE;
     static final long MAX_FUTURE_MS = 86_400_000L;
@@ -119,8 +121,8 @@ public final class Records {
             Double old = enforcers.put(enforcer, share);
             sum += share - (old == null ? 0 : old);
         }
-        if (sum > limit * (1 + 1e-9)) {
-            throw new BadRecord("over_quota", "the enforcers' limits add up to more than the quota");
+        if (sum > limit * (1 + LEND + 1e-9)) {
+            throw new BadRecord("over_quota", "the enforcers' limits add up to more than (1 + " + LEND + ") x the quota");
         }
         return new Allocation(quota, user, clientId, ts, validUntil, limit, others, Map.copyOf(enforcers));
     }
