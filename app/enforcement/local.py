@@ -99,7 +99,7 @@ class LocalQuotas:
         per window, 5/s with Kafka's default windows.
         """
         enforcer = self.gateway if self.gateway >= 0 else broker
-        held = self.engine.allowance(cfg.FETCH, broker, enforcer, user, client_id)
+        held = self.engine.allowance(cfg.FETCH, enforcer, user, client_id)
         return None if held is None else max(1, int(held / FETCH_CAP_SHARE))
 
     def mutation(self, broker: int, ts: int, user: str, client_id: str, api: str,

@@ -53,8 +53,6 @@ KEY_CODE: Final = {cfg.PRODUCE: "P", cfg.FETCH: "F", cfg.REQUEST: "R", cfg.MUTAT
 SHARES_CODE: Final = "A"
 #: prefix of an allocated window's debt (`TokenBucket`), before the window's own key
 DEBT_CODE: Final = "D"
-#: the windows a principal may use, in the order `QuotaEngine._principal` lists them
-WINDOW_QUOTAS: Final = (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION)
 #: the quotas allocations divide (rates: the mutation bucket and connection rates keep directives)
 ALLOCATED: Final = frozenset({cfg.PRODUCE, cfg.FETCH, cfg.REQUEST})
 NANOS_TO_PERCENT: Final = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
@@ -468,7 +466,7 @@ class QuotaEngine:
             return cached
         windows: list[Window | None] = []
         limits = self.limits
-        for quota in WINDOW_QUOTAS:
+        for quota in (cfg.PRODUCE, cfg.FETCH, cfg.REQUEST, cfg.MUTATION):
             res = self._configs.resolve(quota, user, client_id)
             if res is None:
                 windows.append(None)
@@ -529,19 +527,24 @@ class QuotaEngine:
         debt.until = max(debt.until, t + throttle)
         return throttle
 
-    def allowance(self, quota: str, broker: int, enforcer: int, user: str, client_id: str
-                  ) -> float | None:
-        """What a principal's `quota` window holds at its limit over its full samples (Kafka's
-        `getMaxValueInQuotaWindow`: limit x (N-1) x sample), by the configs and limits of the
-        last event; None when no such quota applies. An allocated window holds its allocation
-        over its short samples.
+    def allowance(self, quota: str, enforcer: int, user: str, client_id: str) -> float | None:
+        """What a principal's `quota` window on `enforcer` holds at its limit over its full
+        samples (Kafka's `getMaxValueInQuotaWindow`: limit x (N-1) x sample), by the latest
+        configs and the limits in force; None when no such quota applies. An allocated window
+        holds its allocation over its short samples.
 
         Example: a 1 MB/s consumer quota in Kafka's 11 x 1 s windows holds 10 MB; its
         allocation of 200 kB/s over 11 x 100 ms samples holds 200 kB."""
-        window = self._principal(broker, enforcer, user, client_id)[WINDOW_QUOTAS.index(quota)]
-        if window is None or window.limit >= UNLIMITED:
+        res = self.timeline.latest.resolve(quota, user, client_id)
+        if res is None:
             return None
-        return window.limit * (self._n - 1) * window.w / 1000.0
+        limit, w, limits = res.limit, self._w, self.limits
+        if limits is not None and quota in ALLOCATED:
+            limit = limits.limit(quota, res.user, res.client_id, enforcer, res.limit)
+            w = self._aw
+        if limit >= UNLIMITED:
+            return None
+        return limit * (self._n - 1) * w / 1000.0
 
     def _check(self, window: Window, rate: Rate, t: int, value: float, cap: int | None,
                where: int, decisions: list[Decision]) -> int:

@@ -383,7 +383,6 @@ def test_a_throttled_fetch_on_an_allocated_window_is_delivered_and_charged() -> 
 
 def test_a_fetch_is_capped_at_a_fiftieth_of_what_its_window_holds_at_the_enforcers_limit() -> None:
     local = consumer_at_the_floor()
-    local.request(1, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", 1, 0.0, False)
     # (N-1) samples of 100 ms at the enforcer's allocation, a fiftieth of it
     assert local.fetch_cap(2, "alice", "app") == int(FLOOR_SHARE * Q * 1.0 / 50)
     assert local.fetch_cap(1, "alice", "app") == int(Q * 1.0 / 50)

@@ -12,7 +12,7 @@ from app.enforcement.local import LocalQuotas
 from app.enforcement.mutations import MutationQuota, is_strict
 from app.enforcement.requests import RequestQuota, Throttle
 from app.enforcement.sources import QuotaSources
-from app.engine.configs import parse_config_record
+from app.engine.configs import ConfigUpdate, parse_config_record
 from app.engine.engine import EngineSettings
 from app.subscriber.active_set import ActiveSet
 from app.usage.recorder import UsageRecorder
@@ -60,6 +60,16 @@ def test_a_request_is_throttled_by_the_larger_of_the_directive_and_the_local_dec
     # a directive for another API's quota does not throttle this one
     assert quota.throttle(BROKER, T0 + 10, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", 1,
                           1.0, fetch=True) == (0, False)
+
+
+def test_a_fetch_is_capped_from_the_principals_first_request() -> None:
+    # the gateway reads configs as they come (each in force from its ts): the first Fetch, before
+    # any request was charged, is capped already, at a fiftieth of Kafka's 10 s of quota
+    quotas = LocalQuotas(EngineSettings(window_num=11, window_ms=1000))
+    quotas.engine.add_config(ConfigUpdate("client", ("carol", None),
+                                          {"consumer_byte_rate": 10_000.0}, T0))
+    assert quotas.fetch_cap(BROKER, "carol", "etl") == 10_000 * 10 // 50
+    assert quotas.fetch_cap(BROKER, "dave", "etl") is None
 
 
 def test_a_fetch_the_directives_throttle_is_not_charged_locally() -> None:
