@@ -281,9 +281,10 @@ class QuotaEngine:
         #: whether the last Fetch throttled keeps its bytes, to be delivered, not emptied.
         #: Kafka empties a throttled fetch and takes its bytes back; against an allocated
         #: window (a second's worth of a share) one record batch is a large part of what it
-        #: holds, and the client would then sit out a throttle for room it never used. Delivered and charged, as a Produce is, its
-        #: overshoot is what its throttle pays back; and one larger than the whole window,
-        #: emptied, would be fetched again at the same size and never fit.
+        #: holds, and the client would then sit out a throttle for room it never used.
+        #: Delivered and charged, as a Produce is, its overshoot is what its throttle pays
+        #: back; and one larger than the whole window, emptied, would be fetched again at the
+        #: same size and never fit.
         self.kept_fetch = False
         s = self.settings
         self._n, self._w = s.window_num, s.window_ms
@@ -505,19 +506,21 @@ class QuotaEngine:
         Example: at the floor, 0.05 Q, of a quota split over two (0.5 Q each), a full bucket
         (0.05 Q x 1.1 s) takes 1.2 Q in one request: the debt is 1.145 Q, 22.9 s at the floor,
         bounded to 1.145 / 0.5 = 2.29 s."""
+        limit = window.limit
+        if limit >= UNLIMITED:
+            return 0
+        full = burst(limit, self._n, window.w)
         debt = window.debt
         if debt is None:
             key = DEBT_CODE + SEP + window.key
             state = self.store.get(key)
             if not isinstance(state, TokenBucket):
-                state = TokenBucket(burst(window.limit, self._n, window.w), t)
+                state = TokenBucket(full, t)
                 self.store[key] = state
             self.touched.add(key)
             debt = window.debt = state
-        limit = window.limit
-        if limit >= UNLIMITED:
-            return 0
-        debt.record(value, t, limit, burst(limit, self._n, window.w))
+        t = debt.advance(t, self._idle, full)  # in use: not idle (`expire`)
+        debt.record(value, t, limit, full)
         if debt.tokens >= 0.0:
             return 0
         longest = max(self._n * window.w, token_throttle_time_ms(debt.tokens, window.split))
