@@ -201,7 +201,7 @@ class Stack:
 
 def run_cells(stack: Stack, library: str, roles: Sequence[str], topics: dict[str, str],
               quota: float, warmup: int, seconds: int, series: dict[str, list[float]],
-              record_bytes: int = 1000) -> list[Cell]:
+              record_bytes: int) -> list[Cell]:
     """The library's cells of the stack's mode, its roles' clients all at once; each cell's
     per-second rates x quota over the whole run, warm-up included, into `series`."""
     mode = stack.mode.name

@@ -59,11 +59,11 @@ class RequestQuota:
         sources = self.sources
         ms = sources.directives.request_throttle(user, client_id, now, quotas_for(api),
                                                  broker).throttle_ms
-        kept = False
+        emptied = fetch and ms > 0  # the directives throttle it: empty, whatever the local say
         local = sources.local
         if local is not None:
-            served = 0 if fetch and ms > 0 else nbytes
             local_ms, kept = local.request(broker, now, listener, user, client_id, ip, api,
-                                           served, thread_ms, exempt)
+                                           0 if emptied else nbytes, thread_ms, exempt)
             ms = max(ms, local_ms)
-        return Throttle(ms, fetch and ms > 0 and not kept)
+            emptied = emptied or (fetch and ms > 0 and not kept)
+        return Throttle(ms, emptied)

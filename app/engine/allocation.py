@@ -169,8 +169,8 @@ def lend(limit: float, rates: list[float], allocated: list[float], out: list[flo
     `limit` in all.
 
     The headroom is what lets an enforcer's growth show: it keeps that. Unlent, it is quota
-    nobody uses: a client moved to one enforcer beside a well-behaved one at a fifth of the
-    quota (allocated a quarter) got 0.91x of the quota. Lent, the sum of the usage is the
+    nobody uses: beside a well-behaved client at a fifth of the quota (allocated a quarter), a
+    greedy one is held to 0.75 of it, and the entity to 0.95. Lent, the sum of the usage is the
     quota while the unsaturated stay where they are; if they grow into their headroom it is at
     most (1 + LEND) x the quota until the next division (a check later), which takes it back.
 

@@ -11,6 +11,8 @@ import orjson
 import pytest
 
 from app.enforcement.local import LocalQuotas
+from app.enforcement.requests import RequestQuota
+from app.enforcement.sources import QuotaSources
 from app.engine import allocation
 from app.engine.allocation import FLOOR_SHARE, HEADROOM, LEND, Shares, allocate
 from app.engine.configs import ConfigUpdate
@@ -409,6 +411,23 @@ def test_a_throttled_fetch_on_an_allocated_window_is_delivered_and_charged() -> 
     # on enforcer 1, which holds the whole quota, the same batch fits: delivered, not throttled
     assert local.request(1, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", int(0.2 * Q),
                          0.0, False) == (0, False)
+
+
+def test_a_fetch_a_directive_throttles_is_answered_empty_even_on_an_allocated_window() -> None:
+    # the enforcer's window is in debt (it would deliver a throttled fetch), and a directive
+    # throttles alice's consumers: the directive wins, the response is emptied (fail closed)
+    local = consumer_at_the_floor()
+    local.request(2, T0, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch", int(0.2 * Q), 0.0,
+                  False)
+    active = ActiveSet(broker_id=2)
+    active.apply({"v": 1, "ts": T0, "scope": "cluster", "broker": None,
+                  "entity": {"user": "alice", "client_id": ""}, "quota": "consumer_byte_rate",
+                  "action": "throttle", "throttle_time_ms": 5000, "until": T0 + 5000,
+                  "observed": 2.0, "limit": 1.0, "window_ms": 1000, "config_level": None}, T0)
+    quota = RequestQuota(QuotaSources(active, local))
+    throttle = quota.throttle(2, T0 + 10, "PLAINTEXT", "alice", "app", "10.0.0.1", "Fetch",
+                              1000, 0.0, fetch=True)
+    assert throttle.ms >= 5000 - 10 and throttle.empty
 
 
 def test_a_fetch_is_capped_at_a_fiftieth_of_what_its_window_holds_at_the_enforcers_limit() -> None:
