@@ -11,7 +11,12 @@ Quota windows are 11 x 500 ms. A greedy consumer under Kafka's windowed rate tak
 window's whole allowance in a burst, then waits until that sample leaves the window, so what it
 gets is a staircase with a step every ~N x W = 5.5 s; a plain average over the 34 s measured is
 off by up to one step (16%). The rate is therefore the least-squares slope of the cumulative
-bytes: within 2% of a 5.5 s staircase's true rate over 34 s, whatever its phase.
+bytes, which a staircase's phase moves by a few percent at most. The staircase's own rate is
+under the quota by the time a client takes to come back after each step (the throttle Kafka
+gives the request that overshoots runs past the moment the burst leaves the window): 0.91-0.98
+of it per client in 12 runs of this module on 2 cores, broker and cluster scope alike. So a
+client "gets its quota" here when its rate is within [0.85, 1.1] of it: a stall, a double
+throttle or a leak is far outside that.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from tests.unit.kafka_frames import request as kafka_request
 pytestmark = pytest.mark.integration
 
 QUOTA = 200_000  # bytes/s, every byte-rate quota here
+GETS = (0.85, 1.1)  # x QUOTA: what a client over its quota gets (the module's docstring)
 LOOP_S, WARMUP_S = 42.0, 8.0
 LIBRARIES = ("confluent-kafka", "kafka-python", "aiokafka", "java")
 DESCRIBE_CONFIGS = 32  # an API the gateway passes through without decoding
@@ -322,22 +328,30 @@ def fill(bootstrap: str, topic: str, nbytes: int) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_producer_offering_four_times_its_quota_gets_it(loop_results: dict[str, Any], library: str) -> None:
-    rate = rate_after(loop_results[f"p-{library}"], WARMUP_S, LOOP_S)
-    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate)
+    assert_gets_quota(loop_results[f"p-{library}"], library, WARMUP_S, LOOP_S)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_consumer_over_its_quota_gets_it(loop_results: dict[str, Any], library: str) -> None:
-    rate = rate_after(loop_results[f"c-{library}"], WARMUP_S, LOOP_S)
-    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, (library, rate)
+    assert_gets_quota(loop_results[f"c-{library}"], library, WARMUP_S, LOOP_S)
+
+
+def assert_gets_quota(lines: list[dict[str, Any]], client: str, warmup: float, seconds: float,
+                      detail: str = "") -> None:
+    """The client's rate after `warmup` is within GETS of the quota; the message shows what it
+    got each second (kB), so a stall reads differently from a staircase off by its phase."""
+    rate = rate_after(lines, warmup, seconds)
+    got = per_second(lines)
+    shown = [round(got.get(t, 0.0) / 1000) for t in range(int(seconds))]
+    assert GETS[0] * QUOTA <= rate <= GETS[1] * QUOTA, (client, rate / QUOTA, shown, detail)
 
 
 @pytest.mark.slow
 def test_one_client_id_through_two_gateways_shares_its_quota(loop_results: dict[str, Any]) -> None:
     a = rate_after(loop_results["shared-a"], WARMUP_S, LOOP_S)
     b = rate_after(loop_results["shared-b"], WARMUP_S, LOOP_S)
-    assert 0.9 * QUOTA <= a + b <= 1.1 * QUOTA, (a, b)
+    assert GETS[0] * QUOTA <= a + b <= GETS[1] * QUOTA, (a / QUOTA, b / QUOTA)
     assert a > 0.2 * QUOTA and b > 0.2 * QUOTA  # both made progress: neither was starved
 
 
