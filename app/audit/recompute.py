@@ -66,6 +66,7 @@ from app.engine.batch import RequestColumns
 from app.engine.engine import Decision
 from app.intake.clock import StreamClock
 from app.engine.timeline import FOREVER, ConfigTimeline
+from app.intake.apply import apply_samples
 from app.intake.deadletter import encode_deadletter
 from app.intake.newest_configs import NewestConfigs
 from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
@@ -622,7 +623,7 @@ class Runner:
         self._last_request = keys[-1]
         decisions: list[list[Decision]] = []
         published: dict[int, list[dict[str, Any]]] = {}
-        for directive, i in self.engine.process_requests(batch, decisions):
+        for directive, i in apply_samples(self.engine, batch, (), (), decisions):
             published.setdefault(i, []).append(directive)
         self.events += len(keys)
         out.requests(keys, batch, decisions, published)
