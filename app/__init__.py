@@ -3,8 +3,9 @@
 The packages, from the pure core outwards (each package's docstring says what it may import;
 tests/unit/test_architecture.py holds every package to it):
 
-- `engine` (Kafka's quota managers on event time) and `intake` (record bytes to validated
-  samples): pure, the same answer for every driver;
+- `engine` (Kafka's quota managers on event time), `intake` (record bytes to validated
+  samples) and `contract` (every record key, the control records' validation): pure, the same
+  answer for every driver;
 - `kafka`: the Kafka I/O the components share; `tables` (top level): the worker's state;
 - `subscriber`, `usage`, `enforcement`: what a broker or the gateway embeds to obey directives,
   measure usage and decide throttles;

@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_DIR = ROOT / "app" / "engine"
 #: pure modules compiled with the engine (no Faust, Kafka or Spark import in them)
-PIPELINE_MODULES = ("app.audit.request_items", "app.audit.summaries", "app.intake.clock",
-                    "app.intake.columnar", "app.intake.records", "app.intake.routes",
-                    "app.intake.stream",
+PIPELINE_MODULES = ("app.audit.request_items", "app.audit.summaries", "app.intake.apply",
+                    "app.intake.clock", "app.intake.columnar", "app.intake.records",
+                    "app.intake.routes", "app.intake.stream",
                     "app.pipeline.aggregate", "app.pipeline.codec", "app.pipeline.ingest")
 MODULES = tuple(sorted(
     [f"app.engine.{p.stem}" for p in ENGINE_DIR.glob("*.py") if p.name != "__init__.py"]

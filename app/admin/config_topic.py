@@ -1,6 +1,6 @@
-"""The compacted config topic: record keys, partitions, reading it back, writing to it.
+"""The compacted config topic: partitions, reading it back, writing to it.
 
-Key = canonical JSON of {"entity": <entity>, "keys": <sorted quota keys of the record>}.
+Key (`app.contract.keys.config_key`) = canonical JSON of {"entity": <entity>, "keys": <sorted quota keys of the record>}.
 Compaction keeps the latest record per key; a record is only ever superseded by a later record
 for the same entity that sets or removes *every* quota it mentions. So for each (entity, quota)
 the latest record mentioning it survives, and replaying what survives (in order) gives the same
@@ -25,25 +25,15 @@ from typing import Any, Iterable
 
 import orjson
 
-from app.admin.entities import canonical_entity
+from app.contract.keys import canonical_json, config_entity, config_key
 from app.engine.configs import ConfigUpdate, QuotaConfigs, client_level_path
 from app.engine.timeline import ConfigTimeline
 from app.intake.routes import text_partition
 
 
-def canonical_json(obj: Any) -> bytes:
-    """Compact JSON with sorted object keys: one byte string per value."""
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-
-
-def config_key(update: ConfigUpdate) -> bytes:
-    """The compaction-safe record key of a validated config record (see module docstring)."""
-    return canonical_json({"entity": canonical_entity(update), "keys": sorted(update.quotas)})
-
-
 def entity_partition(update: ConfigUpdate, partitions: int) -> int:
     """All records of one entity on one partition, so their order is kept."""
-    return text_partition(canonical_json(canonical_entity(update)).decode(), partitions)
+    return text_partition(canonical_json(config_entity(update)).decode(), partitions)
 
 
 def level_path(entity: dict[str, Any]) -> str:

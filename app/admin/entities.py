@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from app.contract.keys import config_entity
 from app.engine.configs import BROKER_RATE, DEFAULT, ConfigError, ConfigUpdate, parse_config_record
 from app.errors import UserError
 
@@ -244,22 +245,6 @@ def build_records(spec: EntitySpec, add: dict[str, Any], delete: Sequence[str],
     return out
 
 
-def canonical_entity(update: ConfigUpdate) -> dict[str, Any]:
-    """The contract entity of a validated update, in its normal form (IP addresses normalised)."""
-    if update.kind == "client":
-        user, client = update.entity
-        entity: dict[str, Any] = {}
-        if user is not None:
-            entity["user"] = user
-        if client is not None:
-            entity["client_id"] = client
-        return entity
-    if update.kind == "ip":
-        return {"ip": update.entity[0]}
-    broker, listener = update.entity
-    return {"broker": broker} if listener is None else {"broker": broker, "listener": listener}
-
-
 def plain_number(value: float | None) -> int | float | None:
     """1048576.0 -> 1048576, so integral values are written (and shown) as integers."""
     if value is None:
@@ -271,7 +256,7 @@ def plain_number(value: float | None) -> int | float | None:
 
 def canonical_record(update: ConfigUpdate) -> dict[str, Any]:
     """The contract `quota_config` record for a validated update (values as validated)."""
-    return {"type": "quota_config", "v": 1, "ts": update.ts, "entity": canonical_entity(update),
+    return {"type": "quota_config", "v": 1, "ts": update.ts, "entity": config_entity(update),
             "quotas": {k: plain_number(v) for k, v in update.quotas.items()}}
 
 

@@ -4,11 +4,11 @@
 |---|---|---|
 | request, mutation | request / mutation topic | `{"client_id":…,"user":…}` |
 | connection | connection topic | `{"ip":…}` |
-| quota_config | config topic | `{"entity":…,"keys":[…]}` (`config_topic.config_key`) |
+| quota_config | config topic | `{"entity":…,"keys":[…]}` |
 | batch | the topic of its inner events' type | the key of its first inner event |
 
 Keys are canonical JSON (sorted keys, no spaces) of the principal the contract keys by, so
-they are unambiguous whatever characters a user or client id holds. A batch whose events are
+they are unambiguous whatever characters a user or client id holds (`app.contract.keys`). A batch whose events are
 all of one type is sent as it is; a mixed batch is split into one batch per type (order kept
 within each type, the batch's `broker` default kept), and quota_config events in a batch go to
 the config topic as records of their own. Lines are validated with the engine's
@@ -20,13 +20,13 @@ are sent as columnar batches (`app.intake.columnar`) of the same events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from app.admin.config_topic import canonical_json, config_key
+from app.contract.keys import config_key, event_key
 from app.engine.configs import ConfigUpdate
-from app.engine.events import BadEvent, ConnectionEvent, Parsed, RequestEvent, parse_record
+from app.engine.events import BadEvent, Event, Parsed, RequestEvent, parse_record
 from app.intake.columnar import encode_events
 
 KINDS = ("request", "connection", "mutation", "config")
@@ -55,13 +55,6 @@ class Routed:
 
     records: list[Outgoing]
     skipped: list[str] = field(default_factory=list)
-
-
-def event_key(item: Parsed) -> bytes:
-    """The contract's key of an event: the ip for connections, else user + client_id."""
-    if isinstance(item, ConnectionEvent):
-        return canonical_json({"ip": item.ip})
-    return canonical_json({"user": item.user, "client_id": item.client_id})  # type: ignore[union-attr]
 
 
 def _kind(item: Parsed) -> str:
@@ -101,7 +94,8 @@ def _route(line: bytes, number: int) -> Routed:
         raise BadLine(f"no good event in the batch ({skipped[0]})")
     kinds = {_kind(item) for item in items if not isinstance(item, BadEvent)}
     if not skipped and len(kinds) == 1 and "config" not in kinds:
-        return Routed([Outgoing(items[0].type, event_key(items[0]), line.strip(), line=number,
+        first = cast(Event, items[0])  # no bad event and no config: an event
+        return Routed([Outgoing(first.type, event_key(first), line.strip(), line=number,
                                 requests=_requests(items))])
     return Routed(_split(obj, items, number), skipped)
 
@@ -109,7 +103,7 @@ def _route(line: bytes, number: int) -> Routed:
 def _split(batch: dict[str, Any], items: list[Parsed], number: int) -> list[Outgoing]:
     """A batch's good events, one batch per type (configs: one record each)."""
     raws: list[Any] = batch["events"]
-    groups: dict[str, list[tuple[Any, Parsed]]] = {}
+    groups: dict[str, list[tuple[Any, Event]]] = {}
     out: list[Outgoing] = []
     for raw, item in zip(raws, items):
         if isinstance(item, BadEvent):

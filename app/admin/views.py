@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Sequence
 
 from app.admin.config_topic import level_path
-from app.admin.entities import EntitySpec, canonical_entity, describe_entity, plain_number
+from app.admin.entities import EntitySpec, describe_entity, plain_number
+from app.contract.keys import config_entity
 from app.engine.configs import (
     BROKER_RATE,
     CLIENT_QUOTAS,
@@ -53,7 +54,7 @@ def normal_entity(spec: EntitySpec) -> dict[str, Any]:
         update = parse_config_record({"entity": entity, "quotas": {probe: 1}})
     except ConfigError as exc:
         raise UserError(f"{describe_entity(entity)}: {exc}") from None
-    return canonical_entity(update)
+    return config_entity(update)
 
 
 def describe_one(configs: QuotaConfigs, spec: EntitySpec) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ file twin; `recompute` the ordering rules, `event_codec`, `request_items` and `s
 per-row work; `diff` the comparator (pure: a spec of the statuses); `results`, `recommend`,
 `report` the outputs; `explain` one entity's decisions; `synth` synthetic input for the tests.
 
-It may import the engine, the intake, `app.kafka`, `app.subscriber` (the directive format),
-`app.settings`, `app.signing` and `app.errors`; `diff` only `app.audit.common`, `app.signing`
-and `app.subscriber.directive`.
+It may import the engine, the intake, `app.contract` (the directive format and keys),
+`app.kafka`, `app.settings`, `app.signing` and `app.errors`; `diff` only `app.audit.common`,
+`app.signing` and `app.contract`.
 """

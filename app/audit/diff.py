@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from app.audit.common import entity_string
+from app.contract.directives import grouping_problem
+from app.contract.keys import directive_key
 from app.signing import Signing, signing_from_env
-from app.subscriber.directive import record_key
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -91,27 +92,16 @@ def parse_directive(value: bytes | str | None, topic: str | None = None,
         d = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return None, f"not JSON: {exc}"
-    if not isinstance(d, dict):
-        return None, "not a JSON object"
-    ts = d.get("ts")
-    if isinstance(ts, bool) or not isinstance(ts, int):
-        return None, "ts missing or not an integer"
-    if not isinstance(d.get("quota"), str):
-        return None, "quota missing"
-    if not isinstance(d.get("entity"), dict):
-        return None, "entity missing"
-    broker = d.get("broker")
-    if broker is not None and (isinstance(broker, bool) or not isinstance(broker, int)):
-        return None, "broker must be an integer or null"
-    return d, None
+    problem = grouping_problem(d)
+    return (None, problem) if problem is not None else (d, None)
 
 
 def written_key(raw: bytes) -> bytes | None:
-    """The key a worker writes this control record with (`record_key`), or None when it is
+    """The key a worker writes this control record with (`directive_key`), or None when it is
     not shaped like a directive (its seal then cannot verify)."""
     try:
         d = orjson.loads(Signing().open("", None, raw)[0] or b"")
-        return record_key(d)
+        return directive_key(d)
     except (orjson.JSONDecodeError, TypeError, KeyError):
         return None
 

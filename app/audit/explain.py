@@ -14,8 +14,6 @@ observed rate, the throttle formula with the numbers, and the directive that res
 from __future__ import annotations
 
 import copy
-import gzip
-import bz2
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +43,7 @@ from app.engine.kafka_math import INT_MAX_F, UNLIMITED
 from app.engine import allocation
 from app.engine.allocation import Shares
 from app.engine.stats import Rate, TokenBucket
+from app.intake.files import open_input
 
 
 class ExplainError(ValueError):
@@ -80,14 +79,6 @@ class Explanation:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def _open(path: str) -> Any:
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
-
-
 #: (stream, position, value, Kafka timestamp or None): `recompute_local`'s input records
 Record = tuple[Any, int, "bytes | None", "int | None"]
 Input = tuple[str, dict[Any, int], list[Record], list[ConfigEntry]]
@@ -115,7 +106,7 @@ def read_files(paths: list[str]) -> Input:
         return _read_parquet(parquet)
     records: list[Record] = []
     for name in files:
-        with _open(name) as fh:
+        with open_input(name) as fh:
             for line_no, line in enumerate(fh):
                 records.append((name, line_no, line, None))
     return (MODE_FILE, {name: i for i, name in enumerate(files)}, records,

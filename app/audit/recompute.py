@@ -64,21 +64,19 @@ from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.batch import RequestColumns
 from app.engine.engine import Decision
-from app.engine.events import ConnectionEvent, MutationEvent
 from app.intake.clock import StreamClock
 from app.engine.timeline import FOREVER, ConfigTimeline
+from app.intake.apply import apply_samples
 from app.intake.deadletter import encode_deadletter
 from app.intake.newest_configs import NewestConfigs
 from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
-from app.intake.routes import ConfigScoped, Routes, principal_keys, route_keys
+from app.intake.routes import RouteCache, Routes
 from app.intake.stream import StreamIntake
 from app.signing import Signing, signing_from_env
 
 from app.audit.event_codec import (
     EVENT_CLASSES,
     MARSHAL_VERSION,
-    ROW_CONNECTION,
-    ROW_MUTATION,
     event_args,
 )
 from app.audit.request_items import (
@@ -187,7 +185,8 @@ def engine_with_configs(settings: EngineSettings, entries: Iterable[ConfigEntry]
 Route = tuple["str | tuple[str, ...]", frozenset[str]]
 
 
-def _route(keys: Routes) -> Route:
+def route_texts(keys: Routes) -> Route:
+    """How step 1 places a route (`RouteCache`): its key texts, and their entities."""
     texts = tuple(k.text for k, _ in keys)
     return texts if len(texts) > 1 else texts[0], frozenset(k.entity.text for k, _ in keys)
 
@@ -355,7 +354,7 @@ class StreamExploder:
         self.intake: StreamIntake[tuple[int, int, Callable[[], str]]] = StreamIntake(clock)
         #: the stream time: the largest `ts` accepted, of the records the clock let go
         self.time = -1
-        self._routes = ConfigScoped(self.engine.timeline)
+        self.router: RouteCache[Route] = RouteCache(self.engine, route_texts)
         self._placer = RequestPlacer(self.engine.timeline)
         self.last: tuple[int, int] = (-1, -1)
         self.stopped = False
@@ -368,38 +367,14 @@ class StreamExploder:
 
     # routing ------------------------------------------------------------------------------
 
-    def route_request(self, batch: RequestColumns, i: int, arrival: int) -> Route:
-        """The route of request row `i` (merged split groups: see `route_map`)."""
-        names = batch.names
-        broker, user, client_id = batch.broker[i], names[batch.user[i]], names[batch.client_id[i]]
-        api, ts = names[batch.api[i]], batch.ts[i]
-        self._routes.at(ts, arrival)
-        ck = (ROW_REQUEST, api if api in ("Produce", "Fetch") else "", broker, user, client_id)
-        found: Route | None = self._routes.get(ck)
-        if found is None:
-            engine = self.engine
-            found = self._routes.put(ck, _route(principal_keys(
-                engine, -1 if engine.cluster else broker, False, user, client_id, api, ts,
-                arrival)))
-        return found
-
     def _partition_of(self, out: ExplodedRows) -> Callable[[RequestColumns, int], int]:
-        """The step-2 partition of request row `i` (for `RequestPlacer`)."""
+        """The step-2 partition of request row `i` (for `RequestPlacer`; merged split groups:
+        see `route_map`)."""
         def resolve(batch: RequestColumns, i: int) -> int:
-            found = self.route_request(batch, i, batch.arrival[i])[0]
+            found = self.router.request_route(batch, i)[0]
             rk = found[0] if isinstance(found, tuple) else found
             return out.partition(self.route_map.get(rk, rk))
         return resolve
-
-    def route_event(self, event: ConnectionEvent | MutationEvent, arrival: int) -> Route:
-        """The route of a connection or a mutation."""
-        self._routes.at(event.ts, arrival)
-        ck: tuple[Any, ...] = ((ROW_CONNECTION, event.broker) if isinstance(event, ConnectionEvent)
-                               else (ROW_MUTATION, event.broker, event.user, event.client_id))
-        found: Route | None = self._routes.get(ck)
-        if found is None:
-            found = self._routes.put(ck, _route(route_keys(self.engine, event, arrival)))
-        return found
 
     # input ------------------------------------------------------------------------------------
 
@@ -482,11 +457,11 @@ class StreamExploder:
                 continue
             if type(slot) is int:
                 kind, ts = ROW_REQUEST, requests.ts[slot]
-                found, entities = self.route_request(requests, slot, arrival)
+                found, entities = self.router.request_route(requests, slot)
             else:
                 kind, args = event_args(slot)
                 ts = slot.ts
-                found, entities = self.route_event(slot, arrival)
+                found, entities = self.router.routes(slot, arrival)
             if ts > time:
                 time = ts
             if ctx.stop_after is not None and time > ctx.stop_after:
@@ -648,7 +623,7 @@ class Runner:
         self._last_request = keys[-1]
         decisions: list[list[Decision]] = []
         published: dict[int, list[dict[str, Any]]] = {}
-        for directive, i in self.engine.process_requests(batch, decisions):
+        for directive, i in apply_samples(self.engine, batch, (), (), decisions):
             published.setdefault(i, []).append(directive)
         self.events += len(keys)
         out.requests(keys, batch, decisions, published)

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "record Kafka refuses (too large) is reported and the rest still sent (exit 1). Prints "
         "the number of records sent per topic.",
         epilog="Reads KAFKA_BOOTSTRAP_SERVERS and the QS_TOPIC_* names (see docs/admin.md).")
-    p.add_argument("input", metavar="FILE", help="JSON-lines file, or '-' for stdin")
+    p.add_argument("input", metavar="FILE",
+                   help="JSON-lines file, optionally .gz or .bz2, or '-' for stdin")
     p.add_argument("--partition", type=int_at_least(0), metavar="N",
                    help="send every event record to partition N of its topic (a defined order for "
                    "tests); config records always go to their entity's partition")

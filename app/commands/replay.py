@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "a config older than one of the same entity and quota keys before it is refused. "
         "Bad lines are reported, dead-lettered and skipped.",
     )
-    p.add_argument("input", nargs="?", default="-", help="input file ('-' or omitted: stdin)")
+    p.add_argument("input", nargs="?", default="-",
+                   help="input file, optionally .gz or .bz2 ('-' or omitted: stdin)")
     p.add_argument("--decisions-out", metavar="FILE", help="one JSON line of decisions per input line")
     p.add_argument("--directives-out", metavar="FILE", help="the directives, one JSON line each")
     p.add_argument("--deadletter-out", metavar="FILE", default="quota-deadletter.jsonl",

@@ -93,15 +93,17 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
 
 
 def open_input(path: str, stack: contextlib.ExitStack) -> IO[bytes]:
-    """A file or stdin, as bytes; a missing file is a user error, not a traceback."""
+    """A file (`.gz`, `.bz2` decompressed) or stdin, as bytes (`app.intake.files`); a missing
+    file is a user error, not a traceback."""
     from app.errors import UserError
+    from app.intake.files import STDIN
+    from app.intake.files import open_input as open_file
 
-    if path == "-":
-        return sys.stdin.buffer
     try:
-        return stack.enter_context(open(path, "rb"))
+        source = open_file(path)
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    return source if path == STDIN else stack.enter_context(source)
 
 
 def progress(items: Iterable[T], quiet: bool, every: float = 1.0, unit: str = "lines") -> Iterator[T]:

@@ -15,6 +15,6 @@ read here, so each is tested with made-up times. These are plain objects with a 
 decision, not a chain of filters: the wire protocol (framing, addresses, principals, the fetch
 cap) is the gateway's alone, and what the two enforcers share is these few decisions.
 
-It imports the engine, `app.subscriber` and `app.usage` only, and is as pure as the engine (no
+It imports the engine, `app.contract`, `app.subscriber` and `app.usage` only, and is as pure as the engine (no
 Faust, Kafka client or clock).
 """

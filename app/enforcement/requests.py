@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from app.contract.directives import FETCH_QUOTAS, PRODUCE_QUOTAS
 from app.enforcement.sources import QuotaSources
-from app.subscriber.directive import FETCH_QUOTAS, PRODUCE_QUOTAS
 
 REQUEST_QUOTAS: frozenset[str] = frozenset({"request_percentage"})
 

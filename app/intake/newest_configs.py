@@ -1,7 +1,7 @@
 """`NewestConfigs`: a config older than the newest one of its key never replaces it.
 
 The config topic is compacted: for each key (entity and quota keys, `config_key` in
-`app.admin.config_topic`) Kafka keeps the record appended last, whatever its `ts`. A config
+`app.contract.keys`) Kafka keeps the record appended last, whatever its `ts`. A config
 re-sent later (a replay of a sealed record once written) would survive compaction in place of
 the newer config it was meant to stay behind. So every driver that reads configs (the workers'
 and the gateways' follower, `quotas describe`, the audit and `explain`, `replay`) offers them

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from app.engine.batch import RequestColumns
 from app.engine.engine import ALL_QUOTAS, QuotaEngine, quota_mask
@@ -47,6 +47,8 @@ class RouteKey(NamedTuple):
         """The same key on no particular broker: what a tool that asks for an entity means."""
         return RouteKey(-1, self.kind, self.name)
 
+
+T = TypeVar("T")
 
 #: (route key, the quota types to process there: `engine.PRODUCE_BIT`...)
 Routes = list[tuple[RouteKey, int]]
@@ -165,27 +167,24 @@ def principal_values(cache: ConfigScoped, batch: RequestColumns,
     return values
 
 
-class Router:
-    """Route keys as partitions, cached per principal while the configs stay the same.
+class RouteCache(Generic[T]):
+    """Every driver's router: where a sample's windows live, in the form the driver needs
+    (`place` of its route keys), cached per principal while the configs stay the same.
 
     Resolving every quota type against the configs was the ingest's largest per-sample cost,
     yet the answer depends only on the principal (kind, broker, user, client id, API) and on
     the configs in force: it is computed once per principal and kept while samples fall in the
-    same stretch of the config timeline.
+    same stretch of the config timeline. The worker places routes as samples partitions
+    (`Router`), the audit's step 1 as route key texts (`app.audit.recompute`).
     """
 
-    def __init__(self, engine: QuotaEngine, partitions: int) -> None:
+    def __init__(self, engine: QuotaEngine, place: Callable[[Routes], T]) -> None:
         self.engine = engine
-        self.partitions = partitions
+        self.place = place
         self._cache = ConfigScoped(engine.timeline)
 
-    def _remember(self, key: tuple[int, int, str, str, str], keys: Routes) -> Route:
-        route: Route = self._cache.put(key, [(partition_for(k, self.partitions), only)
-                                             for k, only in keys])
-        return route
-
-    def routes(self, event: Event, arrival: int) -> Route:
-        """Where an event goes (connections and mutations: the hot path is `split`)."""
+    def routes(self, event: Event, arrival: int) -> T:
+        """Where an event goes (connections and mutations: requests come as columns)."""
         self._cache.at(event.ts, arrival)
         if isinstance(event, ConnectionEvent):
             key = (0, event.broker, "", "", "")
@@ -193,17 +192,43 @@ class Router:
             key = (1, event.broker, event.user, event.client_id, "")
         else:
             key = (2, event.broker, event.user, event.client_id, event.api)
-        route: Route | None = self._cache.get(key)
-        if route is None:
-            route = self._remember(key, route_keys(self.engine, event, arrival))
-        return route
+        found: T | None = self._cache.get(key)
+        if found is None:
+            found = self._cache.put(key, self.place(route_keys(self.engine, event, arrival)))
+        return found
 
-    def _request_route(self, batch: RequestColumns, i: int) -> Route:
+    def request_route(self, batch: RequestColumns, i: int) -> T:
+        """Where request row `i` goes, for a caller that takes rows one at a time."""
+        names = batch.names
+        self._cache.at(batch.ts[i], batch.arrival[i])
+        key = (2, batch.broker[i], names[batch.user[i]], names[batch.client_id[i]],
+               names[batch.api[i]])
+        found: T | None = self._cache.get(key)
+        if found is None:
+            found = self._cache.put(key, self._resolve(batch, i))
+        return found
+
+    def request_routes(self, batch: RequestColumns) -> list[T]:
+        """Where each row of a batch goes (`principal_values`)."""
+        return principal_values(self._cache, batch, self._resolve)
+
+    def _resolve(self, batch: RequestColumns, i: int) -> T:
         names = batch.names
         engine = self.engine
-        keys = principal_keys(engine, -1 if engine.cluster else batch.broker[i], False,
-                              names[batch.user[i]], names[batch.client_id[i]],
-                              names[batch.api[i]], batch.ts[i], batch.arrival[i])
+        return self.place(principal_keys(
+            engine, -1 if engine.cluster else batch.broker[i], False, names[batch.user[i]],
+            names[batch.client_id[i]], names[batch.api[i]], batch.ts[i], batch.arrival[i]))
+
+
+class Router(RouteCache[Route]):
+    """The worker's ingest router: routes as samples partitions, and request rows split into
+    one outbox per partition."""
+
+    def __init__(self, engine: QuotaEngine, partitions: int) -> None:
+        super().__init__(engine, self._partitions)
+        self.partitions = partitions
+
+    def _partitions(self, keys: Routes) -> Route:
         return [(partition_for(k, self.partitions), only) for k, only in keys]
 
     def split(self, batch: RequestColumns, outboxes: dict[int, RequestColumns]) -> None:
@@ -213,7 +238,7 @@ class Router:
         n = len(batch)
         if not n:
             return
-        routes = principal_values(self._cache, batch, self._request_route)
+        routes = self.request_routes(batch)
         rows: dict[int, list[int]] = {}
         #: per partition, each row's quota types (only where some row of it was split)
         onlys: dict[int, list[int]] = {}

@@ -4,7 +4,7 @@ brokers' events in through the intake, samples re-keyed onto the internal topic 
 topics (`topology`), offset continuity, every Faust patch with why (`faust_patches`) and the
 metrics it serves (`metrics`).
 
-It may import the engine, the intake, `app.kafka`, `app.subscriber` (the directive record's
-key), `tables`, `app.settings`, `app.signing`, `app.errors` and `app.gc_tuning`; nothing imports
-it but the tools (commands, and the dev stack for the topics' specs).
+It may import the engine, the intake, `app.contract` (the directive record's key), `app.kafka`,
+`tables`, `app.settings`, `app.signing`, `app.errors` and `app.gc_tuning`; nothing imports it
+but the tools (commands, and the dev stack for the topics' specs).
 """

@@ -50,7 +50,7 @@ from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.topology import samples_topic
 from app.settings import Settings
 from app.signing import Signing
-from app.subscriber.directive import record_key
+from app.contract.keys import directive_key
 from tables.entity_state import TABLE_NAME, PartitionCache
 from tables.faust_store import PartitionStore, raw_table
 
@@ -411,7 +411,7 @@ class Worker:
 
     async def publish(self, directive: dict[str, Any], appended_ms: int) -> None:
         self.stats["directives"] += 1
-        key = record_key(directive)
+        key = directive_key(directive)
         name = self.directives_name
         await self.produce(name, self.signing.seal(name, key, orjson.dumps(directive)), key=key)
         if directive.get("kind") == "allocation":  # cluster scope: no throttle of its own

@@ -27,9 +27,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Collection, Iterator, Mapping, NamedTuple
 
-from app.subscriber import allocations
-from app.subscriber.allocations import Allocations
-from app.subscriber.directive import (
+from app.contract.directives import (
     CLIENT,
     DEFAULT,
     IP,
@@ -40,6 +38,8 @@ from app.subscriber.directive import (
     ParsedDirective,
     parse_directive,
 )
+from app.subscriber import allocations
+from app.subscriber.allocations import Allocations
 
 Directive = Mapping[str, Any]
 

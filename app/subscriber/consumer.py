@@ -29,6 +29,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from app.contract.directives import BadDirective
 from app.kafka.clients import TopicMissing, partitions_of
 from app.kafka.offsets import read_to_highwater
 from app.kafka.security import client_options
@@ -41,7 +42,6 @@ from app.subscriber.active_set import (
     MutationDecision,
     Throttle,
 )
-from app.subscriber.directive import BadDirective
 
 __all__ = ["DirectiveSubscriber", "SubscriberError", "wall_clock_ms"]
 

@@ -1,7 +1,8 @@
 """Watching the control topic: what the demo's view and the simulator show about directives.
 
 `DirectiveWatcher` reads `quota.directives` with a plain aiokafka consumer (no group, every
-partition, from the end) and keeps the latest directive per key, directives per second and the
+partition, from the end) and keeps the latest directive per key (the replacement key the
+enforcers index it under, `app.contract.directives`), directives per second and the
 loop latency (arrival time minus the directive's `ts`, i.e. the time from a broker recording the
 sample to the directive reaching a reader of the control topic).
 
@@ -18,15 +19,11 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
+from app.contract.directives import BadDirective, parse_directive
 from app.kafka.clients import partitions_of
 from app.kafka.security import client_options
 from app.kafka.supervision import Supervised
 from app.subscriber.consumer import wall_clock_ms
-
-
-def directive_key(d: dict[str, Any]) -> tuple[Any, ...]:
-    entity = tuple(sorted((k, str(v)) for k, v in (d.get("entity") or {}).items()))
-    return (d.get("scope"), d.get("broker"), d.get("quota"), d.get("action"), entity)
 
 
 class DirectiveWatcher:
@@ -83,7 +80,10 @@ class DirectiveWatcher:
         self.counts[f"{d.get('quota')}/{d.get('action')}"] += 1
         self._arrivals.append(now)
         self.latencies.append(now - d["ts"])
-        self.latest[directive_key(d)] = d
+        try:
+            self.latest[parse_directive(d).key] = d
+        except BadDirective:
+            return  # an allocation or a record an enforcer refuses: never in force
 
     def per_second(self, now: int, span_ms: int = 5000) -> float:
         arrivals = self._arrivals

@@ -7,5 +7,6 @@ kind within a size bound), `EventPublisher` (those records onto the event topics
 source), `charged_name` (names bounded as the workers bound them) and `Drops` (what could not be
 delivered, by reason).
 
-It may import the engine, the intake, `app.kafka` and `app.errors`.
+It may import the engine, the intake, `app.contract` (the source keys), `app.kafka` and
+`app.errors`.
 """

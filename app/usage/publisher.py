@@ -1,7 +1,7 @@
 """`EventPublisher`: a recorder's flushes onto the event topics, keyed by their source.
 
 Records are keyed by their **source**, the component that measured them (`gateway/<id>`,
-`broker/<id>`), and all of one source's records of a topic go to one partition, `number %
+`broker/<id>`: `app.contract.keys`), and all of one source's records of a topic go to one partition, `number %
 partitions`: Kafka keeps a partition in the order it was written, and the producer sends one
 batch per partition at a time, so a source's records reach the workers in the order it recorded
 them, and each worker's stream clock (per source partition, `app.intake.clock`) follows a few
@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from aiokafka import AIOKafkaProducer
 
+from app.contract.keys import broker_source, gateway_source
 from app.errors import reason
 from app.usage.drops import SEND_FAILED
 from app.usage.recorder import Span
@@ -44,12 +45,12 @@ class Source(NamedTuple):
         (its own partition for as long as it runs)."""
         if gateway_id is None:
             number = random.SystemRandom().randrange(2**31)
-            return cls(f"gateway/unnamed-{number}".encode(), number)
-        return cls(f"gateway/{gateway_id}".encode(), gateway_id)
+            return cls(gateway_source(None, number), number)
+        return cls(gateway_source(gateway_id, gateway_id), gateway_id)
 
     @classmethod
     def broker(cls, broker_id: int) -> Source:
-        return cls(f"broker/{broker_id}".encode(), broker_id)
+        return cls(broker_source(broker_id), broker_id)
 
 
 class EventPublisher:

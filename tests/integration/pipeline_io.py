@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from app.admin.config_topic import config_key
+from app.contract.keys import config_key
 from app.engine.configs import parse_config_record
 from app.kafka.clients import partitions_of
 from app.kafka.offsets import end_offsets

@@ -25,8 +25,9 @@ from app.sim.offline import run_offline
 from app.sim.report import phase_table
 from app.sim.scenario import load_scenario
 from app.subscriber.active_set import ActiveSet
-from app.subscriber.allocations import AllocatedLimits, Allocations, parse_allocation
-from app.subscriber.directive import BadDirective
+from app.contract.allocations import parse_allocation
+from app.subscriber.allocations import AllocatedLimits, Allocations
+from app.contract.directives import BadDirective
 from app.usage.recorder import UsageRecorder
 from app.usage.records import RecordEncoder
 

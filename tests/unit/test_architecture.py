@@ -21,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE, INTAKE, KAFKA, TABLES = "app.engine", "app.intake", "app.kafka", "tables"
+CONTRACT = "app.contract"
 SUBSCRIBER, USAGE, ENFORCEMENT = "app.subscriber", "app.usage", "app.enforcement"
 PIPELINE, GATEWAY, AUDIT, SIM = "app.pipeline", "app.gateway", "app.audit", "app.sim"
 ADMIN, CLIENTS, DEMO, DEVSTACK = "app.admin", "app.clients", "app.demo", "app.devstack"
@@ -33,6 +34,7 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     # the pure core
     ENGINE: set(),
     INTAKE: {ENGINE},
+    CONTRACT: {ENGINE},
     TABLES: {ENGINE},
     # what every layer shares
     "app": set(),  # app/__init__.py: a docstring, the map of the packages
@@ -44,15 +46,15 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     # the Kafka I/O the components share
     KAFKA: {ENGINE, INTAKE, SETTINGS, SIGNING},
     # what a broker or the gateway embeds
-    SUBSCRIBER: {ENGINE, KAFKA, SIGNING},
-    USAGE: {ENGINE, INTAKE, KAFKA, ERRORS},
-    ENFORCEMENT: {ENGINE, SUBSCRIBER, USAGE},
+    SUBSCRIBER: {ENGINE, CONTRACT, KAFKA, SIGNING},
+    USAGE: {ENGINE, INTAKE, CONTRACT, KAFKA, ERRORS},
+    ENFORCEMENT: {ENGINE, CONTRACT, SUBSCRIBER, USAGE},
     # the drivers
-    PIPELINE: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, TABLES, SETTINGS, SIGNING, ERRORS, GC_TUNING},
+    PIPELINE: {ENGINE, INTAKE, CONTRACT, KAFKA, TABLES, SETTINGS, SIGNING, ERRORS, GC_TUNING},
     GATEWAY: {ENGINE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, SETTINGS, SIGNING, ERRORS},
-    AUDIT: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, SETTINGS, SIGNING, ERRORS},
+    AUDIT: {ENGINE, INTAKE, CONTRACT, KAFKA, SETTINGS, SIGNING, ERRORS},
     # the tools
-    ADMIN: {ENGINE, INTAKE, KAFKA, SETTINGS, SIGNING, ERRORS},
+    ADMIN: {ENGINE, INTAKE, CONTRACT, KAFKA, SETTINGS, SIGNING, ERRORS},
     DEVSTACK: {KAFKA, PIPELINE, SETTINGS, ERRORS},  # the launcher: topics and their specs
     SIM: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, AUDIT, ADMIN, DEVSTACK, SETTINGS,
           ERRORS},
@@ -72,19 +74,20 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
 
 #: modules held to a narrower list than their unit's: project modules (prefixes) they may import
 NARROWER: dict[str, tuple[str, ...]] = {
-    "app.audit.diff": ("app.audit.common", SIGNING, "app.subscriber.directive"),
+    "app.audit.diff": ("app.audit.common", SIGNING, CONTRACT),
 }
 
 #: the product: what a deployment runs or embeds, which never needs the dev stack
-PRODUCT = (ENGINE, INTAKE, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY, AUDIT)
+PRODUCT = (ENGINE, INTAKE, CONTRACT, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY, AUDIT)
 #: what drives the engine or a tool: app.kafka serves them and imports none of them
 DRIVERS = (PIPELINE, GATEWAY, AUDIT, SIM, ADMIN, COMMANDS, CLI, DEMO, CLIENTS, DEVSTACK)
 
 #: third-party and standard modules the pure modules never import
 IMPURE = {"faust", "aiokafka", "kafka", "mode", "time", "datetime", "asyncio", "random", "os",
           "socket", "rocksdict", "pyspark"}
-#: the pure modules: the engine, the intake, the audit's diff and the enforcement decisions
-PURE = (ENGINE, INTAKE, "app.audit.diff", ENFORCEMENT)
+#: the pure modules: the engine, the intake, the contract, the audit's diff and the enforcement
+#: decisions
+PURE = (ENGINE, INTAKE, CONTRACT, "app.audit.diff", ENFORCEMENT)
 
 
 def module_name(path: Path) -> str:
@@ -182,6 +185,7 @@ def test_the_table_keeps_the_layering() -> None:
     """The rules the table must keep, whatever else is added to it."""
     assert ALLOWED[ENGINE] == set()
     assert ALLOWED[INTAKE] == {ENGINE}
+    assert ALLOWED[CONTRACT] == {ENGINE}
     assert ALLOWED[TABLES] == {ENGINE}
     assert not ALLOWED[KAFKA] & set(DRIVERS)
     assert all(DEVSTACK not in ALLOWED[u] for u in PRODUCT)

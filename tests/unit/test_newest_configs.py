@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from prometheus_client import generate_latest
 
-from app.admin.config_topic import config_key
+from app.contract.keys import config_key
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.engine.timeline import ConfigTimeline

@@ -1,5 +1,5 @@
 """The router's cached routes equal the uncached route keys, for events and for columns, and
-follow config changes."""
+follow config changes; the worker and the audit route alike."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from app.engine.batch import RequestColumns
 from app.engine.configs import PRODUCE, REQUEST, ConfigUpdate
 from app.engine.engine import ALL_QUOTAS, EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, Event, RequestEvent, parse_event, parse_record
-from app.intake.routes import RouteKey, Router, partition_for, route_keys
+from app.audit.recompute import route_texts
+from app.intake.routes import RouteCache, RouteKey, Router, partition_for, route_keys, text_partition
 
 PARTITIONS = 8
 
@@ -62,6 +63,29 @@ def test_routes_equal_route_keys(scope: str) -> None:
     got = {p: list(zip(out.ts, out.only)) for p, out in outboxes.items()}
     assert got == {p: [(requests[n].ts, only) for n, only in rows] for p, rows in want.items()}
     assert sum(len(b) for b in outboxes.values()) >= len(requests)
+
+
+@pytest.mark.parametrize("scope", ["broker", "cluster"])
+def test_the_worker_and_the_audit_route_alike(scope: str) -> None:
+    """The audit's step 1 places the same routes as key texts: hashed, they are the worker's
+    partitions, for events and for request rows taken one at a time or as columns."""
+    engine = QuotaEngine(EngineSettings(scope=scope))
+    for record in CONFIGS:
+        configure(engine, record)
+    router, audit = Router(engine, PARTITIONS), RouteCache(engine, route_texts)
+
+    def partitions(found: Any) -> list[int]:
+        texts = found[0] if isinstance(found[0], tuple) else (found[0],)
+        return [text_partition(t, PARTITIONS) for t in texts]
+
+    sample = events()
+    for event in sample:
+        assert [p for p, _ in router.routes(event, event.ts)] == partitions(
+            audit.routes(event, event.ts))
+    batch, _ = columns(sample)
+    rows = router.request_routes(batch)
+    assert [[p for p, _ in r] for r in rows] == [
+        partitions(audit.request_route(batch, i)) for i in range(len(batch))]
 
 
 def test_a_config_change_reroutes() -> None:

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.admin import views
-from app.admin.config_topic import apply_values, config_key, entity_partition, level_path
+from app.admin.config_topic import apply_values, entity_partition, level_path
+from app.contract.keys import config_key
 from app.admin.entities import (
     build_records,
     canonical_record,

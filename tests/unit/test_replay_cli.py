@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +189,18 @@ def test_directives_out(files: dict[str, Path]) -> None:
         assert x["v"] == 1 and x["until"] == x["ts"] + x["throttle_time_ms"] > x["ts"]
     assert directives[0]["entity"] == {"user": "alice", "client_id": ""}
     assert directives[0]["config_level"] == "/config/users/alice"
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+def test_a_compressed_input_replays_as_the_plain_file(
+        files: dict[str, Path], suffix: str, compress: Callable[[bytes], bytes]) -> None:
+    """The opener `explain` reads archives with (`app.intake.files`)."""
+    assert run(files, "--quiet") == 0
+    plain = read(files["decisions"]), read(files["directives"])
+    packed = files["input"].with_name("events.jsonl" + suffix)
+    packed.write_bytes(compress(files["input"].read_bytes()))
+    assert run({**files, "input": packed}, "--quiet") == 0
+    assert (read(files["decisions"]), read(files["directives"])) == plain
 
 
 def test_bad_lines_are_dead_lettered_with_line_numbers(files: dict[str, Path]) -> None:

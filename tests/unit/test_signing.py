@@ -17,7 +17,7 @@ from app.kafka.config_follower import ConfigFollower
 from app.settings import SettingsError, load
 from app.signing import Signing, SigningError
 from app.subscriber.consumer import DirectiveSubscriber
-from app.subscriber.directive import record_key
+from app.contract.keys import directive_key
 
 OLD = "k1:old-secret-0123456789"
 NEW = "k2:new-secret-0123456789"
@@ -30,7 +30,7 @@ CONFIG = {"v": 1, "type": "quota_config", "ts": TS, "entity": {"user": "alice"},
           "quotas": {"producer_byte_rate": 1000}}
 
 
-DKEY = record_key(DIRECTIVE)
+DKEY = directive_key(DIRECTIVE)
 CKEY = b'{"entity":{"user":"alice"},"keys":["producer_byte_rate"]}'
 
 

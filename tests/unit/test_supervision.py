@@ -17,7 +17,7 @@ from app.gateway.server import Gateway, GatewayConfig
 from app.kafka.config_follower import ConfigFollower
 from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber
-from app.subscriber.directive import record_key
+from app.contract.keys import directive_key
 from app.kafka.supervision import Supervised, Supervision
 
 TS = 1_763_800_000_000
@@ -200,7 +200,7 @@ def directive_record(offset: int, user: str) -> ConsumerRecord:
                  "observed": 2.0, "limit": 1.0, "window_ms": 10_000,
                  "config_level": f"/config/users/{user}"}
     value = orjson.dumps(directive)
-    return ConsumerRecord("t", 0, offset, TS, 0, record_key(directive), value, None, 0,
+    return ConsumerRecord("t", 0, offset, TS, 0, directive_key(directive), value, None, 0,
                           len(value), ())
 
 

@@ -1,15 +1,17 @@
-"""Validation of one Directive record (wire contract v1) into the index keys the active set needs.
+"""The directive record (contract v1): what a valid one is, and the keys it is indexed under.
 
-Kept apart from the index so the rules for "what is a bad directive" are readable in one place and
-a subscriber can count bad records by reason without touching the index.
+Every reader of the control topic takes its rules from here: `parse_directive` is what an
+enforcer obeys (the subscriber's active set, so the gateway and the simulated brokers, and the
+demo's and simulator's watcher), raising `BadDirective` with a countable reason;
+`grouping_problem` is the weaker check the audit pairs directives by, since it reports a wrong
+field as a difference rather than refusing the record. The allocation, the control topic's
+other record, is validated by `app.contract.allocations` with the same error type.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
-
-import orjson
 
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
 DEFAULT = "<default>"
@@ -45,13 +47,6 @@ MAX_THROTTLE_MS = 2**31 - 1
 #: How far ahead of the reader's clock a directive's `ts` may be (the workers' stream clock
 #: accepts events up to a day off).
 MAX_FUTURE_MS = 86_400_000
-
-
-def record_key(directive: Mapping[str, Any]) -> bytes:
-    """The control topic's record key of a directive or allocation, `<quota>|<entity as JSON>`:
-    the records of one window land in one partition, in order. The seal covers it
-    (`app.signing`), so a reader of an archive that kept no keys derives it with this."""
-    return str(directive["quota"]).encode() + b"|" + orjson.dumps(directive["entity"])
 
 
 class BadDirective(ValueError):
@@ -177,3 +172,22 @@ def parse_directive(directive: Any) -> ParsedDirective:
         until=until,
         directive=directive,
     )
+
+
+def grouping_problem(record: Any) -> str | None:
+    """Why a decoded control record (directive or allocation) has no group to pair it in, or
+    None: it is an object with an integer `ts`, a `quota`, an `entity` object and a `broker`
+    that is an integer or null."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    ts = record.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, int):
+        return "ts missing or not an integer"
+    if not isinstance(record.get("quota"), str):
+        return "quota missing"
+    if not isinstance(record.get("entity"), dict):
+        return "entity missing"
+    broker = record.get("broker")
+    if broker is not None and (isinstance(broker, bool) or not isinstance(broker, int)):
+        return "broker must be an integer or null"
+    return None
