@@ -1,5 +1,5 @@
 """`quota-streams demo`, as the README's first command runs it: its own local Kafka, a worker,
-two gateways and the real clients of scenarios/demo.yaml, for 30 s, then everything stopped.
+two gateways and the real clients of scenarios/demo.yaml, for 20 s, then everything stopped.
 
 It runs alone: eight client processes, two gateways, a worker and a broker keep both cores busy.
 """
@@ -38,7 +38,7 @@ def test_demo_runs_real_clients_through_gateways_and_stops_everything(tmp_path: 
     env = {k: v for k, v in os.environ.items()
            if k != "KAFKA_BOOTSTRAP_SERVERS" and not k.startswith("QS_")}
     env["NO_COLOR"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--duration", "30"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--duration", "20"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     err, out = proc.stderr, proc.stdout
