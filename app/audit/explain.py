@@ -382,7 +382,7 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
     (allocations), and why."""
     if record is None:
         return [f"  allocation none published yet: enforcers hold quota / live enforcers (the "
-                f"first waits for {allocation.SPAN_MS} ms of usage); no directive for this quota"]
+                f"first waits for {settings.allocation_span_ms} ms of usage); no directive for this quota"]
     out = [f"  allocation published at {format_ms(record['ts'])}, valid until "
            f"{format_ms(record['valid_until'])}; enforcers hold it per request (no directive: "
            "the throttle above is the cluster-wide window's, for reference):"]
@@ -391,13 +391,13 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
             f"unsaturated: usage x {allocation.HEADROOM:g}"
         out.append(f"             enforcer {e['enforcer']}: {_num(e['limit'])} {unit} "
                    f"({e['limit'] / record['limit']:.0%}); used {_num(e['usage'])} {unit} over "
-                   f"the last {allocation.SPAN_MS} ms, {state}")
+                   f"the last {settings.allocation_span_ms} ms, {state}")
     out.append(f"             other enforcers: {_num(record['others'])} {unit} (the floor, "
                f"{allocation.FLOOR_SHARE:.0%} of the quota)")
     out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; an enforcer using under "
                f"{allocation.SATURATED:.0%} of its allocation gets its usage x "
                f"{allocation.HEADROOM:g}; the saturated split the rest equally; one still used "
-               f"loses at most half per {allocation.HALVING_MS} ms; published on a move over "
+               f"loses at most half per {settings.allocation_span_ms} ms; published on a move over "
                f"{allocation.THRESHOLD:.0%} of the quota, or every "
                f"{settings.allocation_validity_ms // 2} ms")
     return out

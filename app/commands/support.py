@@ -12,7 +12,7 @@ import sys
 import time
 from typing import IO, Callable, Iterable, Iterator, TypeVar
 
-from app.engine.allocation import MIN_VALIDITY_MS
+from app.engine.allocation import MIN_VALIDITY_MS, SPAN_MS
 
 from app.engine.engine import EngineSettings
 from app.errors import reason
@@ -48,6 +48,8 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
                    "client quotas are divided among brokers and published as allocations")
     g.add_argument("--allocation-validity-ms", type=int_at_least(MIN_VALIDITY_MS), default=5000,
                    help="QS_ALLOCATION_VALIDITY_MS of the workers (default %(default)s)")
+    g.add_argument("--allocation-span-ms", type=_positive, default=SPAN_MS,
+                   help="QS_ALLOCATION_SPAN_MS of the workers (default %(default)s)")
     g.add_argument("--idle-expiry-ms", type=int_at_least(0), default=3_600_000,
                    help="QS_IDLE_EXPIRY_MS of the workers: a window idle longer than this starts "
                    "afresh, as Kafka expires an inactive quota sensor (default %(default)s; "
@@ -89,6 +91,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         config_grace_ms=args.config_grace_ms, idle_expiry_ms=args.idle_expiry_ms,
         allocations=args.allocations and args.scope == "cluster",
         allocation_validity_ms=args.allocation_validity_ms,
+        allocation_span_ms=args.allocation_span_ms,
     )
 
 

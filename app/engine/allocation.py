@@ -22,8 +22,13 @@ How a window's quota `Q` is divided among the enforcers it was used on recently 
 - the listed allocations add up to Q, plus what the unsaturated enforcers hold and do not use,
   lent to the saturated ones: at most `LEND` x Q (`lend`).
 
-Usage is measured per enforcer over the last `SPAN_MS` (`Shares`); an enforcer stays listed until
-two spans passed without its usage. Enforcers hold allocations over windows of short samples
+Usage is measured per enforcer over the last span (`Shares`; `SPAN_MS`, or
+`EngineSettings.allocation_span_ms`); an enforcer stays listed until two spans passed without its
+usage. A span must cover what an enforcer's throttle can hide: a client muted for a whole span
+reads as idle there, and an idle enforcer's allocation shrinks to what it uses. Gateways throttle
+an allocated window for a fraction of a second (its debt, `QuotaEngine`), so one second will do;
+brokers throttle with Kafka's own unbounded formula over windows of whole seconds (the broker
+plugin), so their span is several of those windows. Enforcers hold allocations over windows of short samples
 (`EngineSettings.allocation_sample_ms`), so one whose allocation drops under what its window
 holds is throttled for a fraction of a second, not for the tens of seconds Kafka's formula gives
 over a full 11-second window. The first allocation of a window waits until its usage was seen
@@ -52,13 +57,13 @@ HEADROOM: Final = 1.25
 LEND: Final = 0.1
 #: republish when some enforcer's allocation moves by more than this share of the quota
 THRESHOLD: Final = 0.1
-#: an enforcer still using its allocation keeps at least half of it per this long (ms), and no
-#: more than its usage with headroom: a limit that falls faster than the enforcer's window
-#: empties throttles for longer than that window, and a muted client reads as idle, which
-#: would cut its allocation further
-HALVING_MS: Final = 1000
-#: usage is measured over the last span (ms of event time)
+#: usage is measured over the last span (ms of event time), unless the engine is given another
 SPAN_MS: Final = 1000
+#: an enforcer still using its allocation keeps at least half of it per span (`SPAN_MS` by
+#: default), and no more than its usage with headroom: a limit that falls faster than the
+#: enforcer's window empties throttles for longer than that window, and a muted client reads as
+#: idle, which would cut its allocation further
+HALVING_MS: Final = SPAN_MS
 #: allocations are re-computed at most this often (ms of event time)
 CHECK_MS: Final = 100
 #: most enforcers one window's usage is tracked for (beyond: they share `others`)
@@ -70,7 +75,8 @@ MIN_VALIDITY_MS: Final = 2 * CHECK_MS
 class Shares:
     """One cluster-scope window's recent usage per enforcer and the allocation last published.
 
-    Usage is a sliding estimate over the last `SPAN_MS` from two fixed spans. `clock` and
+    Usage is a sliding estimate over the last span (`span`, `SPAN_MS` by default) from two
+    fixed spans. `clock` and
     `until` (the last allocation's validity) play the same part as in `Rate`: an idle state
     with no allocation in force may be dropped.
     """
@@ -92,16 +98,16 @@ class Shares:
         self.limit = 0.0
         self.next_check = 0
 
-    def record(self, enforcer: int, value: float, t: int) -> None:
+    def record(self, enforcer: int, value: float, t: int, span: int = SPAN_MS) -> None:
         """Count `value` used on `enforcer` at `t` (event time; earlier times count as the
-        latest)."""
+        latest), in spans of `span` ms."""
         if t < self.clock:
             t = self.clock
         self.clock = t
         if self.since < 0:
             self.since = t
-        if t >= self.start + SPAN_MS:
-            self._roll(t)
+        if t >= self.start + span:
+            self._roll(t, span)
         enforcers = self.enforcers
         if enforcer in enforcers:
             self.cur[enforcers.index(enforcer)] += value
@@ -111,10 +117,10 @@ class Shares:
             self.prev.append(0.0)
             self.allocated.append(0.0)
 
-    def _roll(self, t: int) -> None:
+    def _roll(self, t: int, span: int) -> None:
         """Start the span holding `t`; enforcers with no usage in the last two spans are dropped
         (an enforcer's window is far shorter: theirs is empty, they lose nothing)."""
-        adjacent = t < self.start + 2 * SPAN_MS
+        adjacent = t < self.start + 2 * span
         keep = [i for i, v in enumerate(self.cur) if v > 0.0 or (adjacent and self.prev[i] > 0.0)]
         if len(keep) < len(self.cur):
             if any(self.allocated[i] > 0.0 for i in range(len(self.cur)) if i not in keep):
@@ -123,13 +129,13 @@ class Shares:
             self.allocated = [self.allocated[i] for i in keep]
         self.prev = [self.cur[i] if adjacent else 0.0 for i in keep]
         self.cur = [0.0] * len(keep)
-        self.start = t - t % SPAN_MS
+        self.start = t - t % span
 
-    def rates(self, t: int) -> list[float]:
-        """Usage per second over the last `SPAN_MS`, per enforcer (in `enforcers` order): the
+    def rates(self, t: int, span: int = SPAN_MS) -> list[float]:
+        """Usage per second over the last `span` ms, per enforcer (in `enforcers` order): the
         older span weighted by how much of it is still inside."""
-        inside = max(0.0, 1.0 - (t - self.start) / SPAN_MS)
-        scale = 1000.0 / SPAN_MS
+        inside = max(0.0, 1.0 - (t - self.start) / span)
+        scale = 1000.0 / span
         return [(p * inside + c) * scale for p, c in zip(self.prev, self.cur)]
 
     def restore(self, head: tuple[int, int, int, int, float, int],
@@ -153,13 +159,15 @@ def is_saturated(rate: float, allocated: float) -> bool:
     return allocated <= 0.0 or rate >= SATURATED * allocated
 
 
-def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int
-             ) -> list[float]:
+def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int,
+             halving_ms: int = HALVING_MS) -> list[float]:
     """Divide `limit` among enforcers by their usage `rates` and their last `allocated` limits
-    (0.0: none yet; scaled to `limit` if the quota changed since), published `elapsed_ms` ago;
-    the result gives every enforcer at least the floor and adds up to `limit`, plus what `lend`
+    (0.0: none yet; scaled to `limit` if the quota changed since), published `elapsed_ms` ago,
+    an enforcer still using its allocation losing at most half of it per `halving_ms`; the
+    result gives every enforcer at least the floor and adds up to `limit`, plus what `lend`
     lends (module docstring)."""
-    return lend(limit, rates, allocated, _bounded(limit, rates, allocated, elapsed_ms))
+    return lend(limit, rates, allocated,
+                _bounded(limit, rates, allocated, elapsed_ms, halving_ms))
 
 
 def lend(limit: float, rates: list[float], allocated: list[float], out: list[float]
@@ -184,11 +192,12 @@ def lend(limit: float, rates: list[float], allocated: list[float], out: list[flo
     return [o + lent if sat else o for o, sat in zip(out, saturated)]
 
 
-def _bounded(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int
-             ) -> list[float]:
-    """The division (`_divide`) with decreases bounded by `HALVING_MS`; adds up to `limit`."""
+def _bounded(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int,
+             halving_ms: int) -> list[float]:
+    """The division (`_divide`) with decreases bounded by halving per `halving_ms`; adds up
+    to `limit`."""
     target = _divide(limit, rates, allocated)
-    keep = 0.5 ** (max(0, elapsed_ms) / HALVING_MS)
+    keep = 0.5 ** (max(0, elapsed_ms) / halving_ms)
     low = [min(a * keep, r * HEADROOM) for a, r in zip(allocated, rates)]
     held = [x < low[i] for i, x in enumerate(target)]
     if not any(held):

@@ -125,6 +125,9 @@ class EngineSettings:
     #: window with a throttle of up to (window/new limit) x what it holds; short samples keep
     #: that, and the bursts a greedy client makes each time a sample leaves, short too
     allocation_sample_ms: int = 100
+    #: how long (event time) each enforcer's usage is measured over when a quota is divided:
+    #: longer than what an enforcer's throttle can hide (`app.engine.allocation`)
+    allocation_span_ms: int = allocation.SPAN_MS
 
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):
@@ -132,7 +135,7 @@ class EngineSettings:
         if self.accounting not in ("kafka", "served"):
             raise ValueError("accounting must be 'kafka' or 'served'")
         for name in ("window_num", "window_ms", "controller_window_num", "controller_window_ms",
-                     "allocation_sample_ms"):
+                     "allocation_sample_ms", "allocation_span_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.config_grace_ms < 0:
@@ -289,6 +292,7 @@ class QuotaEngine:
         s = self.settings
         self._n, self._w = s.window_num, s.window_ms
         self._aw = s.allocation_sample_ms
+        self._span = s.allocation_span_ms
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
         self._idle = s.idle_expiry_ms
@@ -594,7 +598,7 @@ class QuotaEngine:
                 self.store[key] = state
             shares = window.shares = state
         self.touched.add(key)
-        shares.record(enforcer, value, t)
+        shares.record(enforcer, value, t, self._span)
         if shares.clock >= shares.next_check:
             shares.next_check = shares.clock + allocation.CHECK_MS
             self._reallocate(window, shares, shares.clock)
@@ -603,13 +607,15 @@ class QuotaEngine:
         """Publish the window's allocation when it moved enough or is half way through its
         validity (`app.engine.allocation`)."""
         limit = window.limit
-        if limit >= UNLIMITED or t < shares.since + allocation.SPAN_MS:
+        span = self._span
+        if limit >= UNLIMITED or t < shares.since + span:
             return
-        rates = shares.rates(t)
+        rates = shares.rates(t, span)
         before = shares.allocated
         if 0.0 < shares.limit != limit:  # the quota changed: enforcers scaled theirs already
             before = [a * limit / shares.limit for a in before]
-        new = allocation.allocate(limit, rates, before, t - (shares.until - self._validity))
+        new = allocation.allocate(limit, rates, before, t - (shares.until - self._validity),
+                                  span)
         refresh = t >= shares.until - self._validity // 2
         if not refresh and not allocation.moved(limit, shares.limit, new, shares.allocated):
             return

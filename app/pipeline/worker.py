@@ -78,6 +78,7 @@ def engine_settings(settings: Settings) -> EngineSettings:
         idle_expiry_ms=int(settings.idle_expiry_ms),  # type: ignore[call-overload]
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
         allocation_validity_ms=int(settings.allocation_validity_ms),  # type: ignore[call-overload]
+        allocation_span_ms=int(settings.allocation_span_ms),  # type: ignore[call-overload]
     )
 
 

@@ -170,6 +170,34 @@ def test_a_broker_left_by_its_traffic_gives_its_share_to_the_busy_one() -> None:
     assert last[2] >= Q * 0.9
 
 
+def staircase(engine: QuotaEngine, seconds: int) -> list[dict[str, Any]]:
+    """Three brokers throttling with Kafka's formula over whole-second samples, as the broker
+    plugin's do: each reports once a second (its usage events are per second) and admits its
+    client in bursts, 2 s at twice a third of the quota then 2 s muted, out of phase with the
+    others; each uses its third over the 4 s."""
+    out = []
+    for second in range(seconds):
+        for broker in (1, 2, 3):
+            if (second + broker) % 4 < 2:
+                out.extend(produce(engine, second * 1000, broker, int(2 * Q / 3)))
+    return out
+
+
+def test_enforcers_that_mute_for_seconds_keep_their_share_over_a_span_that_covers_the_mutes(
+        ) -> None:
+    """A muted client reads as idle over a span shorter than its mutes: with the gateways' 1 s
+    span the brokers' allocations fall to the floor in turn (and a broker at the floor mutes its
+    client for longer still); over a 4 s span each broker is seen using its third, and keeps it."""
+    def lowest(span: int) -> float:
+        published = staircase(cluster_engine(allocation_span_ms=span), 40)
+        late = [p for p in published if p["ts"] >= T0 + 10_000]
+        assert late
+        return min(e["limit"] for p in late for e in p["enforcers"])
+
+    assert lowest(1000) <= Q * FLOOR_SHARE * 1.01
+    assert lowest(4000) >= 0.25 * Q  # about its third: the span's phase moves it a little
+
+
 def test_named_gateways_are_the_enforcers_whatever_brokers_they_front() -> None:
     # gateways 7 and 8 both front brokers 1 and 2; gateway 7 carries 4x gateway 8's traffic
     engine = cluster_engine()
