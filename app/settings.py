@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from app.engine.allocation import MIN_VALIDITY_MS
 
@@ -173,22 +173,58 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
-    """The validated values; attribute names are the env names lower-cased without `QS_`."""
+    """The validated values, one typed field per `SETTINGS` entry: its env name lower-cased
+    without `QS_` (`attr_name`), of the type its parser returns (a test holds the two lists to
+    each other). Built by `load`, never by hand: the defaults live in `SETTINGS`."""
 
-    values: Mapping[str, object] = field(default_factory=dict)
-
-    def __getattr__(self, name: str) -> object:
-        try:
-            return self.values[name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
+    kafka_bootstrap_servers: str
+    kafka_security_protocol: str
+    kafka_ssl_cafile: str
+    kafka_ssl_certfile: str
+    kafka_ssl_keyfile: str
+    kafka_ssl_check_hostname: bool
+    kafka_sasl_mechanism: str
+    kafka_sasl_username: str
+    kafka_sasl_password: str = field(repr=False)
+    signing_keys: str = field(repr=False)
+    app_id: str
+    scope: str
+    cluster_enforcement: str
+    allocation_validity_ms: int
+    allocation_sample_ms: int
+    accounting: str
+    quota_window_num: int
+    quota_window_size_ms: int
+    controller_window_num: int
+    controller_window_size_ms: int
+    partitions: int
+    topic_request: str
+    topic_connection: str
+    topic_mutation: str
+    topic_configs: str
+    topic_directives: str
+    topic_deadletter: str
+    state_dir: str
+    standby_replicas: int
+    web_host: str
+    web_port: int
+    event_format: str
+    event_record_bytes: int
+    ingest_linger_ms: int
+    config_grace_ms: int
+    config_poll_ms: int
+    config_hold_max_ms: int
+    idle_expiry_ms: int
+    flush_interval_ms: int
+    metrics_top_n: int
+    log_level: str
 
     @property
     def local_cluster(self) -> bool:
         """True when no cluster is configured: the demo and the simulator start their own."""
-        return not self.values["kafka_bootstrap_servers"]
+        return not self.kafka_bootstrap_servers
 
 
 def attr_name(env: str) -> str:
@@ -198,7 +234,7 @@ def attr_name(env: str) -> str:
 def load(environ: Mapping[str, str] | None = None) -> Settings:
     """Parse and validate every setting; raise `SettingsError` on the first bad one."""
     env = os.environ if environ is None else environ
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for setting in SETTINGS:
         raw = env.get(setting.env, setting.default).strip()
         try:
@@ -209,7 +245,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
                 reason = "must be an integer"
             shown = "<hidden>" if setting.secret else repr(raw)  # a secret is never printed
             raise SettingsError(f"{setting.env}={shown}: {reason}") from None
-    return Settings(values)
+    return Settings(**values)
 
 
 __all__ = ["SETTINGS", "Setting", "Settings", "SettingsError", "load", "attr_name"]

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                    + ("; Ctrl-C stops it" if args.duration is None else f" for {args.duration:g} s"))
         probe = LagProbe([cluster.ports[i] for i in sorted(cluster.procs)]) \
             if cluster.procs else None
-        run_ = asyncio.run(run_demo(spec, pipeline.bootstrap, str(pipeline.settings.topic_directives),
+        run_ = asyncio.run(run_demo(spec, pipeline.bootstrap, pipeline.settings.topic_directives,
                                     gateways, cluster.work_dir, view.refresh, args.duration,
                                     probe))
         if tty:

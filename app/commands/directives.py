@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from app.admin.common import run_kafka, settings_with_bootstrap
 
     settings, bootstrap = settings_with_bootstrap()
-    topic = str(settings.topic_directives)
+    topic = settings.topic_directives
     try:
         return run_kafka(bootstrap, _consume(bootstrap, topic, args, sys.stdout))
     except BrokenPipeError:  # `| head`: the reader left; not an error

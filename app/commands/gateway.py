@@ -274,23 +274,23 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
                         "of the cluster its own id and the same --gateways count")
     if args.gateway_id is not None and args.gateway_id > MAX_ID:
         raise UserError(f"--gateway-id must be at most {MAX_ID}")
-    kafka = str(settings.kafka_bootstrap_servers) or ",".join(f"{h}:{p}" for h, p in args.upstream)
+    kafka = settings.kafka_bootstrap_servers or ",".join(f"{h}:{p}" for h, p in args.upstream)
     return GatewayConfig(
         upstream=args.upstream, listen=args.listen, advertised_host=host, kafka_bootstrap=kafka,
-        topics={"request": str(settings.topic_request), "connection": str(settings.topic_connection),
-                "mutation": str(settings.topic_mutation)},
-        directives_topic=str(settings.topic_directives), configs_topic=str(settings.topic_configs),
+        topics={"request": settings.topic_request, "connection": settings.topic_connection,
+                "mutation": settings.topic_mutation},
+        directives_topic=settings.topic_directives, configs_topic=settings.topic_configs,
         local=None if args.no_local_quotas else EngineSettings(
-            window_num=int(settings.quota_window_num),  # type: ignore[call-overload]
-            window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
-            controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
-            controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
-            allocation_sample_ms=int(settings.allocation_sample_ms),  # type: ignore[call-overload]
-            config_grace_ms=int(settings.config_grace_ms),  # type: ignore[call-overload]
-            idle_expiry_ms=int(settings.idle_expiry_ms)),  # type: ignore[call-overload]
+            window_num=settings.quota_window_num,
+            window_ms=settings.quota_window_size_ms,
+            controller_window_num=settings.controller_window_num,
+            controller_window_ms=settings.controller_window_size_ms,
+            allocation_sample_ms=settings.allocation_sample_ms,
+            config_grace_ms=settings.config_grace_ms,
+            idle_expiry_ms=settings.idle_expiry_ms),
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
         columnar_events=settings.event_format == "columnar",
-        max_record_bytes=int(settings.event_record_bytes),  # type: ignore[call-overload]
+        max_record_bytes=settings.event_record_bytes,
         gateway_id=args.gateway_id, gateways=args.gateways or 1, listener=args.listener_name,
         node_port_base=args.node_port_base, first_node_id=args.first_node_id,
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,

@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from app.admin.routing import BadLine, Outgoing, route_line
 
     settings, bootstrap = settings_with_bootstrap()
-    topics = {"request": str(settings.topic_request), "connection": str(settings.topic_connection),
-              "mutation": str(settings.topic_mutation), "config": str(settings.topic_configs)}
+    topics = {"request": settings.topic_request, "connection": settings.topic_connection,
+              "mutation": settings.topic_mutation, "config": settings.topic_configs}
     out: list[Outgoing] = []
     bad = bad_events = 0
     with contextlib.ExitStack() as stack:

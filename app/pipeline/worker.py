@@ -69,15 +69,15 @@ QUIET_MARGIN_MS = 1000
 def engine_settings(settings: Settings) -> EngineSettings:
     """The engine's settings from the worker's (`QS_*`)."""
     return EngineSettings(
-        scope=str(settings.scope), accounting=str(settings.accounting),
-        window_num=int(settings.quota_window_num),  # type: ignore[call-overload]
-        window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
-        controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
-        controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
-        config_grace_ms=int(settings.config_grace_ms),  # type: ignore[call-overload]
-        idle_expiry_ms=int(settings.idle_expiry_ms),  # type: ignore[call-overload]
+        scope=settings.scope, accounting=settings.accounting,
+        window_num=settings.quota_window_num,
+        window_ms=settings.quota_window_size_ms,
+        controller_window_num=settings.controller_window_num,
+        controller_window_ms=settings.controller_window_size_ms,
+        config_grace_ms=settings.config_grace_ms,
+        idle_expiry_ms=settings.idle_expiry_ms,
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
-        allocation_validity_ms=int(settings.allocation_validity_ms),  # type: ignore[call-overload]
+        allocation_validity_ms=settings.allocation_validity_ms,
     )
 
 
@@ -91,10 +91,10 @@ class Worker:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        bootstrap = str(settings.kafka_bootstrap_servers or "127.0.0.1:9092")
-        partitions = int(settings.partitions)  # type: ignore[call-overload]
+        bootstrap = settings.kafka_bootstrap_servers or "127.0.0.1:9092"
+        partitions = settings.partitions
         self.app = app = faust.App(
-            str(settings.app_id),
+            settings.app_id,
             broker=[f"kafka://{host.strip()}" for host in bootstrap.split(",")],
             store="rocksdb://",
             datadir=settings.state_dir,
@@ -124,25 +124,25 @@ class Worker:
         self.engine_settings = engine_settings(settings)
         self.engine = QuotaEngine(self.engine_settings)
         self.router = Router(self.engine, partitions)
-        self.source = app.topic(str(settings.topic_request), str(settings.topic_connection),
-                                str(settings.topic_mutation))
+        self.source = app.topic(settings.topic_request, settings.topic_connection,
+                                settings.topic_mutation)
         self.samples = app.topic(samples_topic(settings), partitions=partitions, internal=True)
         self.samples_name = self.samples.get_topic_name()
-        self.directives_name = str(settings.topic_directives)
-        self.deadletter_topic = app.topic(str(settings.topic_deadletter))
+        self.directives_name = settings.topic_directives
+        self.deadletter_topic = app.topic(settings.topic_deadletter)
         self.table = raw_table(app.Table(TABLE_NAME, partitions=partitions, key_type=bytes,
                                          value_type=bytes))
-        self.signing = Signing.parse(str(settings.signing_keys))
+        self.signing = Signing.parse(settings.signing_keys)
         # A crashed follower takes the worker down, like a crashed agent (`_wire`): while it
         # is down every event waits out QS_CONFIG_HOLD_MAX_MS and is then judged without the
         # configs it may need (a decision the audit will not reproduce); the restarted process
         # re-judges the uncommitted events with the whole config topic read.
-        self.follower = ConfigFollower(bootstrap, str(settings.topic_configs),
+        self.follower = ConfigFollower(bootstrap, settings.topic_configs,
                                        self.engine.timeline, signing=self.signing,
-                                       poll_ms=int(settings.config_poll_ms),  # type: ignore[call-overload]
+                                       poll_ms=settings.config_poll_ms,
                                        supervision=Supervision(give_up=app.crash))
-        self.hold_max_s = int(settings.config_hold_max_ms) / 1000.0  # type: ignore[call-overload]
-        self.top_entities = metrics.TopEntities(int(settings.metrics_top_n))  # type: ignore[call-overload]
+        self.hold_max_s = settings.config_hold_max_ms / 1000.0
+        self.top_entities = metrics.TopEntities(settings.metrics_top_n)
         self.caches: dict[int, PartitionCache] = {}
         #: per samples partition, the internal records applied since its last flush
         self.pending: dict[int, list[Any]] = defaultdict(list)
@@ -203,7 +203,7 @@ class Worker:
         acked, only with a later take or when its partition went quiet (`settle_quiet`).
         """
         await self.follower.ready.wait()
-        linger = int(self.settings.ingest_linger_ms) / 1000.0  # type: ignore[call-overload]
+        linger = self.settings.ingest_linger_ms / 1000.0
         async for taken in stream.noack_take(TAKE_MAX_RECORDS, within=linger):
             events = [event for event in taken if await self.admit(event)]
             if not events:
@@ -471,7 +471,7 @@ class Worker:
     async def flush_loop(self) -> None:
         """Flush on a fixed cadence, so records are acked (and committed) even when input
         stops, those held by a quiet partition's clock included."""
-        interval = int(self.settings.flush_interval_ms) / 1000.0  # type: ignore[call-overload]
+        interval = self.settings.flush_interval_ms / 1000.0
         exported = time.monotonic()
         last: Counter[str] = Counter()
         while True:

@@ -75,13 +75,13 @@ class LiveRun:
 
     async def run(self) -> World:
         s = self.settings
-        topics = {REQUEST: str(s.topic_request), CONNECTION: str(s.topic_connection),
-                  MUTATION: str(s.topic_mutation)}
+        topics = {REQUEST: s.topic_request, CONNECTION: s.topic_connection,
+                  MUTATION: s.topic_mutation}
         async with producer(self.bootstrap, acks=1) as p:
             try:
                 await self._start_subscribers()
                 await self._loop(EventPublisher(p, topics, RecordEncoder(
-                    s.event_format == "columnar", int(s.event_record_bytes),  # type: ignore[call-overload]
+                    s.event_format == "columnar", s.event_record_bytes,
                     self.drops)))
                 await p.flush()
             finally:
@@ -92,7 +92,7 @@ class LiveRun:
 
     async def _start_subscribers(self) -> None:
         for b in self.scenario.brokers:
-            sub = DirectiveSubscriber(self.bootstrap, b, topic=str(self.settings.topic_directives),
+            sub = DirectiveSubscriber(self.bootstrap, b, topic=self.settings.topic_directives,
                                       clock=self.clock, poll_timeout_ms=100,
                                       consumer_options={"fetch_max_wait_ms": 50})
             self.subscribers[b] = sub
@@ -105,9 +105,9 @@ class LiveRun:
             return None
         s = self.settings
         return EngineSettings(
-            scope="cluster", allocations=True, window_num=int(s.quota_window_num),  # type: ignore[call-overload]
-            window_ms=int(s.quota_window_size_ms),  # type: ignore[call-overload]
-            allocation_sample_ms=int(s.allocation_sample_ms))  # type: ignore[call-overload]
+            scope="cluster", allocations=True, window_num=s.quota_window_num,
+            window_ms=s.quota_window_size_ms,
+            allocation_sample_ms=s.allocation_sample_ms)
 
     def clock(self) -> int:
         """The subscribers' clock: the wall clock, once the world has run every action due by

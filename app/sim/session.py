@@ -95,7 +95,7 @@ def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stder
         if n == 0:
             log(f"no workers started here (--workers N starts some): the running workers must "
                 f"use QS_SCOPE={scenario.scope} for this scenario")
-        written = asyncio.run(write_configs(str(cluster.bootstrap), str(settings.topic_configs),
+        written = asyncio.run(write_configs(str(cluster.bootstrap), settings.topic_configs,
                                             scenario, int(time.time() * 1000)))
         log(f"wrote {written} quota configs to {settings.topic_configs}")
         if n:
@@ -124,7 +124,7 @@ async def run_live(scenario: Scenario, pipeline: Pipeline,
                    ) -> tuple[LiveRun, DirectiveWatcher]:
     """Run the world against the pipeline. The first SIGINT/SIGTERM ends the run cleanly (the
     report covers what ran); a second one cancels it."""
-    watcher = DirectiveWatcher(pipeline.bootstrap, str(pipeline.settings.topic_directives),
+    watcher = DirectiveWatcher(pipeline.bootstrap, pipeline.settings.topic_directives,
                                since_ms=int(time.time() * 1000))
     await watcher.start()
     stop_at = scenario.workers_stop
