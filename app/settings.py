@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from app.engine.allocation import MIN_VALIDITY_MS
+from app.engine.engine import EngineSettings
 
 
 class SettingsError(ValueError):
@@ -225,6 +226,20 @@ class Settings:
     def local_cluster(self) -> bool:
         """True when no cluster is configured: the demo and the simulator start their own."""
         return not self.kafka_bootstrap_servers
+
+    def engine(self) -> EngineSettings:
+        """The engine's settings, the workers' own: every driver that decides as they do takes
+        these, and an enforcer's own quota managers hold the same windows
+        (`app.enforcement.local.broker_settings`)."""
+        return EngineSettings(
+            scope=self.scope, accounting=self.accounting,
+            window_num=self.quota_window_num, window_ms=self.quota_window_size_ms,
+            controller_window_num=self.controller_window_num,
+            controller_window_ms=self.controller_window_size_ms,
+            config_grace_ms=self.config_grace_ms, idle_expiry_ms=self.idle_expiry_ms,
+            allocations=self.scope == "cluster" and self.cluster_enforcement == "allocations",
+            allocation_validity_ms=self.allocation_validity_ms,
+            allocation_sample_ms=self.allocation_sample_ms)
 
 
 def attr_name(env: str) -> str:

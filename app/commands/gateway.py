@@ -247,7 +247,7 @@ def log_level(args: argparse.Namespace) -> str:
 
 def build_config(args: argparse.Namespace) -> GatewayConfig:
     """The validated `GatewayConfig` for these arguments and the environment."""
-    from app.engine.engine import EngineSettings
+    from app.enforcement.local import broker_settings
     from app.engine.events import MAX_ID
     from app.errors import UserError
     from app.gateway.server import GatewayConfig
@@ -280,14 +280,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         topics={"request": settings.topic_request, "connection": settings.topic_connection,
                 "mutation": settings.topic_mutation},
         directives_topic=settings.topic_directives, configs_topic=settings.topic_configs,
-        local=None if args.no_local_quotas else EngineSettings(
-            window_num=settings.quota_window_num,
-            window_ms=settings.quota_window_size_ms,
-            controller_window_num=settings.controller_window_num,
-            controller_window_ms=settings.controller_window_size_ms,
-            allocation_sample_ms=settings.allocation_sample_ms,
-            config_grace_ms=settings.config_grace_ms,
-            idle_expiry_ms=settings.idle_expiry_ms),
+        local=None if args.no_local_quotas else broker_settings(settings.engine()),
         allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
         columnar_events=settings.event_format == "columnar",
         max_record_bytes=settings.event_record_bytes,

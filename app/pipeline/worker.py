@@ -32,7 +32,7 @@ import orjson
 from faust.types import TP
 from mode import CrashingSupervisor
 
-from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.engine import QuotaEngine
 from app.intake.clock import StreamClock
 from app.intake.deadletter import encode_deadletter
 from app.intake.records import Decoded, decode_source
@@ -64,21 +64,6 @@ SESSION_TIMEOUT_S = 6.0
 #: how far past a hold's bound (`StreamIntake.due`) a quiet partition's clock is settled: the
 #: clocks of the producers that stamp the source records may be that far behind this one's
 QUIET_MARGIN_MS = 1000
-
-
-def engine_settings(settings: Settings) -> EngineSettings:
-    """The engine's settings from the worker's (`QS_*`)."""
-    return EngineSettings(
-        scope=settings.scope, accounting=settings.accounting,
-        window_num=settings.quota_window_num,
-        window_ms=settings.quota_window_size_ms,
-        controller_window_num=settings.controller_window_num,
-        controller_window_ms=settings.controller_window_size_ms,
-        config_grace_ms=settings.config_grace_ms,
-        idle_expiry_ms=settings.idle_expiry_ms,
-        allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
-        allocation_validity_ms=settings.allocation_validity_ms,
-    )
 
 
 def arrival_ms(event: faust.EventT) -> int:
@@ -121,7 +106,7 @@ class Worker:
         )
         faust_patches.install(app)
 
-        self.engine_settings = engine_settings(settings)
+        self.engine_settings = settings.engine()
         self.engine = QuotaEngine(self.engine_settings)
         self.router = Router(self.engine, partitions)
         self.source = app.topic(settings.topic_request, settings.topic_connection,

@@ -100,14 +100,10 @@ class LiveRun:
         await asyncio.gather(*(s.wait_ready(timeout=60) for s in self.subscribers.values()))
 
     def _engine(self) -> EngineSettings | None:
-        """The workers' window settings when brokers enforce allocations themselves."""
+        """The workers' settings when brokers enforce allocations themselves."""
         if self.scenario.enforcement != "allocations":
             return None
-        s = self.settings
-        return EngineSettings(
-            scope="cluster", allocations=True, window_num=s.quota_window_num,
-            window_ms=s.quota_window_size_ms,
-            allocation_sample_ms=s.allocation_sample_ms)
+        return self.settings.engine()
 
     def clock(self) -> int:
         """The subscribers' clock: the wall clock, once the world has run every action due by

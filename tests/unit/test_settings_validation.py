@@ -11,6 +11,8 @@ from typing import get_type_hints
 import pytest
 
 from app.cli import main
+from app.enforcement.local import broker_settings
+from app.engine.engine import EngineSettings
 from app.errors import reason
 from app.settings import SETTINGS, Setting, Settings, SettingsError, attr_name, load
 
@@ -111,3 +113,24 @@ def test_loaded_values_have_their_fields_types_and_secrets_stay_out_of_repr() ->
     assert "hunter2" not in repr(settings) and "s" * 16 not in repr(settings)
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.partitions = 4  # type: ignore[misc]
+
+
+def test_the_engine_settings_are_the_settings_windows_scope_and_allocations() -> None:
+    """`Settings.engine()` is what the worker, the simulator and the gateway decide with."""
+    settings = load({"QS_SCOPE": "cluster", "QS_CLUSTER_ENFORCEMENT": "allocations",
+                     "QS_ACCOUNTING": "served", "QS_QUOTA_WINDOW_NUM": "5",
+                     "QS_QUOTA_WINDOW_SIZE_MS": "200", "QS_CONTROLLER_WINDOW_NUM": "7",
+                     "QS_CONTROLLER_WINDOW_SIZE_MS": "300", "QS_CONFIG_GRACE_MS": "40",
+                     "QS_IDLE_EXPIRY_MS": "60000", "QS_ALLOCATION_VALIDITY_MS": "9000",
+                     "QS_ALLOCATION_SAMPLE_MS": "50"})
+    workers = EngineSettings(scope="cluster", accounting="served", window_num=5, window_ms=200,
+                             controller_window_num=7, controller_window_ms=300,
+                             config_grace_ms=40, idle_expiry_ms=60_000, allocations=True,
+                             allocation_validity_ms=9000, allocation_sample_ms=50)
+    assert settings.engine() == workers
+    assert load({}).engine() == EngineSettings()  # the defaults are Kafka's, as the engine's
+    # allocations are a cluster-scope enforcement: in broker scope the setting is moot
+    assert not load({"QS_CLUSTER_ENFORCEMENT": "allocations"}).engine().allocations
+    # a gateway's own quota managers: the same windows, decided as one broker decides
+    assert broker_settings(settings.engine()) == dataclasses.replace(
+        workers, scope="broker", accounting="kafka", allocations=False)
