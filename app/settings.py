@@ -3,6 +3,11 @@
 Every knob a worker, the demo or a tool reads lives here, so the README's settings table, the
 Kubernetes manifests and docker-compose have one list to stay consistent with. A wrong value
 raises `SettingsError` naming the variable and why; the CLI prints that one line and exits 2.
+
+The process's owner (a CLI command, the worker) loads them once and builds from them, here and
+nowhere else, what its components take: the engine's settings (`Settings.engine`), the Kafka
+connections' security (`Settings.kafka_security`) and the control records' keys
+(`Settings.signing`). No component of the product reads the environment itself.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any, Callable, Mapping
 
 from app.engine.allocation import MIN_VALIDITY_MS
 from app.engine.engine import EngineSettings
+from app.kafka.security import KafkaSecurity
+from app.signing import Signing, SigningError
 
 
 class SettingsError(ValueError):
@@ -80,8 +87,6 @@ def _port(raw: str) -> int:
 
 
 def _signing_keys(raw: str) -> str:
-    from app.signing import Signing, SigningError
-
     try:
         Signing.parse(raw)
     except SigningError as exc:
@@ -240,6 +245,24 @@ class Settings:
             allocations=self.scope == "cluster" and self.cluster_enforcement == "allocations",
             allocation_validity_ms=self.allocation_validity_ms,
             allocation_sample_ms=self.allocation_sample_ms)
+
+    def kafka_security(self) -> KafkaSecurity:
+        """How every Kafka connection of this process authenticates and encrypts; a combination
+        that cannot work is a `SettingsError`, and so is a TLS file that cannot be loaded."""
+        try:
+            security = KafkaSecurity(
+                self.kafka_security_protocol, self.kafka_ssl_cafile, self.kafka_ssl_certfile,
+                self.kafka_ssl_keyfile, self.kafka_ssl_check_hostname, self.kafka_sasl_mechanism,
+                self.kafka_sasl_username, self.kafka_sasl_password)
+            if security.tls:
+                security.ssl_context()
+        except ValueError as exc:
+            raise SettingsError(f"Kafka security settings: {exc}") from None
+        return security
+
+    def signing(self) -> Signing:
+        """The keys control records are sealed and verified with (`app.signing`)."""
+        return Signing.parse(self.signing_keys)
 
 
 def attr_name(env: str) -> str:

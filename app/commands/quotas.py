@@ -96,7 +96,9 @@ def run_alter(args: argparse.Namespace) -> int:
     settings, bootstrap = settings_with_bootstrap()
     topic = settings.topic_configs
     topic_spec = None if args.no_create_topics else next(s for s in topic_specs(settings) if s[0] == topic)
-    run_kafka(bootstrap, write_records(bootstrap, topic, records, topic_spec, stamp_now=True))
+    run_kafka(bootstrap, write_records(bootstrap, topic, records, topic_spec, stamp_now=True,
+                                       signing=settings.signing(),
+                                       security=settings.kafka_security()))
     for record, _update in records:
         if args.json:
             emit(orjson.dumps(record).decode())
@@ -114,7 +116,8 @@ def _load(args: argparse.Namespace) -> Any:
 
     settings, bootstrap = settings_with_bootstrap()
     topic = settings.topic_configs
-    loaded = run_kafka(bootstrap, load_configs(bootstrap, topic))
+    loaded = run_kafka(bootstrap, load_configs(bootstrap, topic, signing=settings.signing(),
+                                               security=settings.kafka_security()))
     if not loaded.exists:
         print(f"note: config topic {topic!r} does not exist yet: no quotas are configured",
               file=sys.stderr)

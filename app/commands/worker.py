@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
                         "or run `quota-streams broker` and export the address it prints")
     check_web_address(settings.web_host, settings.web_port)
     if not args.no_create_topics:
-        ensure_product_topics(settings)
+        ensure_product_topics(settings, settings.kafka_security())
     try:
         os.makedirs(settings.state_dir, exist_ok=True)
     except OSError as exc:

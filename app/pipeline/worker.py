@@ -40,7 +40,6 @@ from app.intake.routes import Router
 from app.intake.stream import StreamIntake
 from app.kafka.clock_seed import ClockSeeder
 from app.kafka.config_follower import ConfigFollower
-from app.kafka.security import KafkaSecurity
 from app.kafka.supervision import Supervision
 from app.pipeline import codec, faust_patches, metrics
 from app.pipeline.aggregate import apply_record
@@ -49,7 +48,6 @@ from app.pipeline.ingest import MAX_ROWS, Outbox
 from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.topology import samples_topic
 from app.settings import Settings
-from app.signing import Signing
 from app.contract.keys import directive_key
 from tables.entity_state import TABLE_NAME, PartitionCache
 from tables.faust_store import PartitionStore, raw_table
@@ -76,6 +74,8 @@ class Worker:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.security = security = settings.kafka_security()
+        self.signing = settings.signing()
         bootstrap = settings.kafka_bootstrap_servers or "127.0.0.1:9092"
         partitions = settings.partitions
         self.app = app = faust.App(
@@ -102,7 +102,7 @@ class Worker:
             key_serializer="raw",
             value_serializer="raw",
             producer_partitioner=MemoPartitioner(),
-            broker_credentials=KafkaSecurity.from_settings(settings).faust(),
+            broker_credentials=security.faust(),
         )
         faust_patches.install(app)
 
@@ -117,13 +117,13 @@ class Worker:
         self.deadletter_topic = app.topic(settings.topic_deadletter)
         self.table = raw_table(app.Table(TABLE_NAME, partitions=partitions, key_type=bytes,
                                          value_type=bytes))
-        self.signing = Signing.parse(settings.signing_keys)
         # A crashed follower takes the worker down, like a crashed agent (`_wire`): while it
         # is down every event waits out QS_CONFIG_HOLD_MAX_MS and is then judged without the
         # configs it may need (a decision the audit will not reproduce); the restarted process
         # re-judges the uncommitted events with the whole config topic read.
         self.follower = ConfigFollower(bootstrap, settings.topic_configs,
                                        self.engine.timeline, signing=self.signing,
+                                       security=security,
                                        poll_ms=settings.config_poll_ms,
                                        supervision=Supervision(give_up=app.crash))
         self.hold_max_s = settings.config_hold_max_ms / 1000.0
@@ -138,7 +138,7 @@ class Worker:
         self.intake_lock = asyncio.Lock()
         #: per source partition, its stream clock and the records it holds
         self.streams: dict[tuple[str, int], StreamIntake[faust.EventT]] = {}
-        self.seeder = ClockSeeder(bootstrap)
+        self.seeder = ClockSeeder(bootstrap, security=security)
         self.stats: Counter[str] = Counter()  # for the periodic progress line in the log
         self._metrics_seen: Counter[str] = Counter()  # follower counters already exported
         #: next offset to process, and the append time (ms) of the last record processed, per

@@ -26,7 +26,9 @@ from app.admin.config_topic import write_records
 from app.engine.engine import EngineSettings
 from app.admin.entities import canonical_record
 from app.kafka.clients import producer
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.settings import Settings
+from app.signing import Signing
 from app.sim.broker import CONNECTION, MUTATION, REQUEST
 from app.sim.scenario import Scenario
 from app.sim.world import World
@@ -41,12 +43,14 @@ TICK_S = 0.01  # how often due actions run; actions keep their own exact times
 OnSecond = Callable[["LiveRun", float], Any]
 
 
-async def write_configs(bootstrap: str, topic: str, scenario: Any, ts: int) -> int:
+async def write_configs(bootstrap: str, topic: str, scenario: Any, ts: int, *,
+                        signing: Signing, security: KafkaSecurity) -> int:
     """Write a scenario's quotas (its `config_updates`) as `quota-streams quotas --alter`
     would; returns how many."""
     updates = scenario.config_updates(ts)
     if updates:
-        await write_records(bootstrap, topic, [(canonical_record(u), u) for u in updates], None)
+        await write_records(bootstrap, topic, [(canonical_record(u), u) for u in updates], None,
+                            signing=signing, security=security)
     return len(updates)
 
 
@@ -57,6 +61,9 @@ class LiveRun:
     scenario: Scenario
     bootstrap: str
     settings: Settings
+    #: the pipeline's (`Pipeline`): how to reach Kafka, the keys directives are sealed with
+    security: KafkaSecurity = PLAINTEXT
+    signing: Signing = Signing()
     on_second: OnSecond | None = None
     world: World | None = None
     start_ms: float = 0.0
@@ -77,7 +84,7 @@ class LiveRun:
         s = self.settings
         topics = {REQUEST: s.topic_request, CONNECTION: s.topic_connection,
                   MUTATION: s.topic_mutation}
-        async with producer(self.bootstrap, acks=1) as p:
+        async with producer(self.bootstrap, security=self.security, acks=1) as p:
             try:
                 await self._start_subscribers()
                 await self._loop(EventPublisher(p, topics, RecordEncoder(
@@ -93,6 +100,7 @@ class LiveRun:
     async def _start_subscribers(self) -> None:
         for b in self.scenario.brokers:
             sub = DirectiveSubscriber(self.bootstrap, b, topic=self.settings.topic_directives,
+                                      signing=self.signing, security=self.security,
                                       clock=self.clock, poll_timeout_ms=100,
                                       consumer_options={"fetch_max_wait_ms": 50})
             self.subscribers[b] = sub

@@ -42,9 +42,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     SIGNING: set(),
     GC_TUNING: set(),
     ENGINE_BUILD: set(),  # setup.py reads it before the install: standard library only
-    SETTINGS: {ENGINE, SIGNING},
+    SETTINGS: {ENGINE, KAFKA, SIGNING},  # builds the engine's settings, security, signing
     # the Kafka I/O the components share
-    KAFKA: {ENGINE, INTAKE, SETTINGS, SIGNING},
+    KAFKA: {ENGINE, INTAKE, SIGNING},
     # what a broker or the gateway embeds
     SUBSCRIBER: {ENGINE, CONTRACT, KAFKA, SIGNING},
     USAGE: {ENGINE, INTAKE, CONTRACT, KAFKA, ERRORS},
@@ -57,9 +57,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     ADMIN: {ENGINE, INTAKE, CONTRACT, KAFKA, SETTINGS, SIGNING, ERRORS},
     DEVSTACK: {KAFKA, PIPELINE, SETTINGS, ERRORS},  # the launcher: topics and their specs
     SIM: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, AUDIT, ADMIN, DEVSTACK, SETTINGS,
-          ERRORS},
+          SIGNING, ERRORS},
     CLIENTS: {KAFKA, DEVSTACK, SIM, ERRORS},
-    DEMO: {ENGINE, SUBSCRIBER, SIM, CLIENTS},
+    DEMO: {ENGINE, KAFKA, SUBSCRIBER, SIM, CLIENTS},
     COMMANDS: {ENGINE, INTAKE, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY,
                AUDIT, SIM, ADMIN, CLIENTS, DEMO, DEVSTACK, SETTINGS, SIGNING, ERRORS, GC_TUNING},
     CLI: {COMMANDS, SETTINGS, ERRORS, GC_TUNING},
@@ -188,6 +188,7 @@ def test_the_table_keeps_the_layering() -> None:
     assert ALLOWED[CONTRACT] == {ENGINE}
     assert ALLOWED[TABLES] == {ENGINE}
     assert not ALLOWED[KAFKA] & set(DRIVERS)
+    assert SETTINGS not in ALLOWED[KAFKA]  # a connection's security and keys come from its owner
     assert all(DEVSTACK not in ALLOWED[u] for u in PRODUCT)
     assert [u for u in ALLOWED if COMMANDS in ALLOWED[u]] == [CLI]
     assert not [u for u in ALLOWED if CLI in ALLOWED[u]]
@@ -211,4 +212,4 @@ def test_a_broken_rule_is_reported_with_its_line(tmp_path: Path, monkeypatch: py
     monkeypatch.setitem(MODULES, "app.kafka.bad", module)
     assert violations("app.kafka.bad") == [
         ("app/kafka/bad.py:3 imports app.pipeline.worker (app.kafka may import app.engine, "
-         "app.intake, app.settings, app.signing)")]
+         "app.intake, app.signing)")]
