@@ -181,6 +181,58 @@ def test_every_exception_is_still_taken() -> None:
     assert not unused, f"remove these from EXCEPTIONS: {unused}"
 
 
+#: modules outside the owners that read the environment themselves, each with why
+READS_ENVIRONMENT: dict[str, str] = {
+    SETTINGS: "the one place the product's settings are read and validated",
+    "app.admin.views": "NO_COLOR and TERM: how the tables are drawn",
+    "app.audit.job": "sets PYSPARK_PYTHON for Spark's own Python workers",
+    "app.sim.session": "launches the dev stack, whose workers take the environment it composes",
+}
+#: modules outside the owners that load the settings, each with why
+LOADS_SETTINGS: dict[str, str] = {
+    "app.pipeline.faust_app": "Faust's entry point (`faust -A app.pipeline.faust_app worker`)",
+    "app.admin.common": "the tools' settings and bootstrap, for the commands that call it",
+    "app.sim.session": "the settings of the workers it launches, built once for the whole run",
+}
+#: the owners: the commands load the settings once and build what their components take; the
+#: dev stack and the client programs are test and dev harnesses with their own environment
+OWNERS = (COMMANDS, CLI, DEVSTACK, CLIENTS)
+
+
+def environment_reads(module: str) -> list[int]:
+    """Lines of `module` that touch `os.environ` or `os.getenv`."""
+    tree = ast.parse(MODULES[module].read_text())
+    return sorted({node.lineno for node in ast.walk(tree)
+                   if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                       and isinstance(node.value, ast.Name) and node.value.id == "os")
+                   or (isinstance(node, ast.ImportFrom) and node.module == "os"
+                       and any(a.name in ("environ", "getenv") for a in node.names))})
+
+
+def settings_loads(module: str) -> list[int]:
+    """Lines of `module` that import `app.settings.load`."""
+    tree = ast.parse(MODULES[module].read_text())
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == SETTINGS
+            and any(a.name == "load" for a in node.names)]
+
+
+def test_no_component_reads_the_environment_itself() -> None:
+    """Settings are read once, by the process's owner, and passed down as typed objects (the
+    engine's settings, Kafka security, signing keys): a component that read the environment
+    itself could disagree with the settings its owner validated and reported."""
+    found = [f"{where(m, line)} reads the environment" for m in sorted(MODULES)
+             if m not in READS_ENVIRONMENT and not m.startswith(OWNERS)
+             for line in environment_reads(m)]
+    found += [f"{where(m, line)} loads the settings" for m in sorted(MODULES)
+              if m not in LOADS_SETTINGS and not m.startswith(OWNERS)
+              for line in settings_loads(m)]
+    assert not found, "\n".join(found) + "\n(take what it needs from its owner)"
+    stale = [m for m in READS_ENVIRONMENT if not environment_reads(m)]
+    stale += [m for m in LOADS_SETTINGS if not settings_loads(m)]
+    assert not stale, f"remove these from READS_ENVIRONMENT / LOADS_SETTINGS: {stale}"
+
+
 def test_the_table_keeps_the_layering() -> None:
     """The rules the table must keep, whatever else is added to it."""
     assert ALLOWED[ENGINE] == set()
