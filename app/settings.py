@@ -3,15 +3,23 @@
 Every knob a worker, the demo or a tool reads lives here, so the README's settings table, the
 Kubernetes manifests and docker-compose have one list to stay consistent with. A wrong value
 raises `SettingsError` naming the variable and why; the CLI prints that one line and exits 2.
+
+The process's owner (a CLI command, the worker) loads them once and builds from them, here and
+nowhere else, what its components take: the engine's settings (`Settings.engine`), the Kafka
+connections' security (`Settings.kafka_security`) and the control records' keys
+(`Settings.signing`). No component of the product reads the environment itself.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from app.engine.allocation import MIN_VALIDITY_MS
+from app.engine.engine import EngineSettings
+from app.kafka.security import KafkaSecurity
+from app.signing import Signing, SigningError
 
 
 class SettingsError(ValueError):
@@ -79,8 +87,6 @@ def _port(raw: str) -> int:
 
 
 def _signing_keys(raw: str) -> str:
-    from app.signing import Signing, SigningError
-
     try:
         Signing.parse(raw)
     except SigningError as exc:
@@ -174,22 +180,92 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
-    """The validated values; attribute names are the env names lower-cased without `QS_`."""
+    """The validated values, one typed field per `SETTINGS` entry: its env name lower-cased
+    without `QS_` (`attr_name`), of the type its parser returns (a test holds the two lists to
+    each other). Built by `load`, never by hand: the defaults live in `SETTINGS`."""
 
-    values: Mapping[str, object] = field(default_factory=dict)
-
-    def __getattr__(self, name: str) -> object:
-        try:
-            return self.values[name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
+    kafka_bootstrap_servers: str
+    kafka_security_protocol: str
+    kafka_ssl_cafile: str
+    kafka_ssl_certfile: str
+    kafka_ssl_keyfile: str
+    kafka_ssl_check_hostname: bool
+    kafka_sasl_mechanism: str
+    kafka_sasl_username: str
+    kafka_sasl_password: str = field(repr=False)
+    signing_keys: str = field(repr=False)
+    app_id: str
+    scope: str
+    cluster_enforcement: str
+    allocation_validity_ms: int
+    allocation_sample_ms: int
+    allocation_span_ms: int
+    accounting: str
+    quota_window_num: int
+    quota_window_size_ms: int
+    controller_window_num: int
+    controller_window_size_ms: int
+    partitions: int
+    topic_request: str
+    topic_connection: str
+    topic_mutation: str
+    topic_configs: str
+    topic_directives: str
+    topic_deadletter: str
+    state_dir: str
+    standby_replicas: int
+    web_host: str
+    web_port: int
+    event_format: str
+    event_record_bytes: int
+    ingest_linger_ms: int
+    config_grace_ms: int
+    config_poll_ms: int
+    config_hold_max_ms: int
+    idle_expiry_ms: int
+    flush_interval_ms: int
+    metrics_top_n: int
+    log_level: str
 
     @property
     def local_cluster(self) -> bool:
         """True when no cluster is configured: the demo and the simulator start their own."""
-        return not self.values["kafka_bootstrap_servers"]
+        return not self.kafka_bootstrap_servers
+
+    def engine(self) -> EngineSettings:
+        """The engine's settings, the workers' own: every driver that decides as they do takes
+        these, and an enforcer's own quota managers hold the same windows
+        (`app.enforcement.local.broker_settings`)."""
+        return EngineSettings(
+            scope=self.scope, accounting=self.accounting,
+            window_num=self.quota_window_num, window_ms=self.quota_window_size_ms,
+            controller_window_num=self.controller_window_num,
+            controller_window_ms=self.controller_window_size_ms,
+            config_grace_ms=self.config_grace_ms, idle_expiry_ms=self.idle_expiry_ms,
+            allocations=self.scope == "cluster" and self.cluster_enforcement == "allocations",
+            allocation_validity_ms=self.allocation_validity_ms,
+            allocation_sample_ms=self.allocation_sample_ms,
+            allocation_span_ms=self.allocation_span_ms)
+
+    def kafka_security(self) -> KafkaSecurity:
+        """How every Kafka connection of this process authenticates and encrypts; a combination
+        that cannot work is a `SettingsError`, and so is a TLS file that cannot be loaded."""
+        try:
+            security = KafkaSecurity(
+                self.kafka_security_protocol, self.kafka_ssl_cafile, self.kafka_ssl_certfile,
+                self.kafka_ssl_keyfile, self.kafka_ssl_check_hostname, self.kafka_sasl_mechanism,
+                self.kafka_sasl_username, self.kafka_sasl_password)
+            if security.tls:
+                security.ssl_context()
+        except ValueError as exc:
+            raise SettingsError(f"Kafka security settings: {exc}") from None
+        return security
+
+    def signing(self) -> Signing:
+        """The keys control records are sealed and verified with (`app.signing`)."""
+        return Signing.parse(self.signing_keys)
 
 
 def attr_name(env: str) -> str:
@@ -199,7 +275,7 @@ def attr_name(env: str) -> str:
 def load(environ: Mapping[str, str] | None = None) -> Settings:
     """Parse and validate every setting; raise `SettingsError` on the first bad one."""
     env = os.environ if environ is None else environ
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for setting in SETTINGS:
         raw = env.get(setting.env, setting.default).strip()
         try:
@@ -210,7 +286,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
                 reason = "must be an integer"
             shown = "<hidden>" if setting.secret else repr(raw)  # a secret is never printed
             raise SettingsError(f"{setting.env}={shown}: {reason}") from None
-    return Settings(values)
+    return Settings(**values)
 
 
 __all__ = ["SETTINGS", "Setting", "Settings", "SettingsError", "load", "attr_name"]

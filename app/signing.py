@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import struct
 from dataclasses import dataclass
-from functools import cache
 
 SEAL = b',"sig":"'
 #: Why `open` refuses a record: every reader counts refusals by these.
@@ -48,12 +46,6 @@ def mac_input(topic: str, key: bytes | None, payload: bytes) -> bytes:
 
 class SigningError(ValueError):
     """A QS_SIGNING_KEYS value that cannot be used."""
-
-
-@cache
-def signing_from_env() -> Signing:
-    """This process's keys (`QS_SIGNING_KEYS`; commands validate it with every setting first)."""
-    return Signing.parse(os.environ.get("QS_SIGNING_KEYS"))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ NO_BOOTSTRAP = ("KAFKA_BOOTSTRAP_SERVERS is not set: set it to your Kafka cluste
 def settings_with_bootstrap() -> tuple[Settings, str]:
     """The settings and the bootstrap address, or a `UserError` saying how to set it."""
     settings = load()
-    bootstrap = str(settings.kafka_bootstrap_servers)
+    bootstrap = settings.kafka_bootstrap_servers
     if not bootstrap:
         raise UserError(NO_BOOTSTRAP)
     return settings, bootstrap

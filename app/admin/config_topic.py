@@ -29,6 +29,8 @@ from app.contract.keys import canonical_json, config_entity, config_key
 from app.engine.configs import ConfigUpdate, QuotaConfigs, client_level_path
 from app.engine.timeline import ConfigTimeline
 from app.intake.routes import text_partition
+from app.kafka.security import PLAINTEXT, KafkaSecurity
+from app.signing import Signing
 
 
 def entity_partition(update: ConfigUpdate, partitions: int) -> int:
@@ -62,14 +64,15 @@ class LoadedConfigs:
 
 
 def apply_values(values: Iterable[bytes | None | tuple[bytes | None, bytes | None, int | None]],
-                 topic: str = "") -> LoadedConfigs:
+                 topic: str = "", *, signing: Signing) -> LoadedConfigs:
     """Apply raw record values (or `(key, value, Kafka timestamp)` records) exactly as a
-    worker's config follower does."""
+    worker's config follower does, refusing those `signing` does not open."""
     from app.kafka.config_follower import ConfigFollower
 
     loaded = LoadedConfigs()
     follower = ConfigFollower("", topic, loaded.timeline,
-                              on_bad=lambda reason, _value: loaded.bad.append(reason))
+                              on_bad=lambda reason, _value: loaded.bad.append(reason),
+                              signing=signing)
     follower_log = logging.getLogger("app.kafka.config_follower")
     level = follower_log.level
     follower_log.setLevel(logging.ERROR)  # the tool reports bad records itself
@@ -83,7 +86,8 @@ def apply_values(values: Iterable[bytes | None | tuple[bytes | None, bytes | Non
     return loaded
 
 
-async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
+async def load_configs(bootstrap: str, topic: str, *, signing: Signing,
+                       security: KafkaSecurity = PLAINTEXT) -> LoadedConfigs:
     """Read the config topic to its end and rebuild the configs from it.
 
     A config topic that does not exist yet holds no configs (it is not auto-created).
@@ -92,15 +96,17 @@ async def load_configs(bootstrap: str, topic: str) -> LoadedConfigs:
     from app.kafka.whole_topic import read_topic
 
     try:
-        records = await read_topic(bootstrap, topic)
+        records = await read_topic(bootstrap, topic, security=security)
     except TopicMissing:
         return LoadedConfigs(exists=False)
-    return apply_values(((r.key, r.value, r.timestamp) for r in records), topic)
+    return apply_values(((r.key, r.value, r.timestamp) for r in records), topic, signing=signing)
 
 
 async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str, Any], ConfigUpdate]],
-                        spec: tuple[str, int, Any] | None, stamp_now: bool = False) -> None:
-    """Produce config records (value = contract JSON, compaction-safe key), acked by the cluster.
+                        spec: tuple[str, int, Any] | None, stamp_now: bool = False, *,
+                        signing: Signing = Signing(), security: KafkaSecurity = PLAINTEXT) -> None:
+    """Produce config records (value = contract JSON, compaction-safe key), acked by the cluster,
+    each sealed with `signing`'s first key (none: unsealed, which signing readers refuse).
 
     `spec`: create the topic first if missing (None: the operator manages topics).
     `stamp_now`: set each record's `ts` (in place) to the time it is handed to the producer,
@@ -109,13 +115,10 @@ async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str
     """
     from app.kafka.clients import producer
     from app.kafka.topics import ensure_topics
-    from app.signing import signing_from_env
-
-    signing = signing_from_env()
 
     if spec is not None:
-        await ensure_topics(bootstrap, [spec])
-    async with producer(bootstrap) as p:
+        await ensure_topics(bootstrap, [spec], security)
+    async with producer(bootstrap, security=security) as p:
         partitions = len(await p.partitions_for(topic))
         futures = []
         for record, update in updates:

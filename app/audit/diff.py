@@ -32,7 +32,7 @@ import orjson
 from app.audit.common import entity_string
 from app.contract.directives import grouping_problem
 from app.contract.keys import directive_key
-from app.signing import Signing, signing_from_env
+from app.signing import Signing
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -73,18 +73,18 @@ class DiffRow:
 
 
 def parse_directive(value: bytes | str | None, topic: str | None = None,
-                    signing: Signing | None = None, key: bytes | None = None, *,
+                    signing: Signing = Signing(), key: bytes | None = None, *,
                     keyless: bool = False) -> tuple[dict[str, Any] | None, str | None]:
     """A directive's JSON -> (directive dict, None) or (None, why it is not a directive).
-    `topic`: read from that control topic, so sealed (`app.signing`): with QS_SIGNING_KEYS one
-    no listed key sealed is refused, as the brokers refuse it. `key`: the record's Kafka key,
+    `topic`: read from that control topic, so sealed (`app.signing`): with `signing`'s keys
+    (QS_SIGNING_KEYS) one no listed key sealed is refused, as the brokers refuse it. `key`: the record's Kafka key,
     which the seal covers; `keyless`: read from an archive that kept no keys (JSON lines), so
     the seal is checked under the key the workers write that directive with."""
     raw = value.encode() if isinstance(value, str) else (value or b"")
     if topic is not None:
         if keyless:
             key = written_key(raw)
-        payload, refused = (signing or signing_from_env()).open(topic, key, raw)
+        payload, refused = signing.open(topic, key, raw)
         if payload is None:
             return None, f"refused: {refused}"
         raw = payload
@@ -163,11 +163,11 @@ def pair_group(group: Group, expected: list[tuple[int, str, dict[str, Any]]],
 
 
 def compare(expected: Iterable[bytes | str | dict[str, Any]],
-            actual: Iterable[bytes | str | dict[str, Any]], topic: str | None = None
-            ) -> list[DiffRow]:
+            actual: Iterable[bytes | str | dict[str, Any]], topic: str | None = None,
+            signing: Signing = Signing()) -> list[DiffRow]:
     """Whole-list comparison (in-process): expected and actual directives in their orders;
-    `topic`: the control topic the actual ones (values without their keys) were read from
-    (`parse_directive`)."""
+    `topic`: the control topic the actual ones (values without their keys) were read from,
+    verified with `signing` (`parse_directive`)."""
 
     def load(items: Iterable[bytes | str | dict[str, Any]], side: str
              ) -> tuple[dict[Group, list[tuple[int, str, dict[str, Any]]]], list[DiffRow]]:
@@ -177,7 +177,7 @@ def compare(expected: Iterable[bytes | str | dict[str, Any]],
             if isinstance(item, dict):
                 d, err, text = item, None, orjson.dumps(item).decode()
             else:
-                d, err = parse_directive(item, topic if side == "actual" else None,
+                d, err = parse_directive(item, topic if side == "actual" else None, signing,
                                          keyless=True)
                 text = item.decode("utf-8", "replace") if isinstance(item, bytes) else item
             if d is None:
@@ -237,11 +237,11 @@ def within_tolerance(counts: dict[str, int], tolerance: tuple[float, bool]) -> b
 # -- Spark adapters --------------------------------------------------------------------------
 
 
-def side_rows_function(side: str, topic: str | None = None
+def side_rows_function(side: str, topic: str | None = None, signing: Signing = Signing()
                        ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """`mapInArrow` over control records (`value`, plus `partition`/`offset`/`key` when
     present; without `key`, an archive's: `parse_directive`): parse each into a comparator
-    row (`SIDE_DDL`)."""
+    row (`SIDE_DDL`). `signing` goes to the executors with the function."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -257,7 +257,7 @@ def side_rows_function(side: str, topic: str | None = None
                                                           "quota", "ts", "k1", "k2", "k3",
                                                           "json", "error")}
             for value, a, b, key in zip(values, k1, k2, keys):
-                d, err = parse_directive(value, topic, key=key, keyless="key" not in names)
+                d, err = parse_directive(value, topic, signing, key, keyless="key" not in names)
                 text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                 if d is None:
                     row = (side, None, None, None, None, None, a or 0, b or 0, 0, text, err)

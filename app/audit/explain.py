@@ -44,6 +44,8 @@ from app.engine import allocation
 from app.engine.allocation import Shares
 from app.engine.stats import Rate, TokenBucket
 from app.intake.files import open_input
+from app.kafka.security import KafkaSecurity
+from app.signing import Signing
 
 
 class ExplainError(ValueError):
@@ -133,22 +135,25 @@ def _read_parquet(files: list[str]) -> Input:
             archive_configs(r[2] for r in records)[0])
 
 
-def read_kafka(bootstrap: str, topics: Any) -> Input:
+def read_kafka(bootstrap: str, topics: Any, security: KafkaSecurity, signing: Signing) -> Input:
+    """The event and config topics, read on the driver with `security`; configs `signing`
+    does not open are skipped, as the workers skip them."""
     from app.audit.job import existing_topics, read_topic_local
 
-    present = existing_topics(bootstrap)
+    present = existing_topics(bootstrap, security)
     records: list[Record] = []
     tps: set[tuple[str, int]] = set()
     for topic in topics.events:
         if topic not in present:
             continue
-        for partition, offset, _key, value, timestamp in read_topic_local(bootstrap, topic):
+        for partition, offset, _key, value, timestamp in read_topic_local(bootstrap, topic,
+                                                                          security):
             records.append(((topic, partition), offset, value, timestamp))
             tps.add((topic, partition))
     configs: list[ConfigEntry] = []
     if topics.configs in present:
-        configs, _bad = topic_configs(read_topic_local(bootstrap, topics.configs),
-                                      topics.configs)
+        configs, _bad = topic_configs(read_topic_local(bootstrap, topics.configs, security),
+                                      topics.configs, signing)
     records.sort(key=lambda r: (r[0], r[1]))
     return MODE_KAFKA, {tp: i for i, tp in enumerate(sorted(tps))}, records, configs
 

@@ -59,7 +59,8 @@ from app.audit.results import (
 from app.audit.summaries import BASE_BUCKET_MS
 from app.engine.engine import EngineSettings
 from app.errors import reason
-from app.kafka.security import client_options, from_env
+from app.kafka.security import PLAINTEXT, KafkaSecurity
+from app.signing import Signing
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -93,6 +94,10 @@ class AuditOptions:
     settings: EngineSettings = field(default_factory=EngineSettings)
     topics: Topics = field(default_factory=Topics)
     bootstrap: str = ""
+    #: how Kafka is reached (the driver's reads, and the executors': `KafkaSecurity.options`),
+    #: and the keys the config and control records must be sealed with: the settings'
+    security: KafkaSecurity = PLAINTEXT
+    signing: Signing = Signing()
     #: "auto" (the control topic for Kafka input, nothing for archives), "none", "kafka", or
     #: paths of directive archives (JSON lines, e.g. `quota-streams directives` output).
     control: list[str] = field(default_factory=lambda: ["auto"])
@@ -239,7 +244,7 @@ class Progress:
 # -- Kafka helpers (driver side) -------------------------------------------------------------
 
 
-def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
+def existing_topics(bootstrap: str, security: KafkaSecurity, timeout_s: float = 15.0) -> set[str]:
     """Topic names on the cluster, without naming one (a cluster may auto-create it)."""
     import asyncio
 
@@ -248,7 +253,8 @@ def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
     async def run() -> set[str]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                     enable_auto_commit=False,
-                                    request_timeout_ms=int(timeout_s * 1000), **client_options())
+                                    request_timeout_ms=int(timeout_s * 1000),
+                                    **security.aiokafka())
         try:  # stopped even when the start fails, or aiokafka warns of an unclosed consumer
             await consumer.start()
             return set(await consumer.topics())
@@ -264,7 +270,7 @@ def existing_topics(bootstrap: str, timeout_s: float = 15.0) -> set[str]:
         loop.close()
 
 
-def read_topic_local(bootstrap: str, topic: str) -> list[TopicRecord]:
+def read_topic_local(bootstrap: str, topic: str, security: KafkaSecurity) -> list[TopicRecord]:
     """`(partition, offset, key, value, timestamp ms)` of a whole topic, read on the driver
     (small topics: configs, a control topic for `explain`), with the data source's exact
     planning."""
@@ -278,7 +284,7 @@ def read_topic_local(bootstrap: str, topic: str) -> list[TopicRecord]:
 
     opts = KafkaSourceOptions.from_options({"bootstrap": bootstrap, "topics": topic,
                                             "max_records_per_partition": WHOLE_PARTITION,
-                                            **from_env().options()})
+                                            **security.options()})
     earliest, latest = probe_partitions(opts)
     out: list[TopicRecord] = []
     for part in plan_partitions(resolve_ranges(earliest, latest), 2**62):
@@ -317,7 +323,7 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
 
     if not opts.bootstrap:
         raise AuditError("--input kafka needs --bootstrap or KAFKA_BOOTSTRAP_SERVERS")
-    topics = existing_topics(opts.bootstrap)
+    topics = existing_topics(opts.bootstrap, opts.security)
     events = [t for t in opts.topics.events if t in topics]
     missing = [t for t in opts.topics.events if t not in topics]
     if not events:
@@ -326,7 +332,7 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
     for t in missing:
         progress.step(f"note: event topic {t} does not exist; skipped")
     source = {"bootstrap": opts.bootstrap, "topics": ",".join(events),
-              "max_records_per_partition": WHOLE_PARTITION, **from_env().options()}
+              "max_records_per_partition": WHOLE_PARTITION, **opts.security.options()}
     if opts.starting_offsets:
         source["starting_offsets"] = opts.starting_offsets
     if opts.ending_offsets:
@@ -342,14 +348,16 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
     streams = {tp: index for index, tp in enumerate(tps)}
     planned = sum(end - start for start, end in ranges.values())
     seeds = clock_seeds(opts.bootstrap, {tp: start for tp, (start, end) in ranges.items()
-                                         if earliest.get(tp, 0) < start < end}, progress)
+                                         if earliest.get(tp, 0) < start < end}, progress,
+                        opts.security)
     records = (spark.read.format("quota_kafka").options(**source).load()
                .select("topic", "partition", "offset", "value", "timestamp"))
     configs: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []
     if opts.topics.configs in topics:
-        configs, bad = topic_configs(read_topic_local(opts.bootstrap, opts.topics.configs),
-                                     opts.topics.configs)
+        configs, bad = topic_configs(
+            read_topic_local(opts.bootstrap, opts.topics.configs, opts.security),
+            opts.topics.configs, opts.signing)
     else:
         progress.step(f"note: config topic {opts.topics.configs} does not exist: no quotas")
     control = None
@@ -359,7 +367,7 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
             control = (spark.read.format("quota_kafka")
                        .option("bootstrap", opts.bootstrap)
                        .option("topics", opts.topics.directives)
-                       .options(**from_env().options()).load()
+                       .options(**opts.security.options()).load()
                        .select("partition", "offset", "key", "value"))
         elif want == ["kafka"]:
             raise AuditError(f"control topic {opts.topics.directives} does not exist")
@@ -369,8 +377,8 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
                      control, f"kafka {opts.bootstrap} {','.join(events)}", planned, seeds)
 
 
-def clock_seeds(bootstrap: str, starts: dict[tuple[str, int], int], progress: Progress
-                ) -> dict[Any, tuple[int, ...]]:
+def clock_seeds(bootstrap: str, starts: dict[tuple[str, int], int], progress: Progress,
+                security: KafkaSecurity) -> dict[Any, tuple[int, ...]]:
     """The event timestamps before each of `starts` (the first offset read of a stream read
     from past its log start), read back as a worker that takes a partition over reads them
     (`app.kafka.clock_seed`): each stream's clock then judges as the workers' did there."""
@@ -379,7 +387,7 @@ def clock_seeds(bootstrap: str, starts: dict[tuple[str, int], int], progress: Pr
     from app.kafka.clock_seed import ClockSeeder
 
     async def run() -> dict[Any, tuple[int, ...]]:
-        seeder = ClockSeeder(bootstrap)
+        seeder = ClockSeeder(bootstrap, security=security)
         found: dict[Any, tuple[int, ...]] = {}
         try:
             for (topic, partition), start in sorted(starts.items()):
@@ -437,7 +445,7 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
                 raise AuditError("--control kafka needs --bootstrap or KAFKA_BOOTSTRAP_SERVERS")
             control = (spark.read.format("quota_kafka").option("bootstrap", opts.bootstrap)
                        .option("topics", opts.topics.directives)
-                       .options(**from_env().options()).load()
+                       .options(**opts.security.options()).load()
                        .select("partition", "offset", "key", "value"))
         else:
             control = read_control_files(spark, opts.control)
@@ -452,7 +460,7 @@ def plan_archive(spark: SparkSession, opts: AuditOptions, progress: Progress) ->
                             F.expr("unix_millis(timestamp)").alias("ms")).collect())
         configs, bad = topic_configs(
             [(r["partition"], r["offset"], r["key"], r["value"], r["ms"]) for r in cfg_rows],
-            opts.topics.configs)
+            opts.topics.configs, opts.signing)
         events = df.where(F.col("topic").isin(*opts.topics.events))
         tps = sorted((r["topic"], r["partition"]) for r in
                      events.select("topic", "partition").distinct().collect())
@@ -593,9 +601,10 @@ def directives_frame(decisions: DataFrame) -> DataFrame:
 
 
 def diff_frame(directives: DataFrame, control: DataFrame, n: int,
-               bounds: tuple[int | None, int | None], control_topic: str) -> DataFrame:
+               bounds: tuple[int | None, int | None], control_topic: str,
+               signing: Signing) -> DataFrame:
     """Expected (recomputed) vs actual (control) directives -> `DIFF_DDL` rows; the actual ones
-    as read from `control_topic` (sealed ones verified, `app.signing`)."""
+    as read from `control_topic` (sealed ones verified with `signing`, `app.signing`)."""
     from pyspark.sql import functions as F
 
     expected = directives.select(
@@ -603,7 +612,7 @@ def diff_frame(directives: DataFrame, control: DataFrame, n: int,
         F.col("s").cast("long").alias("k1"), F.col("pos").alias("k2"),
         (F.col("i").cast("long") * 1000 + F.col("di")).alias("k3"),
         F.col("directive").alias("json"), F.lit(None).cast("string").alias("error"))
-    actual = control.mapInArrow(diffmod.side_rows_function("a", control_topic),
+    actual = control.mapInArrow(diffmod.side_rows_function("a", control_topic, signing),
                                 diffmod.SIDE_DDL)
     lo, hi = bounds
     if lo is not None:
@@ -789,7 +798,7 @@ def compare_phase(spark: SparkSession, opts: AuditOptions, rec: Recomputed,
                 .agg(F.min("first_ts"), F.max("last_ts")).collect()[0])
         bounds = (span[0], None if span[1] is None else span[1] + 1)
     diff_frame(spark.read.parquet(f"{out}/directives"), rec.plan.control, rec.partitions, bounds,
-               opts.topics.directives).write.mode("overwrite").parquet(f"{out}/diff")
+               opts.topics.directives, opts.signing).write.mode("overwrite").parquet(f"{out}/diff")
     diff = spark.read.parquet(f"{out}/diff")
     counts = {s: 0 for s in diffmod.STATUSES}
     by_quota = []

@@ -72,7 +72,7 @@ from app.intake.newest_configs import NewestConfigs
 from app.intake.records import Decoded, decode_config, decode_line, decode_source, file_configs
 from app.intake.routes import RouteCache, Routes
 from app.intake.stream import StreamIntake
-from app.signing import Signing, signing_from_env
+from app.signing import Signing
 
 from app.audit.event_codec import (
     EVENT_CLASSES,
@@ -131,12 +131,11 @@ def exploded_schema() -> pa.Schema:
 
 
 def topic_configs(
-    records: Iterable[TopicRecord], topic: str = "", signing: Signing | None = None,
+    records: Iterable[TopicRecord], topic: str = "", signing: Signing = Signing(),
 ) -> tuple[list[ConfigEntry], list[tuple[str, str]]]:
     """Config-topic records -> config entries in (partition, offset) order, and the bad ones
-    skipped as the workers skip them (unsealed ones too, with QS_SIGNING_KEYS, and stale ones:
-    `app.intake.newest_configs`): `(where, reason)` each."""
-    signing = signing_from_env() if signing is None else signing
+    skipped as the workers skip them (unsealed ones too, when `signing` has keys, and stale
+    ones: `app.intake.newest_configs`): `(where, reason)` each."""
     newest = NewestConfigs()
     entries: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []

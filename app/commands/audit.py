@@ -112,19 +112,24 @@ def run(args: argparse.Namespace) -> int:
     if args.headroom <= 0:
         raise UserError("--headroom must be > 0")
     _check_out(args.out)
+    from app.settings import load
+
+    process = load()  # the Kafka security and the signing keys, as every component's
+    security, signing = process.kafka_security(), process.signing()
     if needs_kafka:  # before Spark's ~10 s start: an unreachable cluster is known in a moment
         from app.kafka.clients import quiet_client_logs
 
         quiet_client_logs()
         try:
-            existing_topics(args.bootstrap)
+            existing_topics(args.bootstrap, security)
         except AuditError as exc:
             raise UserError(str(exc)) from None
     opts = AuditOptions(
         out=args.out, inputs=args.input, settings=engine_settings(args),
         topics=Topics(args.topic_request, args.topic_connection, args.topic_mutation,
                       args.topic_configs, args.topic_directives),
-        bootstrap=args.bootstrap, control=args.control, time_from=time_from, time_to=time_to,
+        bootstrap=args.bootstrap, security=security, signing=signing, control=args.control,
+        time_from=time_from, time_to=time_to,
         warmup_ms=args.warmup_ms, starting_offsets=args.starting_offsets,
         ending_offsets=args.ending_offsets, partitions=args.partitions,
         bucket_ms=args.bucket_ms, entities=args.entity, tolerance=args.tolerance,

@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
 
             if first != "PLAINTEXT":
                 raise UserError("--create-topics needs the PLAINTEXT listener")
-            create_topics_sync(cluster.bootstrap(first), topic_specs(load()),
-                               replication_factor=args.brokers)
+            settings = load()
+            create_topics_sync(cluster.bootstrap(first), topic_specs(settings),
+                               security=settings.kafka_security(), replication_factor=args.brokers)
         for line in describe(cluster):
             print(line, flush=True)
         print(f"Kafka running: KAFKA_BOOTSTRAP_SERVERS={cluster.bootstrap(first)}", flush=True)

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         create_topics_sync(pipeline.bootstrap, [(t, n, CLIENT_TOPIC_CONFIG)
                                                 for t, n in spec.topics.items()],
-                           check_partitions=False)
+                           security=pipeline.security, check_partitions=False)
         stderr_log(f"starting {spec.gateways} gateway(s) in front of {pipeline.bootstrap}")
         try:
             gateways = [cluster.start_gateway().bootstrap for _ in range(spec.gateways)]
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
                    + ("; Ctrl-C stops it" if args.duration is None else f" for {args.duration:g} s"))
         probe = LagProbe([cluster.ports[i] for i in sorted(cluster.procs)]) \
             if cluster.procs else None
-        run_ = asyncio.run(run_demo(spec, pipeline.bootstrap, str(pipeline.settings.topic_directives),
-                                    gateways, cluster.work_dir, view.refresh, args.duration,
-                                    probe))
+        run_ = asyncio.run(run_demo(spec, pipeline.bootstrap, pipeline.security,
+                                    pipeline.settings.topic_directives, gateways,
+                                    cluster.work_dir, view.refresh, args.duration, probe))
         if tty:
             print()
         print(view.summary(run_))

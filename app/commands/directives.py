@@ -6,11 +6,14 @@ import argparse
 import os
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from app.commands.support import int_at_least, positive_float
+
+if TYPE_CHECKING:
+    from app.kafka.security import KafkaSecurity
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,9 +38,10 @@ def run(args: argparse.Namespace) -> int:
     from app.admin.common import run_kafka, settings_with_bootstrap
 
     settings, bootstrap = settings_with_bootstrap()
-    topic = str(settings.topic_directives)
+    topic = settings.topic_directives
     try:
-        return run_kafka(bootstrap, _consume(bootstrap, topic, args, sys.stdout))
+        return run_kafka(bootstrap, _consume(bootstrap, settings.kafka_security(), topic, args,
+                                             sys.stdout))
     except BrokenPipeError:  # `| head`: the reader left; not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -60,10 +64,11 @@ def format_record(record: Any, show_meta: bool) -> str | None:
                          "timestamp": record.timestamp, "key": key, "value": value}).decode()
 
 
-async def _consume(bootstrap: str, topic: str, args: argparse.Namespace, out: IO[str]) -> int:
+async def _consume(bootstrap: str, security: KafkaSecurity, topic: str, args: argparse.Namespace,
+                   out: IO[str]) -> int:
     from app.kafka.clients import consumer, partitions_of
 
-    async with consumer(bootstrap) as c:
+    async with consumer(bootstrap, security=security) as c:
         tps = await partitions_of(c, topic)
         c.assign(tps)
         if args.from_beginning:

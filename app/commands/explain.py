@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from app.audit.explain import ExplainError, explain, iter_quota_names, read_files, read_kafka, render
     from app.audit.job import AuditError, Topics
     from app.errors import UserError
+    from app.settings import load
 
     try:
         spec = parse_entity(args.entity)
@@ -61,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
                 raise UserError("--input kafka needs --bootstrap or KAFKA_BOOTSTRAP_SERVERS")
             topics = Topics(args.topic_request, args.topic_connection, args.topic_mutation,
                             args.topic_configs)
-            mode, streams, records, configs = read_kafka(args.bootstrap, topics)
+            process = load()  # the Kafka security and the signing keys, as every component's
+            mode, streams, records, configs = read_kafka(args.bootstrap, topics,
+                                                         process.kafka_security(),
+                                                         process.signing())
             source = f"kafka {args.bootstrap}"
         else:
             mode, streams, records, configs = read_files(args.input)

@@ -13,6 +13,7 @@ from app.gateway.limits import MAX_REQUEST_BYTES, PRE_AUTH_FRAME, Limits
 
 if TYPE_CHECKING:
     from app.gateway.server import Gateway, GatewayConfig
+    from app.settings import Settings
 
 EPILOG = """\
 Ports: clients bootstrap at --listen; broker N is reached at
@@ -178,17 +179,18 @@ def run(args: argparse.Namespace) -> int:
     from app.gateway.memory import fix_malloc_thresholds
     from app.gateway.server import Gateway, GatewayError
 
-    config = build_config(args)
+    from app.settings import load
+
+    settings = load()
+    config = build_config(args, settings)
     if not args.no_create_topics:
         from app.commands.support import ensure_product_topics
-        from app.settings import load
 
-        settings = load()
-        ensure_product_topics(settings, config.kafka_bootstrap,
+        ensure_product_topics(settings, config.kafka_security, config.kafka_bootstrap,
                               "check KAFKA_BOOTSTRAP_SERVERS" if settings.kafka_bootstrap_servers
                               else "check --upstream (the gateway's own Kafka connection uses it "
                               "while KAFKA_BOOTSTRAP_SERVERS is not set)")
-    logging.basicConfig(level=log_level(args), stream=sys.stderr,
+    logging.basicConfig(level=log_level(args, settings), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("aiokafka", "kafka"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -238,23 +240,19 @@ async def _serve(gateway: Gateway, args: argparse.Namespace) -> None:
         await status.stop()
 
 
-def log_level(args: argparse.Namespace) -> str:
+def log_level(args: argparse.Namespace, settings: Settings) -> str:
     """`--log-level`, else QS_LOG_LEVEL: the setting every process of a deployment shares."""
-    from app.settings import load
-
-    return str(args.log_level or load().log_level).upper()
+    return str(args.log_level or settings.log_level).upper()
 
 
-def build_config(args: argparse.Namespace) -> GatewayConfig:
-    """The validated `GatewayConfig` for these arguments and the environment."""
-    from app.engine.engine import EngineSettings
+def build_config(args: argparse.Namespace, settings: Settings) -> GatewayConfig:
+    """The validated `GatewayConfig` for these arguments and settings."""
+    from app.enforcement.local import broker_settings
     from app.engine.events import MAX_ID
     from app.errors import UserError
     from app.gateway.server import GatewayConfig
     from app.gateway.tls import client_context, server_context
-    from app.settings import load
 
-    settings = load()
     host = args.advertised_host or args.listen[0]
     try:
         if ipaddress.ip_address(host).is_unspecified:
@@ -274,23 +272,18 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
                         "of the cluster its own id and the same --gateways count")
     if args.gateway_id is not None and args.gateway_id > MAX_ID:
         raise UserError(f"--gateway-id must be at most {MAX_ID}")
-    kafka = str(settings.kafka_bootstrap_servers) or ",".join(f"{h}:{p}" for h, p in args.upstream)
+    kafka = settings.kafka_bootstrap_servers or ",".join(f"{h}:{p}" for h, p in args.upstream)
+    engine = settings.engine()
     return GatewayConfig(
         upstream=args.upstream, listen=args.listen, advertised_host=host, kafka_bootstrap=kafka,
-        topics={"request": str(settings.topic_request), "connection": str(settings.topic_connection),
-                "mutation": str(settings.topic_mutation)},
-        directives_topic=str(settings.topic_directives), configs_topic=str(settings.topic_configs),
-        local=None if args.no_local_quotas else EngineSettings(
-            window_num=int(settings.quota_window_num),  # type: ignore[call-overload]
-            window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
-            controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
-            controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
-            allocation_sample_ms=int(settings.allocation_sample_ms),  # type: ignore[call-overload]
-            config_grace_ms=int(settings.config_grace_ms),  # type: ignore[call-overload]
-            idle_expiry_ms=int(settings.idle_expiry_ms)),  # type: ignore[call-overload]
-        allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
+        topics={"request": settings.topic_request, "connection": settings.topic_connection,
+                "mutation": settings.topic_mutation},
+        directives_topic=settings.topic_directives, configs_topic=settings.topic_configs,
+        kafka_security=settings.kafka_security(), signing=settings.signing(),
+        local=None if args.no_local_quotas else broker_settings(engine),
+        allocations=engine.allocations,
         columnar_events=settings.event_format == "columnar",
-        max_record_bytes=int(settings.event_record_bytes),  # type: ignore[call-overload]
+        max_record_bytes=settings.event_record_bytes,
         gateway_id=args.gateway_id, gateways=args.gateways or 1, listener=args.listener_name,
         node_port_base=args.node_port_base, first_node_id=args.first_node_id,
         bootstrap_node_id=args.bootstrap_node_id, max_nodes=args.max_nodes,

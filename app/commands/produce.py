@@ -6,8 +6,12 @@ import argparse
 import contextlib
 import sys
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from app.commands.support import int_at_least, open_input, progress
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from app.admin.routing import BadLine, Outgoing, route_line
 
     settings, bootstrap = settings_with_bootstrap()
-    topics = {"request": str(settings.topic_request), "connection": str(settings.topic_connection),
-              "mutation": str(settings.topic_mutation), "config": str(settings.topic_configs)}
+    topics = {"request": settings.topic_request, "connection": settings.topic_connection,
+              "mutation": settings.topic_mutation, "config": settings.topic_configs}
     out: list[Outgoing] = []
     bad = bad_events = 0
     with contextlib.ExitStack() as stack:
@@ -88,7 +92,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: list,
+async def _send(bootstrap: str, settings: Settings, topics: dict[str, str], out: list,
                 args: argparse.Namespace) -> tuple[Counter[str], int]:
     """Send every record; one that the client or the broker refuses (too large, say) is
     reported with its line and the rest still go. Returns the counts sent and the failures."""
@@ -99,9 +103,8 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
     from app.kafka.clients import producer
     from app.kafka.topics import ensure_topics
     from app.pipeline.topology import topic_specs
-    from app.signing import signing_from_env
 
-    signing = signing_from_env()
+    signing, security = settings.signing(), settings.kafka_security()
 
     counts: Counter[str] = Counter()
     failed = 0
@@ -109,8 +112,9 @@ async def _send(bootstrap: str, settings: object, topics: dict[str, str], out: l
         return counts, failed
     needed = {topics[o.kind] for o in out}
     if not args.no_create_topics:
-        await ensure_topics(bootstrap, [s for s in topic_specs(settings) if s[0] in needed])  # type: ignore[arg-type]
-    async with producer(bootstrap) as p:
+        await ensure_topics(bootstrap, [s for s in topic_specs(settings) if s[0] in needed],
+                            security)
+    async with producer(bootstrap, security=security) as p:
         partitions = {t: len(await p.partitions_for(t)) for t in sorted(needed)}
         if args.partition is not None:
             for kind in ("request", "connection", "mutation"):

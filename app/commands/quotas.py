@@ -94,9 +94,11 @@ def run_alter(args: argparse.Namespace) -> int:
     spec = parse_entity(args.entity_parts, require_names=True)
     records = build_records(spec, parse_add_config(args.add_config), parse_delete_config(args.delete_config))
     settings, bootstrap = settings_with_bootstrap()
-    topic = str(settings.topic_configs)
+    topic = settings.topic_configs
     topic_spec = None if args.no_create_topics else next(s for s in topic_specs(settings) if s[0] == topic)
-    run_kafka(bootstrap, write_records(bootstrap, topic, records, topic_spec, stamp_now=True))
+    run_kafka(bootstrap, write_records(bootstrap, topic, records, topic_spec, stamp_now=True,
+                                       signing=settings.signing(),
+                                       security=settings.kafka_security()))
     for record, _update in records:
         if args.json:
             emit(orjson.dumps(record).decode())
@@ -113,8 +115,9 @@ def _load(args: argparse.Namespace) -> Any:
     from app.admin.config_topic import load_configs
 
     settings, bootstrap = settings_with_bootstrap()
-    topic = str(settings.topic_configs)
-    loaded = run_kafka(bootstrap, load_configs(bootstrap, topic))
+    topic = settings.topic_configs
+    loaded = run_kafka(bootstrap, load_configs(bootstrap, topic, signing=settings.signing(),
+                                               security=settings.kafka_security()))
     if not loaded.exists:
         print(f"note: config topic {topic!r} does not exist yet: no quotas are configured",
               file=sys.stderr)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -115,19 +115,11 @@ def _live(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -> i
 
 
 def _offline(args: argparse.Namespace, scenario: Any, out: Path, colour: bool) -> int:
-    from app.engine.engine import EngineSettings
     from app.settings import load
     from app.sim.offline import run_offline
     from app.sim.session import cluster_env
 
-    s = load({**os.environ, **cluster_env(scenario)})  # the windows the workers would use
-    settings = EngineSettings(
-        scope=scenario.scope, accounting=scenario.accounting,
-        window_num=cast(int, s.quota_window_num),
-        window_ms=cast(int, s.quota_window_size_ms),
-        controller_window_num=cast(int, s.controller_window_num),
-        controller_window_ms=cast(int, s.controller_window_size_ms),
-        allocation_sample_ms=cast(int, s.allocation_sample_ms))
+    settings = load({**os.environ, **cluster_env(scenario)}).engine()  # as the workers' would be
     started = time.monotonic()
     result = run_offline(scenario, latency_ms=args.latency_ms, settings=settings)
     extra = {"mode": "offline", "latency_ms": args.latency_ms, "events": result.events,

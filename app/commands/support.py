@@ -16,6 +16,8 @@ from app.engine.allocation import MIN_VALIDITY_MS, SPAN_MS
 
 from app.engine.engine import EngineSettings
 from app.errors import reason
+from app.kafka.security import KafkaSecurity
+from app.settings import Settings
 
 T = TypeVar("T")
 
@@ -128,15 +130,16 @@ def progress(items: Iterable[T], quiet: bool, every: float = 1.0, unit: str = "l
         sys.stderr.write("\r\x1b[2K")
 
 
-def ensure_product_topics(settings: object, bootstrap: str | None = None,
+def ensure_product_topics(settings: Settings, security: KafkaSecurity,
+                          bootstrap: str | None = None,
                           fix: str = "check KAFKA_BOOTSTRAP_SERVERS") -> None:
-    """Create the product's topics if missing; a broker that cannot be reached is one line,
-    ending with `fix`. `bootstrap` defaults to KAFKA_BOOTSTRAP_SERVERS."""
+    """Create the product's topics if missing, connected with `security`; a broker that cannot
+    be reached is one line, ending with `fix`. `bootstrap` defaults to KAFKA_BOOTSTRAP_SERVERS."""
     from app.kafka.topics import BrokerError, create_topics_sync
     from app.errors import UserError
     from app.pipeline.topology import topic_specs
 
-    address = bootstrap or str(settings.kafka_bootstrap_servers)  # type: ignore[attr-defined]
+    address = bootstrap or settings.kafka_bootstrap_servers
     # the client logs each failed connection itself; report it once, then restore its logging
     # for what runs next in this process
     loggers = [logging.getLogger(name) for name in ("aiokafka", "kafka")]
@@ -144,7 +147,7 @@ def ensure_product_topics(settings: object, bootstrap: str | None = None,
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
     try:
-        create_topics_sync(address, topic_specs(settings))  # type: ignore[arg-type]
+        create_topics_sync(address, topic_specs(settings), security=security)
     except BrokerError as exc:
         raise UserError(str(exc)) from None
     except (OSError, TimeoutError) as exc:

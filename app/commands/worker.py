@@ -31,18 +31,18 @@ def run(args: argparse.Namespace) -> int:
     if settings.local_cluster:
         raise UserError("KAFKA_BOOTSTRAP_SERVERS is not set: point it at your Kafka cluster, "
                         "or run `quota-streams broker` and export the address it prints")
-    check_web_address(str(settings.web_host), int(settings.web_port))  # type: ignore[call-overload]
+    check_web_address(settings.web_host, settings.web_port)
     if not args.no_create_topics:
-        ensure_product_topics(settings)
+        ensure_product_topics(settings, settings.kafka_security())
     try:
-        os.makedirs(str(settings.state_dir), exist_ok=True)
+        os.makedirs(settings.state_dir, exist_ok=True)
     except OSError as exc:
         raise UserError(f"QS_STATE_DIR={settings.state_dir}: cannot create it ({exc.strerror})") from None
     from app.pipeline.faust_app import app
 
-    level = {"WARNING": "warn"}.get(str(settings.log_level), str(settings.log_level).lower())
+    level = {"WARNING": "warn"}.get(settings.log_level, settings.log_level.lower())
     sys.argv = ["quota-streams", "worker", "-l", level,
-                "--web-port", str(settings.web_port), "--web-bind", str(settings.web_host)]
+                "--web-port", str(settings.web_port), "--web-bind", settings.web_host]
     app.main()
     return 0
 

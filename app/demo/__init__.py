@@ -2,6 +2,6 @@
 live view of what they get. `spec` reads the demo file, `run` starts and follows the clients,
 `view` draws the tables.
 
-It may import the engine, `app.subscriber`, `app.sim` and `app.clients`; only the `demo`
-command imports it.
+It may import the engine, `app.kafka` (its connections' security), `app.subscriber`, `app.sim`
+and `app.clients`; only the `demo` command imports it.
 """

@@ -23,6 +23,7 @@ from typing import Any, Awaitable, Callable
 
 from app.demo.lag import Lag
 from app.demo.spec import DemoClient, DemoSpec
+from app.kafka.security import KafkaSecurity
 
 FOREVER_S = 10**9
 
@@ -154,8 +155,9 @@ async def stop_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-async def run_demo(spec: DemoSpec, bootstrap: str, directives_topic: str, gateways: list[str],
-                   log_dir: Path, on_second: Callable[[DemoRun, Any, float], Any] | None,
+async def run_demo(spec: DemoSpec, bootstrap: str, security: KafkaSecurity, directives_topic: str,
+                   gateways: list[str], log_dir: Path,
+                   on_second: Callable[[DemoRun, Any, float], Any] | None,
                    duration: float | None,
                    lag_probe: Callable[[], Awaitable[Lag | None]] | None = None) -> DemoRun:
     """Run the demo's clients until `duration` or SIGINT/SIGTERM (the first stops the run
@@ -164,7 +166,8 @@ async def run_demo(spec: DemoSpec, bootstrap: str, directives_topic: str, gatewa
     from app.sim.session import signals_stop
     from app.subscriber.watcher import DirectiveWatcher
 
-    watcher = DirectiveWatcher(bootstrap, directives_topic, since_ms=int(time.time() * 1000))
+    watcher = DirectiveWatcher(bootstrap, directives_topic, since_ms=int(time.time() * 1000),
+                               security=security)
     await watcher.start()
     run = DemoRun(spec, gateways, log_dir,
                   None if on_second is None else (lambda r, now: on_second(r, watcher, now)),

@@ -122,7 +122,9 @@ class LocalCluster:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             self.broker = KafkaCluster(work_dir=self.work_dir / "kafka").start()
             self.bootstrap = self.broker.bootstrap()
-        create_topics_sync(str(self.bootstrap), topic_specs(load(self.worker_env(0))))
+        settings = load(self.worker_env(0))
+        create_topics_sync(str(self.bootstrap), topic_specs(settings),
+                           security=settings.kafka_security())
         return str(self.bootstrap)
 
     def start(self) -> LocalCluster:

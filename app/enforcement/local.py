@@ -21,6 +21,8 @@ Pure like the engine: times come from the caller.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.engine import configs as cfg
 from app.engine.configs import QuotaConfigs
 from app.engine.engine import Decision, EngineSettings, QuotaEngine
@@ -28,10 +30,16 @@ from app.engine.events import ConnectionEvent, MutationEvent, RequestEvent
 from app.engine.kafka_math import UNLIMITED
 from app.subscriber.allocations import AllocatedLimits
 
-__all__ = ["FETCH_CAP_SHARE", "LocalQuotas"]
+__all__ = ["FETCH_CAP_SHARE", "LocalQuotas", "broker_settings"]
 
 #: A consumer's fetch asks for at most 1/FETCH_CAP_SHARE of what its quota allows in a window.
 FETCH_CAP_SHARE = 50
+
+
+def broker_settings(workers: EngineSettings) -> EngineSettings:
+    """An enforcer's own quota managers: the workers' windows, grace and expiry, decided as one
+    broker decides (broker scope, Kafka's accounting; allocations come from the workers)."""
+    return replace(workers, scope="broker", accounting="kafka", allocations=False)
 
 
 class LocalQuotas:

@@ -58,8 +58,9 @@ from app.gateway.limits import ConnectionCounts, Limits
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
-from app.kafka.security import client_options
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.kafka.supervision import Supervised, Supervision
+from app.signing import Signing
 from app.subscriber.allocations import AllocatedLimits
 from app.usage.drops import Drops
 from app.usage.publisher import EventPublisher, Source
@@ -87,6 +88,10 @@ class GatewayConfig:
     topics: Mapping[str, str]  # event kind -> topic
     directives_topic: str
     configs_topic: str = "quota.configs"
+    #: how the gateway's own connection authenticates and encrypts, and the keys the directives
+    #: and configs it reads must be sealed with: the settings' (`app.commands.gateway`)
+    kafka_security: KafkaSecurity = PLAINTEXT
+    signing: Signing = Signing()
     #: the gateway's own quota decisions (`LocalQuotas`); None: directives only
     local: EngineSettings | None = None
     #: cluster scope with allocations: the local quotas enforce the allocations
@@ -391,6 +396,7 @@ class Gateway:
 
         cfg = self.config
         sub = DirectiveSubscriber(cfg.kafka_bootstrap, None, topic=cfg.directives_topic,
+                                  signing=cfg.signing, security=cfg.kafka_security,
                                   poll_timeout_ms=100, start_timeout=cfg.directives_timeout,
                                   consumer_options={"fetch_max_wait_ms": 50},
                                   supervision=self.reader_supervision("directives"))
@@ -456,6 +462,7 @@ class Gateway:
                               self.local.engine.timeline,
                               on_bad=lambda reason, _value: refused.labels(
                                   refused_label(reason)).inc(),
+                              signing=self.config.signing, security=self.config.kafka_security,
                               supervision=self.reader_supervision("configs"))
 
     async def _start_configs(self) -> None:
@@ -483,7 +490,7 @@ class Gateway:
         cfg = self.config
         producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka_bootstrap, acks="all",
                                     linger_ms=cfg.flush_ms, request_timeout_ms=15_000,
-                                    **client_options())
+                                    **cfg.kafka_security.aiokafka())
         try:
             async with asyncio.timeout(cfg.probe_timeout):
                 await producer.start()

@@ -10,6 +10,8 @@
   the admin tools); `clock_seed`: a source partition's stream clock read back from its records;
 - `supervision`: reader loops (followers, subscribers) that cannot die unnoticed.
 
-It may import the engine, the intake, `app.settings` and `app.signing`, never a driver or a tool
-(pipeline, gateway, audit, sim, admin, commands, demo) nor the dev stack: the drivers build on it.
+It may import the engine, the intake and `app.signing`, never a driver or a tool (pipeline,
+gateway, audit, sim, admin, commands, demo) nor the dev stack: the drivers build on it. Nor
+`app.settings`: each connection's `KafkaSecurity` and each reader's `Signing` come from its
+owner, who built them from the settings.
 """

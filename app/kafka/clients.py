@@ -2,7 +2,8 @@
 asked through them.
 
 - `consumer` is a started group-less consumer, `producer` a started producer (acks=all), each
-  an async context manager, both connected as `app.kafka.security` says.
+  an async context manager, both connected with the `KafkaSecurity` their caller gives
+  (plaintext, Kafka clients' default, unless given).
 - `topic_exists` / `partitions_of` ask for the cluster's topic list without naming a topic: a
   cluster with `auto.create.topics.enable` creates a topic a client merely asks about.
 - `quiet_client_logs`: a tool reports a connection failure once, in one line.
@@ -17,7 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.kafka.security import client_options
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 
 __all__ = ["REQUEST_TIMEOUT_MS", "TopicMissing", "consumer", "partitions_of", "producer",
            "quiet_client_logs", "topic_exists"]
@@ -40,12 +41,13 @@ def quiet_client_logs() -> None:
 
 
 @contextlib.asynccontextmanager
-async def consumer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaConsumer]:
+async def consumer(bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **options: Any
+                   ) -> AsyncIterator[AIOKafkaConsumer]:
     """A started group-less consumer (no commits, nothing subscribed yet)."""
     kwargs: dict[str, Any] = {"enable_auto_commit": False, "auto_offset_reset": "earliest",
                               "request_timeout_ms": REQUEST_TIMEOUT_MS, **options}
     kwargs["group_id"] = None
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(), **kwargs)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, **security.aiokafka(), **kwargs)
     try:
         await c.start()
         yield c
@@ -54,11 +56,12 @@ async def consumer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaCons
 
 
 @contextlib.asynccontextmanager
-async def producer(bootstrap: str, **options: Any) -> AsyncIterator[AIOKafkaProducer]:
+async def producer(bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **options: Any
+                   ) -> AsyncIterator[AIOKafkaProducer]:
     """A started producer (acks=all) that is flushed and stopped on exit."""
     kwargs: dict[str, Any] = {"acks": "all", "linger_ms": 5,
                               "request_timeout_ms": REQUEST_TIMEOUT_MS, **options}
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, **client_options(), **kwargs)
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, **security.aiokafka(), **kwargs)
     try:
         await p.start()
         yield p

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.intake.clock import CLOCK_SPAN
 from app.intake.records import event_timestamps
-from app.kafka.security import client_options
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,10 @@ MAX_RECORDS = 256
 class ClockSeeder:
     """Reads the event timestamps that precede an offset of a source partition."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0, *,
+                 security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.timeout_s = timeout_s
         self.seeded = 0
         self.failed = 0
@@ -76,7 +78,7 @@ class ClockSeeder:
         if self._consumer is None:
             consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                         enable_auto_commit=False, auto_offset_reset="earliest",
-                                        **client_options())
+                                        **self.security.aiokafka())
             await consumer.start()
             self._consumer = consumer
         return self._consumer

@@ -33,9 +33,9 @@ from app.intake.newest_configs import STALE, NewestConfigs
 from app.intake.records import decode_config
 from app.kafka.clients import partitions_of
 from app.kafka.offsets import end_offsets, read_to_highwater
-from app.kafka.security import client_options
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.kafka.supervision import Supervised, Supervision
-from app.signing import REFUSALS, Signing, signing_from_env
+from app.signing import REFUSALS, Signing
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +59,16 @@ class ConfigFollower:
     are configs older than the newest of their key (`app.intake.newest_configs`)."""
 
     def __init__(self, bootstrap: str, topic: str, timeline: ConfigTimeline,
-                 on_bad: Callable[[str, bytes], None] | None = None,
-                 signing: Signing | None = None, poll_ms: int = POLL_MS,
+                 on_bad: Callable[[str, bytes], None] | None = None, *,
+                 signing: Signing, security: KafkaSecurity = PLAINTEXT, poll_ms: int = POLL_MS,
                  supervision: Supervision | None = None) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.poll_ms = poll_ms
         self.topic = topic
         self.timeline = timeline
         #: records no key of QS_SIGNING_KEYS sealed are bad (`app.signing`)
-        self.signing = signing_from_env() if signing is None else signing
+        self.signing = signing
         self.on_bad = on_bad
         self.newest = NewestConfigs()
         self.ready = asyncio.Event()
@@ -91,13 +92,13 @@ class ConfigFollower:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
                                     group_id=None, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=self.poll_ms, **client_options())
+                                    fetch_max_wait_ms=self.poll_ms, **self.security.aiokafka())
         await consumer.start()
         self._consumer = consumer
         tps = await partitions_of(consumer, self.topic)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        ends = await end_offsets(self.bootstrap, tps)
+        ends = await end_offsets(self.bootstrap, tps, security=self.security)
         self.follow(consumer, tps, ends)
 
     def follow(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],

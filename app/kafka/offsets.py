@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from app.kafka.clients import consumer
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 
 __all__ = ["EndOffsetError", "end_offsets", "read_to_highwater"]
 
@@ -29,8 +30,8 @@ class EndOffsetError(RuntimeError):
 K = TypeVar("K", bound=Hashable)
 
 
-async def end_offsets(bootstrap: str, partitions: Iterable[K], *, timeout: float = 15.0
-                      ) -> dict[K, int]:
+async def end_offsets(bootstrap: str, partitions: Iterable[K], *,
+                      security: KafkaSecurity = PLAINTEXT, timeout: float = 15.0) -> dict[K, int]:
     """Each partition's end offset (the next offset to be written), keyed by the objects
     given: `(topic, partition)` pairs as aiokafka `TopicPartition`, Faust `TP` or tuples.
     Raises `EndOffsetError` if they cannot be read within `timeout` seconds."""
@@ -40,7 +41,7 @@ async def end_offsets(bootstrap: str, partitions: Iterable[K], *, timeout: float
     by_tp = {TopicPartition(cast(Any, k)[0], int(cast(Any, k)[1])): k for k in keys}
     try:
         async with asyncio.timeout(timeout), consumer(
-                bootstrap, request_timeout_ms=max(1000, int(timeout * 1000))) as c:
+                bootstrap, security=security, request_timeout_ms=max(1000, int(timeout * 1000))) as c:
             ends = await c.end_offsets(list(by_tp))
     except (TimeoutError, KafkaError) as exc:
         raise EndOffsetError(f"could not read the end offsets of "

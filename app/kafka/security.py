@@ -1,16 +1,17 @@
 """How every Kafka connection of the product authenticates and encrypts: the standard client
 security settings (TLS with a CA, client certificate and host name check; SASL PLAIN or SCRAM),
-read once from the environment, turned into the options of each client library.
+turned into the options of each client library.
 
-One place, so the workers, the gateway's own producer and follower, every CLI command, the
-config follower and the Spark source in the executors connect to a secured cluster alike.
+One definition, so the workers, the gateway's own producer and follower, every CLI command, the
+config follower and the Spark source in the executors connect to a secured cluster alike. Its
+values come from the settings (`app.settings.Settings.kafka_security`), built once by the
+process's owner (a CLI command, the worker) and handed to each component it builds.
 """
 
 from __future__ import annotations
 
 import ssl
 from dataclasses import asdict, dataclass, field
-from functools import cache
 from typing import Any, Mapping
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -122,34 +123,7 @@ class KafkaSecurity:
             fields["check_hostname"] = fields["check_hostname"] == "True"  # type: ignore[assignment]
         return cls(**fields)  # type: ignore[arg-type]
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> KafkaSecurity:
-        """From `app.settings`; a combination that cannot work is a `SettingsError`, and so is
-        a TLS file that cannot be loaded."""
-        from app.settings import SettingsError
 
-        try:
-            security = cls(
-                str(settings.kafka_security_protocol), str(settings.kafka_ssl_cafile),
-                str(settings.kafka_ssl_certfile), str(settings.kafka_ssl_keyfile),
-                bool(settings.kafka_ssl_check_hostname), str(settings.kafka_sasl_mechanism),
-                str(settings.kafka_sasl_username), str(settings.kafka_sasl_password))
-            if security.tls:
-                security.ssl_context()
-        except ValueError as exc:
-            raise SettingsError(f"Kafka security settings: {exc}") from None
-        return security
-
-
-@cache
-def from_env() -> KafkaSecurity:
-    """This process's settings (the environment is read once: settings do not change)."""
-    from app.settings import load
-
-    return KafkaSecurity.from_settings(load())
-
-
-@cache
-def client_options() -> dict[str, Any]:
-    """aiokafka keyword arguments for this process's Kafka connections (spread them: `**`)."""
-    return from_env().aiokafka()
+#: Kafka clients' own default (`security.protocol=PLAINTEXT`): what a connection uses unless its
+#: owner gives the settings' (`app.settings.Settings.kafka_security`)
+PLAINTEXT = KafkaSecurity()

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.kafka.security import client_options
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 
 __all__ = ["BrokerError", "TopicMismatchError", "TopicSpec", "create_topics",
            "create_topics_sync", "ensure_topics"]
@@ -39,6 +39,7 @@ async def create_topics(
     bootstrap: str,
     specs: Iterable[tuple[str, int, Mapping[str, str] | None]],
     *,
+    security: KafkaSecurity = PLAINTEXT,
     replication_factor: int = 1,
     check_partitions: bool = True,
     timeout: float = 30.0,
@@ -58,7 +59,7 @@ async def create_topics(
     if not wanted:
         return []
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000), **client_options()
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000), **security.aiokafka()
     )
     created: list[str] = []
     async with asyncio.timeout(timeout):
@@ -124,9 +125,10 @@ def create_topics_sync(
     return asyncio.run(create_topics(bootstrap, list(specs), **kwargs))
 
 
-async def ensure_topics(bootstrap: str, specs: Iterable[tuple[str, int, Mapping[str, str] | None]]) -> list[str]:
+async def ensure_topics(bootstrap: str, specs: Iterable[tuple[str, int, Mapping[str, str] | None]],
+                        security: KafkaSecurity = PLAINTEXT) -> list[str]:
     """Create the given topics if missing (existing ones are left as they are)."""
     from app.kafka.clients import REQUEST_TIMEOUT_MS
 
-    return await create_topics(bootstrap, list(specs), check_partitions=False,
+    return await create_topics(bootstrap, list(specs), security=security, check_partitions=False,
                                timeout=REQUEST_TIMEOUT_MS / 1000)

@@ -11,20 +11,22 @@ from aiokafka.structs import ConsumerRecord
 
 from app.kafka.clients import consumer, partitions_of
 from app.kafka.offsets import end_offsets
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 
 __all__ = ["read_topic"]
 
 
-async def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[ConsumerRecord]:
+async def read_topic(bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT,
+                     timeout: float = 30.0) -> list[ConsumerRecord]:
     """Every record of `topic`, from the beginning to the end, then stop.
 
     Records of one partition keep their order; partitions are merged by record timestamp
     (a merge never reorders within a partition). Raises `TopicMissing` if there is no such
     topic, `EndOffsetError` if the ends cannot be read within `timeout`.
     """
-    async with consumer(bootstrap) as c:
+    async with consumer(bootstrap, security=security) as c:
         tps = await partitions_of(c, topic)
-        ends = await end_offsets(bootstrap, tps, timeout=timeout)
+        ends = await end_offsets(bootstrap, tps, security=security, timeout=timeout)
         c.assign(tps)
         await c.seek_to_beginning(*tps)
         per_partition: dict[TopicPartition, list[ConsumerRecord]] = {tp: [] for tp in tps}

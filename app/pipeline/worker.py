@@ -32,7 +32,7 @@ import orjson
 from faust.types import TP
 from mode import CrashingSupervisor
 
-from app.engine.engine import EngineSettings, QuotaEngine
+from app.engine.engine import QuotaEngine
 from app.intake.clock import StreamClock
 from app.intake.deadletter import encode_deadletter
 from app.intake.records import Decoded, decode_source
@@ -40,7 +40,6 @@ from app.intake.routes import Router
 from app.intake.stream import StreamIntake
 from app.kafka.clock_seed import ClockSeeder
 from app.kafka.config_follower import ConfigFollower
-from app.kafka.security import KafkaSecurity
 from app.kafka.supervision import Supervision
 from app.pipeline import codec, faust_patches, metrics
 from app.pipeline.aggregate import apply_record
@@ -49,7 +48,6 @@ from app.pipeline.ingest import MAX_ROWS, Outbox
 from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.topology import samples_topic
 from app.settings import Settings
-from app.signing import Signing
 from app.contract.keys import directive_key
 from tables.entity_state import TABLE_NAME, PartitionCache
 from tables.faust_store import PartitionStore, raw_table
@@ -66,22 +64,6 @@ SESSION_TIMEOUT_S = 6.0
 QUIET_MARGIN_MS = 1000
 
 
-def engine_settings(settings: Settings) -> EngineSettings:
-    """The engine's settings from the worker's (`QS_*`)."""
-    return EngineSettings(
-        scope=str(settings.scope), accounting=str(settings.accounting),
-        window_num=int(settings.quota_window_num),  # type: ignore[call-overload]
-        window_ms=int(settings.quota_window_size_ms),  # type: ignore[call-overload]
-        controller_window_num=int(settings.controller_window_num),  # type: ignore[call-overload]
-        controller_window_ms=int(settings.controller_window_size_ms),  # type: ignore[call-overload]
-        config_grace_ms=int(settings.config_grace_ms),  # type: ignore[call-overload]
-        idle_expiry_ms=int(settings.idle_expiry_ms),  # type: ignore[call-overload]
-        allocations=settings.scope == "cluster" and settings.cluster_enforcement == "allocations",
-        allocation_validity_ms=int(settings.allocation_validity_ms),  # type: ignore[call-overload]
-        allocation_span_ms=int(settings.allocation_span_ms),  # type: ignore[call-overload]
-    )
-
-
 def arrival_ms(event: faust.EventT) -> int:
     """A record's Kafka timestamp in ms: when its samples arrived (`app.engine.timeline`)."""
     return int(event.message.timestamp * 1000)
@@ -92,10 +74,12 @@ class Worker:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        bootstrap = str(settings.kafka_bootstrap_servers or "127.0.0.1:9092")
-        partitions = int(settings.partitions)  # type: ignore[call-overload]
+        self.security = security = settings.kafka_security()
+        self.signing = settings.signing()
+        bootstrap = settings.kafka_bootstrap_servers or "127.0.0.1:9092"
+        partitions = settings.partitions
         self.app = app = faust.App(
-            str(settings.app_id),
+            settings.app_id,
             broker=[f"kafka://{host.strip()}" for host in bootstrap.split(",")],
             store="rocksdb://",
             datadir=settings.state_dir,
@@ -118,32 +102,32 @@ class Worker:
             key_serializer="raw",
             value_serializer="raw",
             producer_partitioner=MemoPartitioner(),
-            broker_credentials=KafkaSecurity.from_settings(settings).faust(),
+            broker_credentials=security.faust(),
         )
         faust_patches.install(app)
 
-        self.engine_settings = engine_settings(settings)
+        self.engine_settings = settings.engine()
         self.engine = QuotaEngine(self.engine_settings)
         self.router = Router(self.engine, partitions)
-        self.source = app.topic(str(settings.topic_request), str(settings.topic_connection),
-                                str(settings.topic_mutation))
+        self.source = app.topic(settings.topic_request, settings.topic_connection,
+                                settings.topic_mutation)
         self.samples = app.topic(samples_topic(settings), partitions=partitions, internal=True)
         self.samples_name = self.samples.get_topic_name()
-        self.directives_name = str(settings.topic_directives)
-        self.deadletter_topic = app.topic(str(settings.topic_deadletter))
+        self.directives_name = settings.topic_directives
+        self.deadletter_topic = app.topic(settings.topic_deadletter)
         self.table = raw_table(app.Table(TABLE_NAME, partitions=partitions, key_type=bytes,
                                          value_type=bytes))
-        self.signing = Signing.parse(str(settings.signing_keys))
         # A crashed follower takes the worker down, like a crashed agent (`_wire`): while it
         # is down every event waits out QS_CONFIG_HOLD_MAX_MS and is then judged without the
         # configs it may need (a decision the audit will not reproduce); the restarted process
         # re-judges the uncommitted events with the whole config topic read.
-        self.follower = ConfigFollower(bootstrap, str(settings.topic_configs),
+        self.follower = ConfigFollower(bootstrap, settings.topic_configs,
                                        self.engine.timeline, signing=self.signing,
-                                       poll_ms=int(settings.config_poll_ms),  # type: ignore[call-overload]
+                                       security=security,
+                                       poll_ms=settings.config_poll_ms,
                                        supervision=Supervision(give_up=app.crash))
-        self.hold_max_s = int(settings.config_hold_max_ms) / 1000.0  # type: ignore[call-overload]
-        self.top_entities = metrics.TopEntities(int(settings.metrics_top_n))  # type: ignore[call-overload]
+        self.hold_max_s = settings.config_hold_max_ms / 1000.0
+        self.top_entities = metrics.TopEntities(settings.metrics_top_n)
         self.caches: dict[int, PartitionCache] = {}
         #: per samples partition, the internal records applied since its last flush
         self.pending: dict[int, list[Any]] = defaultdict(list)
@@ -154,7 +138,7 @@ class Worker:
         self.intake_lock = asyncio.Lock()
         #: per source partition, its stream clock and the records it holds
         self.streams: dict[tuple[str, int], StreamIntake[faust.EventT]] = {}
-        self.seeder = ClockSeeder(bootstrap)
+        self.seeder = ClockSeeder(bootstrap, security=security)
         self.stats: Counter[str] = Counter()  # for the periodic progress line in the log
         self._metrics_seen: Counter[str] = Counter()  # follower counters already exported
         #: next offset to process, and the append time (ms) of the last record processed, per
@@ -204,7 +188,7 @@ class Worker:
         acked, only with a later take or when its partition went quiet (`settle_quiet`).
         """
         await self.follower.ready.wait()
-        linger = int(self.settings.ingest_linger_ms) / 1000.0  # type: ignore[call-overload]
+        linger = self.settings.ingest_linger_ms / 1000.0
         async for taken in stream.noack_take(TAKE_MAX_RECORDS, within=linger):
             events = [event for event in taken if await self.admit(event)]
             if not events:
@@ -472,7 +456,7 @@ class Worker:
     async def flush_loop(self) -> None:
         """Flush on a fixed cadence, so records are acked (and committed) even when input
         stops, those held by a quiet partition's clock included."""
-        interval = int(self.settings.flush_interval_ms) / 1000.0  # type: ignore[call-overload]
+        interval = self.settings.flush_interval_ms / 1000.0
         exported = time.monotonic()
         last: Counter[str] = Counter()
         while True:

@@ -26,7 +26,9 @@ from app.admin.config_topic import write_records
 from app.engine.engine import EngineSettings
 from app.admin.entities import canonical_record
 from app.kafka.clients import producer
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.settings import Settings
+from app.signing import Signing
 from app.sim.broker import CONNECTION, MUTATION, REQUEST
 from app.sim.scenario import Scenario
 from app.sim.world import World
@@ -41,12 +43,14 @@ TICK_S = 0.01  # how often due actions run; actions keep their own exact times
 OnSecond = Callable[["LiveRun", float], Any]
 
 
-async def write_configs(bootstrap: str, topic: str, scenario: Any, ts: int) -> int:
+async def write_configs(bootstrap: str, topic: str, scenario: Any, ts: int, *,
+                        signing: Signing, security: KafkaSecurity) -> int:
     """Write a scenario's quotas (its `config_updates`) as `quota-streams quotas --alter`
     would; returns how many."""
     updates = scenario.config_updates(ts)
     if updates:
-        await write_records(bootstrap, topic, [(canonical_record(u), u) for u in updates], None)
+        await write_records(bootstrap, topic, [(canonical_record(u), u) for u in updates], None,
+                            signing=signing, security=security)
     return len(updates)
 
 
@@ -57,6 +61,9 @@ class LiveRun:
     scenario: Scenario
     bootstrap: str
     settings: Settings
+    #: the pipeline's (`Pipeline`): how to reach Kafka, the keys directives are sealed with
+    security: KafkaSecurity = PLAINTEXT
+    signing: Signing = Signing()
     on_second: OnSecond | None = None
     world: World | None = None
     start_ms: float = 0.0
@@ -75,13 +82,13 @@ class LiveRun:
 
     async def run(self) -> World:
         s = self.settings
-        topics = {REQUEST: str(s.topic_request), CONNECTION: str(s.topic_connection),
-                  MUTATION: str(s.topic_mutation)}
-        async with producer(self.bootstrap, acks=1) as p:
+        topics = {REQUEST: s.topic_request, CONNECTION: s.topic_connection,
+                  MUTATION: s.topic_mutation}
+        async with producer(self.bootstrap, security=self.security, acks=1) as p:
             try:
                 await self._start_subscribers()
                 await self._loop(EventPublisher(p, topics, RecordEncoder(
-                    s.event_format == "columnar", int(s.event_record_bytes),  # type: ignore[call-overload]
+                    s.event_format == "columnar", s.event_record_bytes,
                     self.drops)))
                 await p.flush()
             finally:
@@ -92,7 +99,8 @@ class LiveRun:
 
     async def _start_subscribers(self) -> None:
         for b in self.scenario.brokers:
-            sub = DirectiveSubscriber(self.bootstrap, b, topic=str(self.settings.topic_directives),
+            sub = DirectiveSubscriber(self.bootstrap, b, topic=self.settings.topic_directives,
+                                      signing=self.signing, security=self.security,
                                       clock=self.clock, poll_timeout_ms=100,
                                       consumer_options={"fetch_max_wait_ms": 50})
             self.subscribers[b] = sub
@@ -100,14 +108,10 @@ class LiveRun:
         await asyncio.gather(*(s.wait_ready(timeout=60) for s in self.subscribers.values()))
 
     def _engine(self) -> EngineSettings | None:
-        """The workers' window settings when brokers enforce allocations themselves."""
+        """The workers' settings when brokers enforce allocations themselves."""
         if self.scenario.enforcement != "allocations":
             return None
-        s = self.settings
-        return EngineSettings(
-            scope="cluster", allocations=True, window_num=int(s.quota_window_num),  # type: ignore[call-overload]
-            window_ms=int(s.quota_window_size_ms),  # type: ignore[call-overload]
-            allocation_sample_ms=int(s.allocation_sample_ms))  # type: ignore[call-overload]
+        return self.settings.engine()
 
     def clock(self) -> int:
         """The subscribers' clock: the wall clock, once the world has run every action due by

@@ -23,7 +23,9 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from app.devstack.launcher import LocalCluster
 from app.engine.configs import ConfigUpdate
+from app.kafka.security import KafkaSecurity
 from app.settings import Settings, load
+from app.signing import Signing
 from app.sim.live import LiveRun, write_configs
 from app.sim.scenario import Scenario
 from app.subscriber.watcher import DirectiveWatcher
@@ -40,6 +42,9 @@ class Pipeline:
     cluster: LocalCluster
     settings: Settings
     workers: int
+    #: built once from `settings`: every connection of the run and the keys of its records
+    security: KafkaSecurity
+    signing: Signing
 
     @property
     def bootstrap(self) -> str:
@@ -92,11 +97,13 @@ def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stder
             else f"using Kafka at {external}; creating missing topics")
         cluster.start()
         settings = load(cluster.worker_env(0))
+        security, signing = settings.kafka_security(), settings.signing()
         if n == 0:
             log(f"no workers started here (--workers N starts some): the running workers must "
                 f"use QS_SCOPE={scenario.scope} for this scenario")
-        written = asyncio.run(write_configs(str(cluster.bootstrap), str(settings.topic_configs),
-                                            scenario, int(time.time() * 1000)))
+        written = asyncio.run(write_configs(str(cluster.bootstrap), settings.topic_configs,
+                                            scenario, int(time.time() * 1000),
+                                            signing=signing, security=security))
         log(f"wrote {written} quota configs to {settings.topic_configs}")
         if n:
             log(f"starting {n} worker(s) with QS_SCOPE={scenario.scope}"
@@ -116,7 +123,7 @@ def start_pipeline(scenario: PipelineSpec, workers: int | None, log: Log = stder
             raise UserError(f"cannot reach Kafka at {cluster.bootstrap} ({type(exc).__name__}: {exc}); "
                             "check KAFKA_BOOTSTRAP_SERVERS") from None
         raise
-    return Pipeline(cluster, settings, n)
+    return Pipeline(cluster, settings, n, security, signing)
 
 
 async def run_live(scenario: Scenario, pipeline: Pipeline,
@@ -124,8 +131,8 @@ async def run_live(scenario: Scenario, pipeline: Pipeline,
                    ) -> tuple[LiveRun, DirectiveWatcher]:
     """Run the world against the pipeline. The first SIGINT/SIGTERM ends the run cleanly (the
     report covers what ran); a second one cancels it."""
-    watcher = DirectiveWatcher(pipeline.bootstrap, str(pipeline.settings.topic_directives),
-                               since_ms=int(time.time() * 1000))
+    watcher = DirectiveWatcher(pipeline.bootstrap, pipeline.settings.topic_directives,
+                               since_ms=int(time.time() * 1000), security=pipeline.security)
     await watcher.start()
     stop_at = scenario.workers_stop
 
@@ -137,7 +144,8 @@ async def run_live(scenario: Scenario, pipeline: Pipeline,
                 pipeline.cluster.kill_worker(index)
         return None if on_second is None else on_second(r, watcher, now)
 
-    run = LiveRun(scenario, pipeline.bootstrap, pipeline.settings, on_second=second)
+    run = LiveRun(scenario, pipeline.bootstrap, pipeline.settings, pipeline.security,
+                  pipeline.signing, on_second=second)
     try:
         with signals_stop(run.stop):
             await run.run()

@@ -10,10 +10,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, Protocol
 
-from app.enforcement.local import LocalQuotas
+from app.enforcement.local import LocalQuotas, broker_settings
 from app.engine.engine import EngineSettings
 from app.sim.broker import Directives, SimBroker
 from app.sim.clients import Client
@@ -56,8 +55,7 @@ class World:
         if engine is None or not engine.allocations:
             return None
         live = len(self.scenario.brokers)
-        settings = replace(engine, scope="broker", accounting="kafka", allocations=False)
-        local = LocalQuotas(settings, self.scenario.quota_configs())
+        local = LocalQuotas(broker_settings(engine), self.scenario.quota_configs())
         local.obey(AllocatedLimits(directives.allocations, lambda: live))  # type: ignore[attr-defined]
         return local
 

@@ -32,9 +32,9 @@ from aiokafka.errors import KafkaError
 from app.contract.directives import BadDirective
 from app.kafka.clients import TopicMissing, partitions_of
 from app.kafka.offsets import read_to_highwater
-from app.kafka.security import client_options
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.kafka.supervision import Supervised, Supervision
-from app.signing import Signing, signing_from_env
+from app.signing import Signing
 from app.subscriber.allocations import Allocations
 from app.subscriber.active_set import (
     ActiveSet,
@@ -62,13 +62,18 @@ class DirectiveSubscriber:
 
     Usage::
 
-        sub = DirectiveSubscriber("kafka:9092", broker_id=1)
+        sub = DirectiveSubscriber("kafka:9092", broker_id=1, signing=Signing.parse(keys),
+                                  security=KafkaSecurity("SSL", ca_file="ca.pem"))
         await sub.start()
         await sub.wait_ready(timeout=30)
         throttle_ms, mute, why = sub.request_throttle("alice", "billing-app")
 
     `broker_id=None` keeps every broker's directives, for a proxy in front of several brokers
     (the gateway); its queries then name the broker with `broker=`.
+
+    `signing` holds the keys a directive must be sealed with (`Signing()`: none, nothing
+    checked) and `security` how to connect (plaintext unless given): the embedding process
+    builds both from its settings (`app.settings.Settings.signing`, `.kafka_security`).
 
     `lookback_ms` starts from the first record newer than `now - lookback_ms` instead of the
     beginning; it must be at least the longest directive lifetime (`until - ts`) or a still
@@ -89,7 +94,8 @@ class DirectiveSubscriber:
         expire_interval_ms: int = 1000,
         start_timeout: float = 30.0,
         consumer_options: Mapping[str, Any] | None = None,
-        signing: Signing | None = None,
+        signing: Signing,
+        security: KafkaSecurity = PLAINTEXT,
         supervision: Supervision | None = None,
     ) -> None:
         self.topic = topic
@@ -103,7 +109,8 @@ class DirectiveSubscriber:
         self._start_timeout = start_timeout
         self._consumer_options = dict(consumer_options or {})
         #: directives no key of QS_SIGNING_KEYS sealed are refused (`app.signing`)
-        self._signing = signing_from_env() if signing is None else signing
+        self._signing = signing
+        self._security = security
         self._active = ActiveSet(broker_id)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
@@ -123,7 +130,7 @@ class DirectiveSubscriber:
         the rebuild is done (await `wait_ready()` or `ready.wait()`)."""
         if self._started:
             return
-        options: dict[str, Any] = {"fetch_max_wait_ms": 100, **client_options(),
+        options: dict[str, Any] = {"fetch_max_wait_ms": 100, **self._security.aiokafka(),
                                    **self._consumer_options}
         options.update(group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, **options)

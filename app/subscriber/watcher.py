@@ -21,14 +21,16 @@ from aiokafka import AIOKafkaConsumer
 
 from app.contract.directives import BadDirective, parse_directive
 from app.kafka.clients import partitions_of
-from app.kafka.security import client_options
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.kafka.supervision import Supervised
 from app.subscriber.consumer import wall_clock_ms
 
 
 class DirectiveWatcher:
-    def __init__(self, bootstrap: str, topic: str, since_ms: int | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, since_ms: int | None = None, *,
+                 security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.topic = topic
         self.since_ms = since_ms
         self.latest: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -42,7 +44,7 @@ class DirectiveWatcher:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="latest",
-                                    fetch_max_wait_ms=50, **client_options())
+                                    fetch_max_wait_ms=50, **self.security.aiokafka())
         await consumer.start()
         try:
             consumer.assign(await partitions_of(consumer, self.topic))

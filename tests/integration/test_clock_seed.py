@@ -12,6 +12,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.audit.job import Progress, clock_seeds
+from app.kafka.security import PLAINTEXT
 from app.kafka.topics import create_topics
 
 pytestmark = pytest.mark.integration
@@ -46,7 +47,7 @@ def test_an_audit_reads_back_the_last_five_judged_timestamps_before_its_first_of
               b"{not json", orjson.dumps(config)]
     values += [orjson.dumps(event(T0 + k)) for k in range(2, 6)]
     asyncio.run(produce(kafka_bootstrap, topic, values))
-    seeds = clock_seeds(kafka_bootstrap, {(topic, 0): 7}, Progress(quiet=True))
+    seeds = clock_seeds(kafka_bootstrap, {(topic, 0): 7}, Progress(quiet=True), PLAINTEXT)
     assert seeds == {(topic, 0): (T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 5)}
-    assert clock_seeds(kafka_bootstrap, {(topic, 0): 1}, Progress(quiet=True)) == {
+    assert clock_seeds(kafka_bootstrap, {(topic, 0): 1}, Progress(quiet=True), PLAINTEXT) == {
         (topic, 0): (T0, T0 + 1)}

@@ -30,6 +30,8 @@ from app.audit.synth import CONFIGS, scenario, topic_of
 from app.engine.engine import EngineSettings
 from app.devstack.launcher import LocalCluster, isolated_env
 from app.intake.replay import replay
+from app.kafka.security import PLAINTEXT
+from app.signing import Signing
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,
@@ -186,7 +188,7 @@ def test_configs_written_while_events_stream_apply_at_their_ts_in_every_driver(
         topics = Topics(env["QS_TOPIC_REQUEST"], env["QS_TOPIC_CONNECTION"],
                         env["QS_TOPIC_MUTATION"], env["QS_TOPIC_CONFIGS"],
                         env["QS_TOPIC_DIRECTIVES"])
-        mode, streams, records, configs = read_kafka(bootstrap, topics)
+        mode, streams, records, configs = read_kafka(bootstrap, topics, PLAINTEXT, Signing())
         assert len(configs) == len(writer.configs) and all(at is not None for _, at in configs)
         audited = recompute_local(records, ExplodeContext(SETTINGS, mode, tuple(configs), streams))
         assert_same(audited.directives(), expected)

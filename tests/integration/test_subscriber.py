@@ -13,6 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.kafka.topics import create_topics
+from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber, SubscriberError, wall_clock_ms
 
 pytestmark = pytest.mark.integration
@@ -71,7 +72,7 @@ class _ProbedSubscriber(DirectiveSubscriber):
 
 
 async def _started(bootstrap: str, topic: str, **kwargs: Any) -> _ProbedSubscriber:
-    sub = _ProbedSubscriber(bootstrap, LOCAL, topic=topic, **kwargs)
+    sub = _ProbedSubscriber(bootstrap, LOCAL, topic=topic, signing=Signing(), **kwargs)
     await sub.start()
     await sub.wait_ready(timeout=30)
     return sub
@@ -175,7 +176,8 @@ async def test_empty_topic_is_ready_and_lookback_start(kafka_bootstrap: str) -> 
 
 
 async def test_missing_topic_fails_start_without_creating_it(kafka_bootstrap: str) -> None:
-    sub = DirectiveSubscriber(kafka_bootstrap, LOCAL, topic=_topic(), start_timeout=1.5)
+    sub = DirectiveSubscriber(kafka_bootstrap, LOCAL, topic=_topic(), start_timeout=1.5,
+                              signing=Signing())
     with pytest.raises(SubscriberError):
         await sub.start()
     assert not sub.is_ready

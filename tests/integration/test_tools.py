@@ -61,7 +61,7 @@ def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
 
 
 def records(settings: Settings, topic: str) -> list[Any]:
-    return asyncio.run(read_topic(str(settings.kafka_bootstrap_servers), topic))
+    return asyncio.run(read_topic(settings.kafka_bootstrap_servers, topic))
 
 
 def test_alter_then_describe_round_trip(env: Settings, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,9 +42,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     SIGNING: set(),
     GC_TUNING: set(),
     ENGINE_BUILD: set(),  # setup.py reads it before the install: standard library only
-    SETTINGS: {ENGINE, SIGNING},
+    SETTINGS: {ENGINE, KAFKA, SIGNING},  # builds the engine's settings, security, signing
     # the Kafka I/O the components share
-    KAFKA: {ENGINE, INTAKE, SETTINGS, SIGNING},
+    KAFKA: {ENGINE, INTAKE, SIGNING},
     # what a broker or the gateway embeds
     SUBSCRIBER: {ENGINE, CONTRACT, KAFKA, SIGNING},
     USAGE: {ENGINE, INTAKE, CONTRACT, KAFKA, ERRORS},
@@ -57,9 +57,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     ADMIN: {ENGINE, INTAKE, CONTRACT, KAFKA, SETTINGS, SIGNING, ERRORS},
     DEVSTACK: {KAFKA, PIPELINE, SETTINGS, ERRORS},  # the launcher: topics and their specs
     SIM: {ENGINE, INTAKE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, AUDIT, ADMIN, DEVSTACK, SETTINGS,
-          ERRORS},
+          SIGNING, ERRORS},
     CLIENTS: {KAFKA, DEVSTACK, SIM, ERRORS},
-    DEMO: {ENGINE, SUBSCRIBER, SIM, CLIENTS},
+    DEMO: {ENGINE, KAFKA, SUBSCRIBER, SIM, CLIENTS},
     COMMANDS: {ENGINE, INTAKE, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY,
                AUDIT, SIM, ADMIN, CLIENTS, DEMO, DEVSTACK, SETTINGS, SIGNING, ERRORS, GC_TUNING},
     CLI: {COMMANDS, SETTINGS, ERRORS, GC_TUNING},
@@ -181,6 +181,58 @@ def test_every_exception_is_still_taken() -> None:
     assert not unused, f"remove these from EXCEPTIONS: {unused}"
 
 
+#: modules outside the owners that read the environment themselves, each with why
+READS_ENVIRONMENT: dict[str, str] = {
+    SETTINGS: "the one place the product's settings are read and validated",
+    "app.admin.views": "NO_COLOR and TERM: how the tables are drawn",
+    "app.audit.job": "sets PYSPARK_PYTHON for Spark's own Python workers",
+    "app.sim.session": "launches the dev stack, whose workers take the environment it composes",
+}
+#: modules outside the owners that load the settings, each with why
+LOADS_SETTINGS: dict[str, str] = {
+    "app.pipeline.faust_app": "Faust's entry point (`faust -A app.pipeline.faust_app worker`)",
+    "app.admin.common": "the tools' settings and bootstrap, for the commands that call it",
+    "app.sim.session": "the settings of the workers it launches, built once for the whole run",
+}
+#: the owners: the commands load the settings once and build what their components take; the
+#: dev stack and the client programs are test and dev harnesses with their own environment
+OWNERS = (COMMANDS, CLI, DEVSTACK, CLIENTS)
+
+
+def environment_reads(module: str) -> list[int]:
+    """Lines of `module` that touch `os.environ` or `os.getenv`."""
+    tree = ast.parse(MODULES[module].read_text())
+    return sorted({node.lineno for node in ast.walk(tree)
+                   if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                       and isinstance(node.value, ast.Name) and node.value.id == "os")
+                   or (isinstance(node, ast.ImportFrom) and node.module == "os"
+                       and any(a.name in ("environ", "getenv") for a in node.names))})
+
+
+def settings_loads(module: str) -> list[int]:
+    """Lines of `module` that import `app.settings.load`."""
+    tree = ast.parse(MODULES[module].read_text())
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == SETTINGS
+            and any(a.name == "load" for a in node.names)]
+
+
+def test_no_component_reads_the_environment_itself() -> None:
+    """Settings are read once, by the process's owner, and passed down as typed objects (the
+    engine's settings, Kafka security, signing keys): a component that read the environment
+    itself could disagree with the settings its owner validated and reported."""
+    found = [f"{where(m, line)} reads the environment" for m in sorted(MODULES)
+             if m not in READS_ENVIRONMENT and not m.startswith(OWNERS)
+             for line in environment_reads(m)]
+    found += [f"{where(m, line)} loads the settings" for m in sorted(MODULES)
+              if m not in LOADS_SETTINGS and not m.startswith(OWNERS)
+              for line in settings_loads(m)]
+    assert not found, "\n".join(found) + "\n(take what it needs from its owner)"
+    stale = [m for m in READS_ENVIRONMENT if not environment_reads(m)]
+    stale += [m for m in LOADS_SETTINGS if not settings_loads(m)]
+    assert not stale, f"remove these from READS_ENVIRONMENT / LOADS_SETTINGS: {stale}"
+
+
 def test_the_table_keeps_the_layering() -> None:
     """The rules the table must keep, whatever else is added to it."""
     assert ALLOWED[ENGINE] == set()
@@ -188,6 +240,7 @@ def test_the_table_keeps_the_layering() -> None:
     assert ALLOWED[CONTRACT] == {ENGINE}
     assert ALLOWED[TABLES] == {ENGINE}
     assert not ALLOWED[KAFKA] & set(DRIVERS)
+    assert SETTINGS not in ALLOWED[KAFKA]  # a connection's security and keys come from its owner
     assert all(DEVSTACK not in ALLOWED[u] for u in PRODUCT)
     assert [u for u in ALLOWED if COMMANDS in ALLOWED[u]] == [CLI]
     assert not [u for u in ALLOWED if CLI in ALLOWED[u]]
@@ -211,4 +264,4 @@ def test_a_broken_rule_is_reported_with_its_line(tmp_path: Path, monkeypatch: py
     monkeypatch.setitem(MODULES, "app.kafka.bad", module)
     assert violations("app.kafka.bad") == [
         ("app/kafka/bad.py:3 imports app.pipeline.worker (app.kafka may import app.engine, "
-         "app.intake, app.settings, app.signing)")]
+         "app.intake, app.signing)")]

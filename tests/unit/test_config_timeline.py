@@ -17,6 +17,7 @@ from app.engine.kafka_math import UNLIMITED
 from app.engine.timeline import NEVER, ConfigTimeline
 from app.kafka.config_follower import ConfigFollower
 from app.intake.replay import replay
+from app.signing import Signing
 
 GRACE = 50
 
@@ -167,7 +168,7 @@ def test_replay_refuses_a_config_older_than_one_of_its_key_before_it() -> None:
 
 def test_follower_counts_late_and_missed_configs() -> None:
     timeline = ConfigTimeline(grace_ms=GRACE)
-    follower = ConfigFollower("", "cfg", timeline)
+    follower = ConfigFollower("", "cfg", timeline, signing=Signing())
     follower.apply(config_line(1000, 10), arrival=1010)
     assert (follower.applied, follower.late, follower.missed) == (1, 0, 0)
     follower.released(2000, 1990)  # the agents judged events up to here
@@ -180,7 +181,7 @@ def test_follower_counts_late_and_missed_configs() -> None:
 
 def test_wait_confirmed_returns_once_the_watermark_passes_or_the_wait_ends() -> None:
     async def scenario() -> tuple[bool, bool, bool]:
-        follower = ConfigFollower("", "cfg", ConfigTimeline())
+        follower = ConfigFollower("", "cfg", ConfigTimeline(), signing=Signing())
         follower._advance(1000)
         already = await follower.wait_confirmed(900, 0.01)
         waiting = asyncio.create_task(follower.wait_confirmed(1500, 5.0))
@@ -215,7 +216,7 @@ class _Polled:
 
 def test_the_watermark_is_the_oldest_fetch_less_its_wait_once_every_partition_is_read() -> None:
     async def confirmed(parts: dict[int, tuple[int, int | None, int]], poll_ms: int) -> int:
-        follower = ConfigFollower("", "cfg", ConfigTimeline(), poll_ms=poll_ms)
+        follower = ConfigFollower("", "cfg", ConfigTimeline(), signing=Signing(), poll_ms=poll_ms)
         await follower._confirm(_Polled(parts), list(parts))  # type: ignore[arg-type]
         return follower.confirmed_ms
 

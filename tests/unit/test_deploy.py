@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.settings import SETTINGS
+from app.settings import SETTINGS, load
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -909,7 +909,7 @@ def gateway_rule(args: argparse.Namespace) -> Any:
     from app.commands.gateway import build_config
     from app.gateway.nodes import PortRule
 
-    config = build_config(args)
+    config = build_config(args, load())
     assert config.first_node_id is not None and config.node_port_base is not None, (
         "every replica must map the same ports: give --first-node-id and --node-port-base")
     return PortRule(config.advertised_host, config.node_port_base, config.first_node_id,

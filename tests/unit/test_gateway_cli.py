@@ -9,6 +9,10 @@ import pytest
 from app.cli import main
 from app.commands.gateway import build_config, log_level, register
 from app.gateway.limits import Limits
+from app.gateway.server import Gateway
+from app.kafka.security import KafkaSecurity
+from app.settings import load
+from app.signing import Signing
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -58,7 +62,7 @@ def test_the_limits_and_the_upstream_listener_reach_the_gateway() -> None:
         "gateway", "--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192", "--upstream-sasl",
         "--max-request-bytes", "2000000", "--max-connections", "50", "--max-connections-per-ip", "5",
         "--max-queued-connections", "7", "--idle-timeout-ms", "1000", "--request-timeout-ms", "2000"])
-    config = build_config(args)
+    config = build_config(args, load())
     assert config.upstream_sasl
     assert config.limits == Limits(max_request_bytes=2_000_000, max_connections=50,
                                    max_connections_per_ip=5, max_queued_connections=7,
@@ -92,10 +96,26 @@ def test_the_gateway_reads_the_idle_expiry_config_grace_and_log_level_settings(
     monkeypatch.setenv("QS_CONFIG_GRACE_MS", "300")
     monkeypatch.setenv("QS_LOG_LEVEL", "warning")
     args = gateway_args()
-    local = build_config(args).local
+    local = build_config(args, load()).local
     assert local is not None
     assert (local.idle_expiry_ms, local.config_grace_ms) == (120_000, 300)
-    assert log_level(args) == "WARNING"
-    assert log_level(gateway_args("--log-level", "debug")) == "DEBUG"  # the flag wins
+    assert log_level(args, load()) == "WARNING"
+    assert log_level(gateway_args("--log-level", "debug"), load()) == "DEBUG"  # the flag wins
     monkeypatch.delenv("QS_LOG_LEVEL")
-    assert log_level(args) == "INFO"
+    assert log_level(args, load()) == "INFO"
+
+
+def test_the_gateway_connects_and_verifies_as_its_settings_say(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own Kafka connection's security and the keys its readers verify with are built
+    once from the settings and reach the config follower it starts."""
+    keys = "k1:" + "s" * 16
+    for name, value in {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_USERNAME": "gw",
+                        "KAFKA_SASL_PASSWORD": "pw", "QS_SIGNING_KEYS": keys}.items():
+        monkeypatch.setenv(name, value)
+    config = build_config(gateway_args(), load())
+    assert config.kafka_security == KafkaSecurity("SASL_PLAINTEXT", sasl_username="gw",
+                                                  sasl_password="pw")
+    assert config.signing == Signing.parse(keys) and config.signing.enabled
+    follower = Gateway(config, directives=object()).config_follower()  # type: ignore[arg-type]
+    assert (follower.signing, follower.security) == (config.signing, config.kafka_security)

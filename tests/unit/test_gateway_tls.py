@@ -16,6 +16,7 @@ import pytest
 
 from app.commands.gateway import build_config, register
 from app.gateway.tls import client_context, server_context
+from app.settings import load
 
 
 def openssl(*args: str | Path) -> None:
@@ -149,7 +150,7 @@ def test_an_upstream_certificate_with_client_certificates_required(certs: Certs)
     config = build_config(gateway_args(
         "--tls-cert", certs.server[0], "--tls-key", certs.server[1],
         "--tls-client-ca", certs.ca[0], "--upstream-cert", certs.client[0], "--upstream-key",
-        certs.client[1], "--upstream-ca", certs.ca[0]))
+        certs.client[1], "--upstream-ca", certs.ca[0]), load())
     assert config.client_tls is not None and config.client_tls.verify_mode == ssl.CERT_REQUIRED
     assert config.upstream_tls is not None and config.upstream_tls.check_hostname
 
@@ -158,7 +159,7 @@ def test_an_upstream_certificate_shared_by_every_client_when_said_so(certs: Cert
     """And the certificate alone turns TLS to the brokers on: it is never sent in plaintext."""
     config = build_config(gateway_args(
         "--upstream-cert", certs.client[0], "--upstream-key", certs.client[1],
-        "--upstream-cert-shared-identity", "--upstream-no-hostname-check"))
+        "--upstream-cert-shared-identity", "--upstream-no-hostname-check"), load())
     assert config.client_tls is None and config.upstream_tls is not None
     assert not config.upstream_tls.check_hostname
     assert config.upstream_tls.verify_mode == ssl.CERT_REQUIRED

@@ -10,7 +10,7 @@ import faust
 import pytest
 
 from app.audit.kafka_source import KafkaSourceOptions
-from app.kafka.security import KafkaSecurity
+from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.settings import SettingsError, load
 
 
@@ -41,6 +41,17 @@ def test_sasl_ssl_with_mutual_tls(cert: tuple[str, str]) -> None:
     credentials = security.faust()
     assert isinstance(credentials, faust.SASLCredentials)
     assert credentials.username == "worker" and credentials.ssl_context is not None
+
+
+def test_the_settings_build_it(cert: tuple[str, str]) -> None:
+    """Each `KAFKA_*` setting lands in its field (a TLS file is loaded once, to fail at start)."""
+    settings = load({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SSL_CAFILE": cert[0],
+                     "KAFKA_SSL_CERTFILE": cert[0], "KAFKA_SSL_KEYFILE": cert[1],
+                     "KAFKA_SSL_CHECK_HOSTNAME": "0", "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+                     "KAFKA_SASL_USERNAME": "worker", "KAFKA_SASL_PASSWORD": "s3cret"})
+    assert settings.kafka_security() == KafkaSecurity(
+        "SASL_SSL", cert[0], cert[0], cert[1], False, "SCRAM-SHA-256", "worker", "s3cret")
+    assert load({}).kafka_security() == PLAINTEXT
 
 
 def test_tls_without_hostname_check(cert: tuple[str, str]) -> None:
@@ -76,15 +87,14 @@ def test_bad_values_are_setting_errors(env: dict[str, str], says: str) -> None:
 ])
 def test_combinations_that_cannot_work_are_setting_errors(env: dict[str, str], says: str) -> None:
     with pytest.raises(SettingsError, match=says):
-        KafkaSecurity.from_settings(load(env))
+        load(env).kafka_security()
 
 
 def test_the_password_is_never_in_a_message(tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as info:
-        KafkaSecurity.from_settings(load({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-                                          "KAFKA_SASL_USERNAME": "u",
-                                          "KAFKA_SASL_PASSWORD": "hunter2",
-                                          "KAFKA_SSL_CAFILE": str(tmp_path / "none.pem")}))
+        load({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u",
+              "KAFKA_SASL_PASSWORD": "hunter2",
+              "KAFKA_SSL_CAFILE": str(tmp_path / "none.pem")}).kafka_security()
     assert "hunter2" not in str(info.value)
     assert "hunter2" not in repr(KafkaSecurity("SASL_PLAINTEXT", sasl_username="u",
                                                sasl_password="hunter2"))

@@ -76,7 +76,6 @@ def test_the_gateway_counts_the_configs_its_follower_refuses() -> None:
                                    directives_topic="", local=EngineSettings())
     gateway = Gateway(gateway_config, directives=object())  # type: ignore[arg-type]
     follower = gateway.config_follower()
-    follower.signing = Signing()
     follower.apply(orjson.dumps(config(200, {"user": "a"}, producer_byte_rate=10)))
     follower.apply(orjson.dumps(config(100, {"user": "a"}, producer_byte_rate=10**12)))
     assert b'quota_streams_gateway_configs_refused_total{reason="stale_config"} 1.0' in \

@@ -26,6 +26,7 @@ from app.cli import build_parser, main
 from app.commands.directives import format_record
 from app.engine.configs import DEFAULT, QuotaConfigs, parse_config_record
 from app.errors import UserError
+from app.signing import Signing
 
 T0 = 1_763_800_000_000
 
@@ -44,7 +45,7 @@ def config(entity: dict[str, Any], ts: int = T0, **quotas: Any) -> dict[str, Any
 
 
 def load(*records: dict[str, Any]) -> QuotaConfigs:
-    loaded = apply_values(orjson.dumps(r) for r in records)
+    loaded = apply_values((orjson.dumps(r) for r in records), signing=Signing())
     assert not loaded.bad, loaded.bad
     return loaded.configs
 
@@ -331,7 +332,8 @@ def test_level_paths() -> None:
 
 def test_bad_records_are_skipped_like_the_workers() -> None:
     loaded = apply_values([b"{nope", orjson.dumps(config({"user": "a"}, producer_byte_rate=0)),
-                           orjson.dumps(config({"user": "a"}, producer_byte_rate=10)), None])
+                           orjson.dumps(config({"user": "a"}, producer_byte_rate=10)), None],
+                          signing=Signing())
     assert loaded.records == 4 and len(loaded.bad) == 3
     assert loaded.configs.entries() == [("client", {"user": "a"}, "producer_byte_rate", 10.0)]
 

@@ -3,14 +3,18 @@ in one line naming the variable, and the CLI exits 2."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 
 from app.cli import main
+from app.enforcement.local import broker_settings
+from app.engine.engine import EngineSettings
 from app.errors import reason
-from app.settings import SettingsError, load
+from app.settings import SETTINGS, Setting, Settings, SettingsError, attr_name, load
 
 
 @pytest.mark.parametrize(("env", "value", "says"), [
@@ -80,3 +84,53 @@ def test_an_error_without_text_still_says_something() -> None:
     assert "no answer in time" in reason(TimeoutError())
     assert reason(ConnectionRefusedError(111, "Connection refused")) == "[Errno 111] Connection refused"
     assert reason(KeyError()) == "KeyError"
+
+
+def parsed_type(setting: Setting) -> object:
+    """What a setting's parser returns: `str` itself, or a parser's return annotation."""
+    return setting.parse if isinstance(setting.parse, type) else get_type_hints(setting.parse)["return"]
+
+
+def test_settings_fields_are_the_table_one_to_one_with_the_parsers_types() -> None:
+    """`SETTINGS` is the one list of names, defaults and parsers; `Settings` types each value.
+    A setting added to one and not the other, or typed apart from its parser, fails here."""
+    hints = get_type_hints(Settings)
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    assert list(fields) == [attr_name(s.env) for s in SETTINGS]
+    for setting in SETTINGS:
+        name = attr_name(setting.env)
+        assert hints[name] is parsed_type(setting), setting.env
+        assert fields[name].repr is not setting.secret, f"{setting.env}: a secret is never shown"
+
+
+def test_loaded_values_have_their_fields_types_and_secrets_stay_out_of_repr() -> None:
+    settings = load({"KAFKA_SASL_PASSWORD": "hunter2-hunter2", "QS_SIGNING_KEYS": "k1:" + "s" * 16,
+                     "KAFKA_SSL_CHECK_HOSTNAME": "no", "QS_PARTITIONS": "3"})
+    hints = get_type_hints(Settings)
+    for f in dataclasses.fields(Settings):
+        assert isinstance(getattr(settings, f.name), hints[f.name]), f.name  # type: ignore[arg-type]
+    assert (settings.partitions, settings.kafka_ssl_check_hostname) == (3, False)
+    assert "hunter2" not in repr(settings) and "s" * 16 not in repr(settings)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.partitions = 4  # type: ignore[misc]
+
+
+def test_the_engine_settings_are_the_settings_windows_scope_and_allocations() -> None:
+    """`Settings.engine()` is what the worker, the simulator and the gateway decide with."""
+    settings = load({"QS_SCOPE": "cluster", "QS_CLUSTER_ENFORCEMENT": "allocations",
+                     "QS_ACCOUNTING": "served", "QS_QUOTA_WINDOW_NUM": "5",
+                     "QS_QUOTA_WINDOW_SIZE_MS": "200", "QS_CONTROLLER_WINDOW_NUM": "7",
+                     "QS_CONTROLLER_WINDOW_SIZE_MS": "300", "QS_CONFIG_GRACE_MS": "40",
+                     "QS_IDLE_EXPIRY_MS": "60000", "QS_ALLOCATION_VALIDITY_MS": "9000",
+                     "QS_ALLOCATION_SAMPLE_MS": "50"})
+    workers = EngineSettings(scope="cluster", accounting="served", window_num=5, window_ms=200,
+                             controller_window_num=7, controller_window_ms=300,
+                             config_grace_ms=40, idle_expiry_ms=60_000, allocations=True,
+                             allocation_validity_ms=9000, allocation_sample_ms=50)
+    assert settings.engine() == workers
+    assert load({}).engine() == EngineSettings()  # the defaults are Kafka's, as the engine's
+    # allocations are a cluster-scope enforcement: in broker scope the setting is moot
+    assert not load({"QS_CLUSTER_ENFORCEMENT": "allocations"}).engine().allocations
+    # a gateway's own quota managers: the same windows, decided as one broker decides
+    assert broker_settings(settings.engine()) == dataclasses.replace(
+        workers, scope="broker", accounting="kafka", allocations=False)

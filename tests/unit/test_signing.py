@@ -10,7 +10,7 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from app.audit.diff import compare, parse_directive
+from app.audit.diff import compare, parse_directive, side_rows_function
 from app.audit.recompute import topic_configs
 from app.engine.timeline import ConfigTimeline
 from app.kafka.config_follower import ConfigFollower
@@ -163,6 +163,20 @@ def test_the_audit_diff_compares_directives_without_their_seal() -> None:
     rows = compare([orjson.dumps(DIRECTIVE)], [Signing().seal("x", DKEY, orjson.dumps(DIRECTIVE))],
                    topic="quota.directives")
     assert [r.status for r in rows] == ["matched"]
+
+
+def test_the_audit_verifies_control_records_with_the_keys_it_is_given() -> None:
+    """The Spark adapter carries the keys to the executors in its function: none reads them."""
+    import pyarrow as pa
+
+    sealed = Signing.parse(OLD).seal("quota.directives", DKEY, orjson.dumps(DIRECTIVE))
+    forged = Signing.parse(NEW).seal("quota.directives", DKEY, orjson.dumps(DIRECTIVE))
+    batch = pa.RecordBatch.from_pydict({"partition": [0, 0], "offset": [0, 1],
+                                        "key": [DKEY, DKEY], "value": [sealed, forged]})
+    rows = next(side_rows_function("a", "quota.directives", Signing.parse(OLD))(iter([batch])))
+    assert rows.column("error").to_pylist() == [None, "refused: unknown_signing_key"]
+    rows = compare([orjson.dumps(DIRECTIVE)], [forged], "quota.directives", Signing.parse(OLD))
+    assert [r.status for r in rows] == ["missing", "invalid"]
 
 
 def test_an_archive_without_keys_is_verified_under_the_key_its_writer_used() -> None:
