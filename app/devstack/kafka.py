@@ -366,14 +366,19 @@ class KafkaCluster:
         except OSError:
             return "no log"
 
-    def stop(self, timeout: float = 20.0, keep: bool = False) -> None:
+    def stop(self, timeout: float = 20.0, keep: bool = False, graceful: bool = True) -> None:
         """SIGTERM every node (then SIGKILL past `timeout`); the work directory goes too,
-        unless `keep` or a node died on its own (its log is the post-mortem)."""
+        unless `keep` or a node died on its own (its log is the post-mortem). Not `graceful`:
+        SIGKILL at once, for a throwaway cluster whose data goes with it (a KRaft cluster
+        stopped whole waits out its controlled shutdowns, up to `timeout`)."""
         crashed = any(n.proc is not None and n.proc.poll() not in (None, 0) for n in self.nodes)
         procs = [n.proc for n in self.nodes if n.proc is not None and n.proc.poll() is None]
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
+                if graceful:
+                    proc.terminate()
+                else:
+                    proc.kill()
         deadline = time.monotonic() + timeout
         for proc in procs:
             try:

@@ -23,10 +23,13 @@ USERS = ("admin", "alice", "bob")
 def _cluster(brokers: int, tmp: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster(brokers=brokers, listeners=PROTOCOLS, users=dict.fromkeys(USERS),
                            work_dir=tmp.mktemp(f"kafka{brokers}"))
-    with cluster:
+    cluster.start()
+    try:
         yield cluster
         if not cluster.running:
             pytest.fail(f"a Kafka node died during the tests; logs in {cluster.work_dir}")
+    finally:
+        cluster.stop(graceful=False)  # throwaway: its data goes with it
 
 
 @pytest.fixture(scope="session")

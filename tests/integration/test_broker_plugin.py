@@ -71,33 +71,33 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     prefix = f"bp{uuid.uuid4().hex[:8]}"
     env = {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
            "QS_CLUSTER_ENFORCEMENT": "allocations", "QS_ALLOCATION_SPAN_MS": "4000"}
-    with plugin_cluster(env, tmp_path_factory.mktemp("bp-kafka")) as kafka:
-        plain = kafka.bootstrap()
-        workers = LocalCluster(1, bootstrap=plain, work_dir=tmp_path_factory.mktemp("bp"),
-                               env=env)
-        try:
-            workers.start()
-            update = parse_config_record({
-                "type": "quota_config", "v": 1, "ts": int(time.time() * 1000),
-                "entity": {"client_id": "loader"}, "quotas": {"producer_byte_rate": QUOTA}})
-            asyncio.run(write_records(plain, env["QS_TOPIC_CONFIGS"],
-                                      [(canonical_record(update), update)], None))
-            topic = f"{prefix}-data"
-            create_topics_sync(plain, [(topic, 3, {})])
-            metadata = AdminClient({"bootstrap.servers": plain}).list_topics(topic, timeout=10)
-            leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
-            workers.wait_ready(timeout=60)
-            epoch = time.time() + LEAD_S
-            out = run_clients([(f"loader-{i}", [
-                "--epoch", str(epoch), "--seconds", str(WARM_S + MEASURE_S), "produce",
-                "--library", "confluent-kafka", "--bootstrap", plain, "--topic", topic,
-                "--client-id", "loader", "--rate", str(QUOTA)]) for i in (1, 2)],
-                timeout=WARM_S + MEASURE_S + LEAD_S + 60)
-            control = asyncio.run(read_topic(plain, env["QS_TOPIC_DIRECTIVES"]))
-            requests = asyncio.run(read_topic(plain, env["QS_TOPIC_REQUEST"]))
-            dead = asyncio.run(read_topic(plain, env["QS_TOPIC_DEADLETTER"]))
-        finally:
-            workers.stop()
+    kafka = plugin_cluster(env, tmp_path_factory.mktemp("bp-kafka")).start()
+    plain = kafka.bootstrap()
+    workers = LocalCluster(1, bootstrap=plain, work_dir=tmp_path_factory.mktemp("bp"), env=env)
+    try:
+        workers.start()
+        update = parse_config_record({
+            "type": "quota_config", "v": 1, "ts": int(time.time() * 1000),
+            "entity": {"client_id": "loader"}, "quotas": {"producer_byte_rate": QUOTA}})
+        asyncio.run(write_records(plain, env["QS_TOPIC_CONFIGS"],
+                                  [(canonical_record(update), update)], None))
+        topic = f"{prefix}-data"
+        create_topics_sync(plain, [(topic, 3, {})])
+        metadata = AdminClient({"bootstrap.servers": plain}).list_topics(topic, timeout=10)
+        leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
+        workers.wait_ready(timeout=60)
+        epoch = time.time() + LEAD_S
+        out = run_clients([(f"loader-{i}", [
+            "--epoch", str(epoch), "--seconds", str(WARM_S + MEASURE_S), "produce",
+            "--library", "confluent-kafka", "--bootstrap", plain, "--topic", topic,
+            "--client-id", "loader", "--rate", str(QUOTA)]) for i in (1, 2)],
+            timeout=WARM_S + MEASURE_S + LEAD_S + 60)
+        control = asyncio.run(read_topic(plain, env["QS_TOPIC_DIRECTIVES"]))
+        requests = asyncio.run(read_topic(plain, env["QS_TOPIC_REQUEST"]))
+        dead = asyncio.run(read_topic(plain, env["QS_TOPIC_DEADLETTER"]))
+    finally:
+        workers.stop()
+        kafka.stop(graceful=False)  # throwaway: its data goes with it
     records = [orjson.loads(r.value) for r in control if r.value]
     usage = [e for r in requests for e in orjson.loads(r.value).get("events", [])
              if e.get("client_id") == "loader"]
