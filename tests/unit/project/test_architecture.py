@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 ENGINE, INTAKE, KAFKA, TABLES = "app.engine", "app.intake", "app.kafka", "tables"
 CONTRACT = "app.contract"
