@@ -252,6 +252,18 @@ def test_every_package_says_what_it_may_import() -> None:
     assert not quiet, f"packages whose docstring does not say what they may import: {quiet}"
 
 
+def test_unit_tests_sit_beside_the_package_they_test() -> None:
+    """tests/unit mirrors app's packages (its docstring says how), so a package's tests are
+    found under its name; a test module left at the top or a directory no package names would
+    start the flat list again."""
+    unit = ROOT / "tests" / "unit"
+    packages = {p.parent.name for p in (ROOT / "app").glob("*/__init__.py")}
+    homes = {p.name for p in unit.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert homes - packages == {"bench", "project"}
+    assert not list(unit.glob("test_*.py"))
+    assert all((unit / home / "__init__.py").is_file() for home in homes)
+
+
 def test_a_broken_rule_is_reported_with_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                  ) -> None:
     """The checker itself: a driver imported into app.kafka is caught, with its file and line;
