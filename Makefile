@@ -43,6 +43,12 @@ bench: setup
 	$(BIN)/python bench/bench_subscriber.py
 	$(BIN)/python bench/bench_pipeline.py
 
+# Build products (the venv, mypyc's build and cache directories, the compiled extensions beside
+# their sources and the group library at the top, the install's egg-info, bytecode, Maven's
+# targets), what runs leave in the tree, and the test and lint caches.
 clean:
-	rm -rf $(VENV) state out sim-results audit-out build jvm/*/target
-	find . -path ./.git -prune -o -name "*.so" -print -delete
+	rm -rf $(VENV) build .mypy_cache *.egg-info jvm/*/target \
+		state out sim-results audit-out spark-warehouse metastore_db derby.log \
+		.pytest_cache .hypothesis .ruff_cache
+	find . -path ./.git -prune -o -name "*.so" -type f -print -exec rm -f {} +
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

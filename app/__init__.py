@@ -1,7 +1,7 @@
 """quota-streams: cluster-wide, replayable, explainable Kafka quotas.
 
 The packages, from the pure core outwards (each package's docstring says what it may import;
-tests/unit/test_architecture.py holds every package to it):
+tests/unit/project/test_architecture.py holds every package to it):
 
 - `engine` (Kafka's quota managers on event time), `intake` (record bytes to validated
   samples) and `contract` (every record key, the control records' validation): pure, the same

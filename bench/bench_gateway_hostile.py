@@ -7,7 +7,7 @@ producer writing SIZE-byte records as fast as acks=all allows for --seconds (its
 MB/s): first on the quiet gateway, then with an attacker process running beside it. The attacker
 (a process of its own, so it shares no event loop with the client) holds --connections
 connections from other loopback addresses (127.0.0.2 and up, under the per-IP cap), each sending
-one kind of hostile input, the kinds of tests/unit/test_gateway_fuzz.py: random bytes, frames
+one kind of hostile input, the kinds of tests/unit/gateway/test_gateway_fuzz.py: random bytes, frames
 with absurd sizes, large frames half sent and then held, frames of real and made-up APIs with
 random bodies, SaslHandshake v0 followed by junk, and connections that say nothing; plus
 --slow-senders that write a frame one byte at a time. A connection the gateway closes is opened

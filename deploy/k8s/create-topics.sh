@@ -10,7 +10,7 @@
 # Topic names and partition counts come from the same environment variables the workers read
 # (app/settings.py); the deployment sets all of them, so no default is repeated here. The list
 # mirrors app/pipeline/topology.py:topic_specs (names, partition counts, compaction), which the
-# workers also create at start on the embedded broker; tests/unit/test_deploy.py runs this
+# workers also create at start on the embedded broker; tests/unit/project/test_deploy.py runs this
 # script against a fake kafka-topics.sh and compares. What this script adds: the replication
 # factor (the workers would create replication 1), min.insync.replicas and retention.
 #

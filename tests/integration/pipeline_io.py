@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 
 from app.contract.keys import config_key
 from app.engine.configs import parse_config_record
@@ -82,6 +83,35 @@ async def wait_committed(bootstrap: str, env: dict[str, str], timeout: float) ->
             await asyncio.sleep(0.3)
     finally:
         await consumer.stop()
+
+
+async def group_member(bootstrap: str, group: str) -> str | None:
+    """The one member id of a Stable consumer group (None: not Stable, no single member, or no
+    answer: a node fenced by its controller lists no brokers, a reloading coordinator errors)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        await admin.start()
+        (response,) = await admin.describe_consumer_groups([group])
+    except KafkaError:
+        return None
+    finally:
+        await admin.close()
+    error, _group, state, *_rest = response.groups[0]
+    members = response.groups[0][5]
+    return members[0][0] if error == 0 and state == "Stable" and len(members) == 1 else None
+
+
+async def wait_one_member(bootstrap: str, group: str, timeout: float) -> str:
+    """Until the group is Stable with one member, its id: a take-over's rebalance is over, so
+    records sent from then on are processed once, in that member's generation (input read
+    during a rebalance may be applied again: at-least-once)."""
+    deadline = time.monotonic() + timeout
+    while (member := await group_member(bootstrap, group)) is None:
+        assert time.monotonic() < deadline, f"group {group} not Stable with one member"
+        await asyncio.sleep(0.2)
+    return member
 
 
 def canonical(directives: list[bytes]) -> list[str]:

@@ -33,7 +33,7 @@ from app.audit.results import DECISION_COLUMNS
 from app.kafka.topics import create_topics
 from app.engine.engine import EngineSettings
 from app.intake.replay import replay
-from tests.unit.test_audit_summaries import reference_usage
+from tests.unit.audit.test_audit_summaries import reference_usage
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -32,10 +31,10 @@ from app.intake.replay import replay
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,
-                                               wait_committed)
+                                               wait_committed, wait_one_member)
 except ImportError:  # pragma: no cover
     from pipeline_io import (assert_same, config_record_key,  # type: ignore[no-redef]
-                             read_directives, wait_committed)
+                             read_directives, wait_committed, wait_one_member)
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +159,7 @@ def test_sigkilled_worker_loses_no_window(cluster: LocalCluster, cluster_env: di
     # input processed while the group rebalances may be applied twice (at-least-once: its offset
     # commit is refused); feeding the rest once the take-over has settled keeps the comparison exact
     cluster.wait_owns(1, PARTITIONS)
-    time.sleep(2)
+    asyncio.run(wait_one_member(str(cluster.bootstrap), cluster_env["QS_APP_ID"], timeout=60))
     asyncio.run(produce(str(cluster.bootstrap), cluster_env, second))
     live = asyncio.run(read_directives(str(cluster.bootstrap), cluster_env["QS_TOPIC_DIRECTIVES"],
                                        len(expected), timeout=150))

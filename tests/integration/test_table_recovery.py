@@ -173,7 +173,7 @@ def _wait_dump(worker: Worker, path: Path, timeout: float) -> dict[str, int]:
             pytest.fail(f"worker exited with {worker.proc.returncode}:\n{worker.log()[-3000:]}")
         if time.monotonic() > deadline:
             pytest.fail(f"no table dump within {timeout} s:\n{worker.log()[-3000:]}")
-        time.sleep(0.05)
+        time.sleep(0.05)  # a poll: the dump is written by the worker's own process
     return json.loads(path.read_text())
 
 
@@ -193,7 +193,7 @@ def _wait_until_settled(
             break
         if time.monotonic() > deadline:
             pytest.fail("worker 1 never applied every write")
-        time.sleep(0.2)
+        time.sleep(0.2)  # a poll: the worker process applies the writes at its own pace
 
     async def flushed_and_committed() -> bool:
         changelog = [TopicPartition(scenario.changelog_topic, p) for p in range(PARTITIONS)]
@@ -211,7 +211,7 @@ def _wait_until_settled(
     while not asyncio.run(flushed_and_committed()):
         if time.monotonic() > deadline:
             pytest.fail("changelog not flushed or source offsets not committed in time")
-        time.sleep(0.2)
+        time.sleep(0.2)  # a poll: the worker process flushes and commits on its own timers
 
 
 def _setup(scenario: Scenario) -> dict[str, int]:

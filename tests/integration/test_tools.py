@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaConsumer
 
 from app.kafka.topics import create_topics_sync
 from app.cli import main
@@ -255,7 +256,8 @@ def _directive(n: int) -> dict[str, Any]:
             "observed": 600.0, "limit": 500.0, "window_ms": 10500, "config_level": f"/config/users/u{n}"}
 
 
-def test_directives_prints_the_control_topic(env: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+def test_directives_prints_the_control_topic(env: Settings, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     bootstrap, topic = str(env.kafka_bootstrap_servers), str(env.topic_directives)
     old = [_directive(n) for n in range(4)]
     asyncio.run(_send(bootstrap, topic, old))
@@ -269,9 +271,20 @@ def test_directives_prints_the_control_topic(env: Settings, capsys: pytest.Captu
     (meta,) = [orjson.loads(line) for line in out.splitlines()]
     assert set(meta) == {"partition", "offset", "timestamp", "key", "value"} and meta["value"] in old
 
-    # default: from the end; only what arrives after the start is printed
+    # default: from the end; only what arrives after the start is printed. The new directives
+    # are sent once the command has found the end of every partition (its seek returned).
     new = [_directive(n) for n in range(10, 13)]
-    sender = threading.Thread(target=lambda: (time.sleep(2.0), asyncio.run(_send(bootstrap, topic, new))))
+    at_end = threading.Event()
+    seek_to_end = AIOKafkaConsumer.seek_to_end
+
+    async def seek_then_tell(self: AIOKafkaConsumer, *partitions: Any) -> bool:
+        found = await seek_to_end(self, *partitions)
+        at_end.set()
+        return bool(found)
+
+    monkeypatch.setattr(AIOKafkaConsumer, "seek_to_end", seek_then_tell)
+    sender = threading.Thread(
+        target=lambda: at_end.wait(30) and asyncio.run(_send(bootstrap, topic, new)))
     sender.start()
     try:
         code, out, err = cli(capsys, "directives", "--idle-timeout", "6", "--max-messages", "3")

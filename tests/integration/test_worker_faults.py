@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 
 from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.devstack.kafka import KafkaCluster
@@ -32,11 +31,11 @@ from app.intake.replay import replay
 from app.kafka.clients import partitions_of
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
-    from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,
-                                               wait_committed)
+    from tests.integration.pipeline_io import (assert_same, config_record_key, group_member,
+                                               read_directives, wait_committed)
 except ImportError:  # pragma: no cover
     from pipeline_io import (assert_same, config_record_key,  # type: ignore[no-redef]
-                             read_directives, wait_committed)
+                             group_member, read_directives, wait_committed)
 
 pytestmark = pytest.mark.integration
 MARKER = "crash-here-7f3a"
@@ -210,24 +209,6 @@ def by_topic(env: dict[str, str], records: list[dict]) -> dict[str, list[bytes]]
     for r in records:
         out.setdefault(names[topic_of(r)], []).append(orjson.dumps(r))
     return out
-
-
-async def group_member(bootstrap: str, group: str) -> str | None:
-    """The one member id of a Stable consumer group (None: not Stable, no single member, or no
-    answer: a node fenced by its controller lists no brokers, a reloading coordinator errors)."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        await admin.start()
-        (response,) = await admin.describe_consumer_groups([group])
-    except KafkaError:
-        return None
-    finally:
-        await admin.close()
-    error, _group, state, *_rest = response.groups[0]
-    members = response.groups[0][5]
-    return members[0][0] if error == 0 and state == "Stable" and len(members) == 1 else None
 
 
 def until_member_holds(bootstrap: str, group: str, timeout: float) -> str:

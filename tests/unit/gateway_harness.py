@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -20,6 +23,26 @@ from app.subscriber.active_set import ActiveSet
 from app.usage.records import RecordEncoder
 
 BROKER = 111
+
+
+class Clock:
+    """The gateway's connection clock (`Gateway.clock`, seconds) moved only by the test, so the
+    times a test asserts are exact instead of bounds around a real sleep."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Turn the event loop until `condition` holds: for what a timer of the code under test
+    does (a mute ends on the loop's own clock), as soon as it is done however busy the machine."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s"
+        await asyncio.sleep(0.005)
 
 
 class FakeSocket:

@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import orjson
-import pipeline_path
 import pytest
 
 from app.admin.routing import route_line
@@ -22,6 +21,7 @@ from app.engine.engine import EngineSettings
 from app.engine.stats import Rate, TokenBucket
 from app.engine_build import MODULES, compiled_modules
 from app.intake.replay import replay
+from tests.unit import pipeline_path
 
 #: Runs the replay with every compiled module loaded from its .py source, never an extension.
 INTERPRETED = textwrap.dedent("""
@@ -55,7 +55,7 @@ INTERPRETED = textwrap.dedent("""
 def interpreted(mode: str, scope: str, lines: list[bytes]) -> list[str]:
     """The INTERPRETED run's output lines (input lines hex-encoded: columnar ones are binary)."""
     done = subprocess.run(
-        [sys.executable, "-c", INTERPRETED, mode, scope, str(Path(__file__).parent)],
+        [sys.executable, "-c", INTERPRETED, mode, scope, str(Path(pipeline_path.__file__).parent)],
         input=b"\n".join(line.hex().encode() for line in lines), capture_output=True,
         check=True,
     )

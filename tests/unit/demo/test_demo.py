@@ -16,7 +16,7 @@ from app.demo.view import DemoView, charge_of
 from app.sim.scenario import ScenarioError
 from app.subscriber.watcher import DirectiveWatcher
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
 
 def spec_data(**over: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from app.audit.results import USAGE_FIELDS, ResultRows
 from app.audit.summaries import SKETCH_ALPHA, Sketch, Summaries
 from app.engine import configs as cfg
 from app.engine.engine import EngineSettings
-from tests.unit.test_audit_recompute import file_run, lines_of
+from tests.unit.audit.test_audit_recompute import file_run, lines_of
 
 SETTINGS = EngineSettings(scope="broker")
 SPAN_MS = SETTINGS.controller_window_num * SETTINGS.controller_window_ms

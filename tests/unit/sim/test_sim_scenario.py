@@ -11,7 +11,7 @@ import yaml
 from app.sim.meter import settled_after
 from app.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
 
 def minimal(**over: Any) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import pipeline_path
 import pytest
 
 from app.admin.routing import route_line
@@ -18,6 +17,7 @@ from app.engine.engine import EngineSettings
 from app.intake import columnar
 from app.intake.records import decode_source
 from app.intake.replay import replay
+from tests.unit import pipeline_path
 
 BAD_ROW = {"type": "request", "v": 1, "ts": synth.T0 + 500, "broker": 1, "user": "x",
            "client_id": "y", "api": "Produce", "bytes": 10, "count": 0}

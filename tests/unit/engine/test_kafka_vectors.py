@@ -38,7 +38,7 @@ from app.engine.engine import Decision, EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, parse_event
 from app.engine.stats import Rate, TokenBucket, burst
 
-VECTORS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "vectors"
+VECTORS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "vectors"
 VECTORS_FILE = VECTORS_DIR / "kafka-unit-tests.jsonl"
 
 if not VECTORS_FILE.is_file():
@@ -827,7 +827,7 @@ def test_every_vector_is_accounted_for() -> None:
 
 
 def test_not_applicable_vectors_are_documented() -> None:
-    doc = Path(__file__).resolve().parents[2] / "docs" / "vectors.md"
+    doc = Path(__file__).resolve().parents[3] / "docs" / "vectors.md"
     text = doc.read_text(encoding="utf-8")
     for vid in NOT_APPLICABLE:
         assert f"`{vid}`" in text, f"{vid} is not listed in docs/vectors.md"

@@ -33,7 +33,7 @@ from app.usage.records import RecordEncoder
 
 T0 = 1_763_800_000_000
 Q = 1_000_000.0
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
 
 # -- the division -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from app.gateway.limits import Limits
 
 
 def load_bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_gateway_hostile.py"
+    path = Path(__file__).resolve().parents[3] / "bench" / "bench_gateway_hostile.py"
     spec = importlib.util.spec_from_file_location("bench_gateway_hostile", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

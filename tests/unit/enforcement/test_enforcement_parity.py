@@ -18,7 +18,7 @@ from app.subscriber.active_set import ActiveSet
 from app.usage.records import RecordEncoder
 from tests.unit.gateway_harness import BROKER, FakeSocket, Harness
 from tests.unit.kafka_frames import NONE, decode_response, ms, nested, response
-from tests.unit.test_gateway_session import create_topics_request
+from tests.unit.gateway.test_gateway_session import create_topics_request
 
 T0 = 1_763_800_000_000
 QUOTA = {"entity": {"client_id": "ops"}, "quotas": {"controller_mutation_rate": 10}}

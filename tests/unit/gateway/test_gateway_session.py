@@ -3,14 +3,11 @@ order answers come back, what is throttled and muted, and which usage events are
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from app.gateway import apis, messages
 from app.gateway.frames import frame, request_header
-from tests.unit.gateway_harness import BROKER, Harness, answered, sent
+from tests.unit.gateway_harness import BROKER, Clock, Harness, answered, sent, until
 from tests.unit.kafka_frames import (
     NONE,
     decode_response,
@@ -152,8 +149,7 @@ async def test_a_throttled_produce_keeps_its_data_carries_the_throttle_and_mutes
     assert ms(100) <= got.throttle_time <= ms(120) and got.responses
     assert h.session.muted and h.client.paused
     assert h.broker.frames() == []  # request 2 is not read while muted
-    await asyncio.sleep(0.2)
-    assert not h.session.muted
+    await until(lambda: not h.session.muted)
     assert sent(h.broker.frames()) == [2]
 
 
@@ -213,24 +209,26 @@ async def test_acks_zero_produce_gets_no_response_and_is_exempt_but_charged_its_
 
 async def test_produce_event_is_the_request_size_and_service_time() -> None:
     h = Harness()
+    h.gateway.clock = clock = Clock()
     payload = produce_request(1, size=2000)
     h.send(payload)
-    time.sleep(0.02)
+    clock.now += 0.02
     h.answer(produce_response(1))
     (event,) = h.events()
     assert (event["type"], event["api"], event["bytes"], event["user"], event["client_id"],
             event["ip"], event["exempt"], event["count"]) == (
         "request", "Produce", len(payload), "ANONYMOUS", "app", "10.0.0.7", False, 1)
-    assert 15 <= event["thread_time_ms"] < 1000
+    assert event["thread_time_ms"] == pytest.approx(20.0)
 
 
 async def test_a_fetch_is_charged_only_the_time_beyond_its_long_poll() -> None:
     h = Harness()
+    h.gateway.clock = clock = Clock()
     h.send(fetch_request(1, max_wait=10))
-    time.sleep(0.03)
+    clock.now += 0.03
     h.answer(fetch_response(1))
     (event,) = h.events()
-    assert 15 <= event["thread_time_ms"] < 1000  # ~30 ms served, 10 of them the allowed wait
+    assert event["thread_time_ms"] == pytest.approx(20.0)  # 30 ms served, 10 the allowed wait
 
 
 # ------------------------------------------------------------------------ pass-through, SASL

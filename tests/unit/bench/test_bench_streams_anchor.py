@@ -17,7 +17,7 @@ from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.intake.replay import Replayer
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
 @pytest.fixture

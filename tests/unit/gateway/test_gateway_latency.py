@@ -8,20 +8,12 @@ from __future__ import annotations
 import pytest
 
 from app.gateway.frames import frame
-from tests.unit.gateway_harness import FakeSocket, Harness, answered, sent
+from tests.unit.gateway_harness import Clock, FakeSocket, Harness, answered, sent
 from tests.unit.kafka_frames import produce_request, produce_response
 
 BROKER_WRITE_S = 0.002  # what writing a request to the broker's socket costs the gateway
 CLIENT_WRITE_S = 0.001  # and writing a response to the client's
 BROKER_S = 5.0  # the broker's own time per request
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def timed(h: Harness) -> Clock:

@@ -22,7 +22,7 @@ import yaml
 
 from app.settings import SETTINGS, load
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}

@@ -29,7 +29,7 @@ from app.usage.recorder import CONNECTION, MUTATION, REQUEST
 from app.usage.records import RecordEncoder
 from tests.unit.fake_producer import Producer
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
 
 def steady(name: str, latency_ms: int = 150, seconds: float = 240,

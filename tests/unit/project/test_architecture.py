@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 ENGINE, INTAKE, KAFKA, TABLES = "app.engine", "app.intake", "app.kafka", "tables"
 CONTRACT = "app.contract"
@@ -250,6 +250,18 @@ def test_every_package_says_what_it_may_import() -> None:
     quiet = [m for m, p in MODULES.items() if p.name == "__init__.py"
              and "import" not in (ast.get_docstring(ast.parse(p.read_text())) or "")]
     assert not quiet, f"packages whose docstring does not say what they may import: {quiet}"
+
+
+def test_unit_tests_sit_beside_the_package_they_test() -> None:
+    """tests/unit mirrors app's packages (its docstring says how), so a package's tests are
+    found under its name; a test module left at the top or a directory no package names would
+    start the flat list again."""
+    unit = ROOT / "tests" / "unit"
+    packages = {p.parent.name for p in (ROOT / "app").glob("*/__init__.py")}
+    homes = {p.name for p in unit.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert homes - packages == {"bench", "project"}
+    assert not list(unit.glob("test_*.py"))
+    assert all((unit / home / "__init__.py").is_file() for home in homes)
 
 
 def test_a_broken_rule_is_reported_with_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -13,7 +13,7 @@ from app.engine.events import RequestEvent, parse_event
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.stats import Rate
 from tables.entity_state import PartitionCache
-from tests.unit.test_engine_properties import parsed, streams, view
+from tests.unit.engine.test_engine_properties import parsed, streams, view
 
 T0 = 1_763_800_000_000
 HOUR = 3_600_000
