@@ -1,7 +1,7 @@
 """How far behind their input the demo's workers are, read from each worker's `/metrics`.
 
-A worker exports `quota_streams_consumer_lag_seconds{topic,partition}`: how long the oldest
-record it has not processed has waited at most. The demo reads it every second from every
+A worker exports `quota_streams_consumer_lag_seconds{topic,partition}`: how long its records
+waited to be taken (`app.pipeline.lag_meter`). The demo reads it every second from every
 worker it started and keeps the largest, with where it was, so its summary can say whether the
 workers kept pace for the whole run.
 """

@@ -202,7 +202,7 @@ class DemoView:
             return "workers' lag: not read (no worker started here)"
         second, worst = max(lags.items(), key=lambda item: item[1].seconds)
         return (f"workers' largest lag after the warm-up: {worst.seconds:.2f} s "
-                f"({worst.where} at t={second} s; the oldest record not yet processed, read "
+                f"({worst.where} at t={second} s; how long a record waited to be taken, read "
                 f"each second from the workers' /metrics)")
 
     # ------------------------------------------------------------------------- tables

@@ -33,8 +33,9 @@ LATENCY = Histogram("quota_streams_event_to_directive_latency_seconds",
 LAG = Gauge("quota_streams_consumer_lag_records", "Records behind the end of each assigned partition",
             ["topic", "partition"], registry=REGISTRY)
 LAG_SECONDS = Gauge("quota_streams_consumer_lag_seconds",
-                    "How long the oldest unprocessed record of each assigned partition has "
-                    "waited at most (0: none waits): how far behind its input the worker is",
+                    "How long records of each assigned partition waited to be taken: the "
+                    "oldest not taken yet at most, or the longest taken since the last reading "
+                    "(0: none waited): how far behind its input the worker is",
                     ["topic", "partition"], registry=REGISTRY)
 WINDOWS_EXPIRED = Counter("quota_streams_windows_expired",
                           "Quota windows dropped after QS_IDLE_EXPIRY_MS of event time without "

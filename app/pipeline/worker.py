@@ -45,6 +45,7 @@ from app.pipeline import codec, faust_patches, metrics
 from app.pipeline.aggregate import apply_record
 from app.pipeline.continuity import Continuity, Verdict
 from app.pipeline.ingest import MAX_ROWS, Outbox
+from app.pipeline.lag_meter import LagMeter
 from app.pipeline.partitioner import MemoPartitioner
 from app.pipeline.topology import samples_topic
 from app.settings import Settings
@@ -141,11 +142,11 @@ class Worker:
         self.seeder = ClockSeeder(bootstrap, security=security)
         self.stats: Counter[str] = Counter()  # for the periodic progress line in the log
         self._metrics_seen: Counter[str] = Counter()  # follower counters already exported
-        #: next offset to process, and the append time (ms) of the last record processed, per
-        #: source/samples partition (the lag gauges)
+        #: next offset to process per source/samples partition, and how long records waited
+        #: to be (the lag gauges)
         self.processed: dict[TP, int] = {}
+        self.lag_meter = LagMeter()
         self.continuity = Continuity()
-        self.processed_ms: dict[TP, int] = {}
         self._wire()
 
     def _wire(self) -> None:
@@ -225,7 +226,7 @@ class Worker:
         message = event.message
         arrival = arrival_ms(event)
         self.processed[message.tp] = message.offset + 1
-        self.processed_ms[message.tp] = arrival
+        self.lag_meter.taken(message.tp, arrival, time.time() * 1000.0)
         stream = self.streams.get((message.topic, message.partition))
         if stream is None:
             stream = self.streams[(message.topic, message.partition)] = StreamIntake(
@@ -360,7 +361,7 @@ class Worker:
                 continue
             partition = event.message.partition
             self.processed[event.message.tp] = event.message.offset + 1
-            self.processed_ms[event.message.tp] = arrival_ms(event)
+            self.lag_meter.taken(event.message.tp, arrival_ms(event), time.time() * 1000.0)
             batch, rows = codec.decode(event.value)
             now, arrival = codec.latest(batch, rows)
             # known here already, unless another worker's ingest routed them
@@ -482,9 +483,8 @@ class Worker:
                          delta["directives"], delta["windows_written"], delta["expired"])
 
     def export_lag(self) -> None:
-        """Records behind the last fetch's high watermark, and how long the oldest of them has
-        waited at most: it arrived after the last record processed, so no longer than that
-        record's age."""
+        """Records behind the last fetch's high watermark, and how long records waited to be
+        taken (`LagMeter`)."""
         metrics.LAG.clear()
         metrics.LAG_SECONDS.clear()
         now_ms = time.time() * 1000.0
@@ -498,8 +498,7 @@ class Worker:
             behind = max(0, highwater - self.processed[tp])
             labels = (tp.topic, str(tp.partition))
             metrics.LAG.labels(*labels).set(behind)
-            metrics.LAG_SECONDS.labels(*labels).set(
-                max(0.0, now_ms - self.processed_ms[tp]) / 1000.0 if behind else 0.0)
+            metrics.LAG_SECONDS.labels(*labels).set(self.lag_meter.reading(tp, behind, now_ms))
 
     async def on_revoked(self, sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         """Forget windows of partitions this worker lost; their new owner restores the table."""
@@ -508,7 +507,7 @@ class Worker:
                 # its next owner may move the clock on, and reads the held records again
                 self.streams.pop((tp.topic, tp.partition), None)
                 self.processed.pop(tp, None)
-                self.processed_ms.pop(tp, None)
+                self.lag_meter.forget(tp)
                 self.continuity.forget(tp)
                 if tp.topic == self.samples_name:
                     self.caches.pop(tp.partition, None)
