@@ -1,8 +1,8 @@
 """app.audit: the PySpark audit, which recomputes every decision from the input topics (or an
 archive) with the engine and compares the directives with the control topic.
 
-`job` runs the phases; `kafka_source` is the `quota_kafka` Spark data source, `archive` its
-file twin; `recompute` the ordering rules, `event_codec`, `request_items` and `summaries` the
+`job` runs the phases over `app.kafka.spark_source` (the `quota_kafka` Spark data source) or
+`archive`, its file twin; `recompute` the ordering rules, `event_codec`, `request_items` and `summaries` the
 per-row work; `diff` the comparator (pure: a spec of the statuses); `results`, `recommend`,
 `report` the outputs; `explain` one entity's decisions; `synth` synthetic input for the tests.
 

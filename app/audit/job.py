@@ -274,7 +274,7 @@ def read_topic_local(bootstrap: str, topic: str, security: KafkaSecurity) -> lis
     """`(partition, offset, key, value, timestamp ms)` of a whole topic, read on the driver
     (small topics: configs, a control topic for `explain`), with the data source's exact
     planning."""
-    from app.audit.kafka_source import (
+    from app.kafka.spark_source import (
         KafkaSourceOptions,
         plan_partitions,
         probe_partitions,
@@ -319,7 +319,7 @@ def pinned_keys(spark: SparkSession, n: int) -> tuple[str, ...]:
 
 
 def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> InputPlan:
-    from app.audit.kafka_source import KafkaSourceOptions, probe_partitions, resolve_ranges
+    from app.kafka.spark_source import KafkaSourceOptions, probe_partitions, resolve_ranges
 
     if not opts.bootstrap:
         raise AuditError("--input kafka needs --bootstrap or KAFKA_BOOTSTRAP_SERVERS")
@@ -697,7 +697,7 @@ class Sized:
 def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None = None
               ) -> dict[str, Any]:
     """Run the whole audit; return the summary (also written to <out>/summary.json)."""
-    from app.audit.kafka_source import KafkaDataSource
+    from app.kafka.spark_source import KafkaDataSource
 
     progress = progress or Progress(quiet=True)
     try:

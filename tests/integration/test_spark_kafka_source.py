@@ -17,7 +17,7 @@ try:  # imported as a module of tests.integration or from its own directory (roo
 except ImportError:  # pragma: no cover
     from spark_fixtures import spark  # type: ignore[no-redef]  # noqa: F401
 
-from app.audit.kafka_source import (
+from app.kafka.spark_source import (
     KafkaDataSource,
     KafkaSourceOptions,
     probe_partitions,

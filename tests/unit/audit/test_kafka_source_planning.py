@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.audit.kafka_source import (
+from app.kafka.spark_source import (
     EARLIEST,
     LATEST,
     KafkaSourceOptions,

@@ -88,6 +88,9 @@ IMPURE = {"faust", "aiokafka", "kafka", "mode", "time", "datetime", "asyncio", "
 #: the pure modules: the engine, the intake, the contract, the audit's diff and the enforcement
 #: decisions
 PURE = (ENGINE, INTAKE, CONTRACT, "app.audit.diff", ENFORCEMENT)
+#: the modules that may import pyspark: the audit, its command, and the Spark data source in
+#: app.kafka (which the workers and the gateway import, and must not pull pyspark into)
+SPARK_SIDE = (AUDIT, "app.commands.audit", "app.kafka.spark_source")
 
 
 def module_name(path: Path) -> str:
@@ -173,6 +176,13 @@ def test_a_pure_module_imports_nothing_impure(module: str) -> None:
     found = [f"{where(module, line)} imports {root}"
              for line, root in third_party_roots(module) if root in IMPURE]
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_spark_side_imports_pyspark(module: str) -> None:
+    found = [f"{where(module, line)} imports pyspark" for line, root in third_party_roots(module)
+             if root == "pyspark" and not module.startswith(SPARK_SIDE)]
+    assert not found, "\n".join(found) + f" (only {', '.join(SPARK_SIDE)} may)"
 
 
 def test_every_exception_is_still_taken() -> None:

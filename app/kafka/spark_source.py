@@ -7,7 +7,7 @@ project's own Kafka security settings, and returning Arrow record batches keeps 
 
 Usage::
 
-    from app.audit.kafka_source import KafkaDataSource
+    from app.kafka.spark_source import KafkaDataSource
     spark.dataSource.register(KafkaDataSource)
     df = (spark.read.format("quota_kafka")
           .option("bootstrap", "127.0.0.1:9092")
@@ -34,7 +34,7 @@ Options (names are case-insensitive; Spark-style camelCase aliases are accepted)
 - `max_records_per_partition` (default 500000): offset ranges larger than this are split into
   equal chunks, one Spark task each, so a big partition does not serialise the job.
 - `fail_on_data_loss` (default true): a requested start below the partition's log start (the
-  records were deleted) is an error, because an audit that silently skips records is wrong.
+  records were deleted) is an error, because a job that silently skips records is wrong.
   With false the range starts at the log start instead.
 - `batch_rows` (default 20000): rows per Arrow batch handed to Spark.
 - `idle_timeout_s` (default 30): a read that makes no progress for this long fails instead of
@@ -67,7 +67,7 @@ from app.kafka.security import KafkaSecurity
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-try:  # the audit extra (pyspark) is optional: planning must import without it
+try:  # pyspark (the `audit` extra) is optional: the planning must import without it
     from pyspark.sql.datasource import (
         DataSource,
         DataSourceReader,
@@ -228,7 +228,7 @@ def resolve_ranges(
     `earliest` / `latest` are the log start and the *true* end (high watermark) of every
     partition to read. An end beyond the high watermark is clamped to it (those records do not
     exist yet); a start below the log start raises unless `fail_on_data_loss` is false, because
-    the records were deleted and an audit must not pretend it read them. A start past the end
+    the records were deleted and a job must not pretend it read them. A start past the end
     gives an empty range. JSON specs naming partitions that are not being read are an error:
     they are almost always a typo in a topic name.
     """
@@ -568,9 +568,7 @@ def _gc_paused() -> Iterator[None]:
     """Pause the cyclic GC while a fetch turns into Python objects.
 
     aiokafka builds one GC-tracked `ConsumerRecord` per record; tens of thousands of them alive
-    at once trigger repeated full collections that cost more than the fetch (measured: 100k
-    records of one partition read at ~110k rows/s with the GC on, ~280-440k with it paused).
-    They hold no cycles and die by reference counting, so nothing leaks; the GC is back on
+    at once trigger repeated full collections that cost more than the fetch. They hold no cycles and die by reference counting, so nothing leaks; the GC is back on
     before control returns to Spark.
     """
     was_enabled = gc.isenabled()
@@ -698,7 +696,7 @@ class KafkaBatchReader(DataSourceReader):  # type: ignore[misc,valid-type]
 class KafkaStreamReader(DataSourceStreamReader):  # type: ignore[misc,valid-type]
     """Micro-batch reader: offsets are `{"topic": {"partition": next offset}}`.
 
-    Also supports `Trigger.AvailableNow` (the audit's "catch up, then stop"): the target is the
+    Also supports `Trigger.AvailableNow` ("catch up, then stop"): the target is the
     true end at the time the query starts. `commit` has nothing to do: Spark's checkpoint holds
     the offsets and no consumer group is used.
     """
