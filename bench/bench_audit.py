@@ -103,7 +103,7 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
     import orjson
 
     from app.audit import synth
-    from app.audit.job import Topics
+    from app.audit.options import Topics
     from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, topic_configs
     from app.engine.engine import EngineSettings
 
@@ -242,7 +242,9 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
     decisions themselves)."""
     from pyspark.sql import functions as F
 
-    from app.audit.job import Progress, pinned_keys, plan_kafka
+    from app.audit.frames import pinned_keys
+    from app.audit.input_plan import plan_kafka
+    from app.audit.session import Progress
     from app.audit.recompute import (
         EXPLODED_DDL,
         ExplodeContext,
@@ -318,7 +320,7 @@ def spark_cpu() -> tuple[float, float]:
 
 def cpu_progress():  # type: ignore[no-untyped-def]
     """A quiet `Progress` that also records (JVM, Python) CPU seconds per step."""
-    from app.audit.job import Progress
+    from app.audit.session import Progress
 
     class CpuProgress(Progress):
         def __init__(self) -> None:
@@ -344,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     # without this they could run another checkout (e.g. an editable install) than the driver.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    from app.audit.job import AuditOptions, build_session, run_audit
+    from app.audit.job import run_audit
+    from app.audit.options import AuditOptions
+    from app.audit.session import build_session
     from app.devstack.kafka import KafkaCluster
     from app.engine.engine import EngineSettings
 

@@ -138,7 +138,7 @@ def _read_parquet(files: list[str]) -> Input:
 def read_kafka(bootstrap: str, topics: Any, security: KafkaSecurity, signing: Signing) -> Input:
     """The event and config topics, read on the driver with `security`; configs `signing`
     does not open are skipped, as the workers skip them."""
-    from app.audit.job import existing_topics, read_topic_local
+    from app.audit.kafka_reads import existing_topics, read_topic_local
 
     present = existing_topics(bootstrap, security)
     records: list[Record] = []

@@ -3,7 +3,7 @@
 The audit does not re-implement the quota rules in SQL (window functions were measurably wrong
 on throttle decisions): it runs `QuotaEngine`, the code the live workers and `replay` run, over
 the same events in an order that gives the same results. This module is that order and the two
-pure steps around it; `app.audit.job` wires them into Spark, and `recompute_local` runs them
+pure steps around it; `app.audit.frames` wires them into Spark, and `recompute_local` runs them
 in-process (tests, `explain`, the benchmark's expected directives).
 
 Step 1, explode (one sequential pass per input stream): records -> validated events, each with

@@ -24,7 +24,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.audit.explain import read_kafka
-from app.audit.job import Topics
+from app.audit.options import Topics
 from app.audit.recompute import ExplodeContext, recompute_local
 from app.audit.synth import CONFIGS, scenario, topic_of
 from app.engine.engine import EngineSettings

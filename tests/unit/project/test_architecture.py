@@ -195,7 +195,7 @@ def test_every_exception_is_still_taken() -> None:
 READS_ENVIRONMENT: dict[str, str] = {
     SETTINGS: "the one place the product's settings are read and validated",
     "app.admin.views": "NO_COLOR and TERM: how the tables are drawn",
-    "app.audit.job": "sets PYSPARK_PYTHON for Spark's own Python workers",
+    "app.audit.session": "sets PYSPARK_PYTHON for Spark's own Python workers",
     "app.sim.session": "launches the dev stack, whose workers take the environment it composes",
 }
 #: modules outside the owners that load the settings, each with why
