@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.audit.kafka_reads import WHOLE_PARTITION, clock_seeds, existing_topics, read_topic_local
+from app.audit.kafka_reads import WHOLE_PARTITION, clock_seeds, existing_topics, read_configs
 from app.audit.options import AuditError, AuditOptions
 from app.audit.recompute import MODE_FILE, MODE_KAFKA, ConfigEntry, archive_configs, topic_configs
 from app.audit.session import Progress
@@ -71,9 +71,8 @@ def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> I
     configs: list[ConfigEntry] = []
     bad: list[tuple[str, str]] = []
     if opts.topics.configs in topics:
-        configs, bad = topic_configs(
-            read_topic_local(opts.bootstrap, opts.topics.configs, opts.security),
-            opts.topics.configs, opts.signing)
+        configs, bad = read_configs(opts.bootstrap, opts.topics.configs, opts.security,
+                                    opts.signing)
     else:
         progress.step(f"note: config topic {opts.topics.configs} does not exist: no quotas")
     control = None

@@ -1,14 +1,22 @@
-"""What the audit and `explain` read from Kafka on the driver: the topic list, whole topics,
-and the records before a stream's first offset (its clock's seed)."""
+"""What the audit and `explain` read from Kafka on the driver: the topic list, the config topic,
+event topics (`explain`), and the records before a stream's first offset (its clock's seed).
+
+The reading is `app.kafka`'s: the config topic as the admin tools read it (`whole_topic`), event
+topics with the Spark data source's planning and reader (`spark_source`), which a big topic
+needs (no deadline on the whole read, only on a stalled one).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.audit.options import AuditError
-from app.audit.recompute import TopicRecord, timestamps_ms
+from app.audit.recompute import ConfigEntry, TopicRecord, timestamps_ms, topic_configs
 from app.errors import reason
 from app.kafka.security import KafkaSecurity
+from app.signing import Signing
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.audit.session import Progress
@@ -17,37 +25,48 @@ if TYPE_CHECKING:  # pragma: no cover
 #: a stream must be read in one task, in order (the skew clock and the config timeline).
 WHOLE_PARTITION = str(2**62)
 
+T = TypeVar("T")
 
-def existing_topics(bootstrap: str, security: KafkaSecurity, timeout_s: float = 15.0) -> set[str]:
-    """Topic names on the cluster, without naming one (a cluster may auto-create it)."""
-    import asyncio
 
-    from aiokafka import AIOKafkaConsumer
-
-    async def run() -> set[str]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                    enable_auto_commit=False,
-                                    request_timeout_ms=int(timeout_s * 1000),
-                                    **security.aiokafka())
-        try:  # stopped even when the start fails, or aiokafka warns of an unclosed consumer
-            await consumer.start()
-            return set(await consumer.topics())
-        finally:
-            await consumer.stop()
-
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """A coroutine on a private loop (the driver's code is synchronous)."""
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(asyncio.wait_for(run(), timeout_s + 5))
-    except Exception as exc:  # noqa: BLE001 - any connection failure is one line for the user
-        raise AuditError(f"cannot reach Kafka at {bootstrap}: {reason(exc)}") from None
+        return loop.run_until_complete(coro)
     finally:
         loop.close()
 
 
-def read_topic_local(bootstrap: str, topic: str, security: KafkaSecurity) -> list[TopicRecord]:
-    """`(partition, offset, key, value, timestamp ms)` of a whole topic, read on the driver
-    (small topics: configs, a control topic for `explain`), with the data source's exact
-    planning."""
+def existing_topics(bootstrap: str, security: KafkaSecurity, timeout_s: float = 15.0) -> set[str]:
+    """Topic names on the cluster, without naming one (a cluster may auto-create it)."""
+    from app.kafka.clients import consumer
+
+    async def run() -> set[str]:
+        async with consumer(bootstrap, security=security,
+                            request_timeout_ms=int(timeout_s * 1000)) as c:
+            return set(await c.topics())
+
+    try:
+        return _run(asyncio.wait_for(run(), timeout_s + 5))
+    except Exception as exc:  # noqa: BLE001 - any connection failure is one line for the user
+        raise AuditError(f"cannot reach Kafka at {bootstrap}: {reason(exc)}") from None
+
+
+def read_configs(bootstrap: str, topic: str, security: KafkaSecurity, signing: Signing
+                 ) -> tuple[list[ConfigEntry], list[tuple[str, str]]]:
+    """The config topic's configs with their record timestamps, and the records the workers
+    would skip (`topic_configs`)."""
+    from app.kafka.whole_topic import read_topic
+
+    records = _run(read_topic(bootstrap, topic, security=security))
+    return topic_configs(((r.partition, r.offset, r.key, r.value,
+                           None if r.timestamp < 0 else r.timestamp) for r in records),
+                         topic, signing)
+
+
+def read_events(bootstrap: str, topic: str, security: KafkaSecurity) -> list[TopicRecord]:
+    """`(partition, offset, key, value, timestamp ms)` of a whole event topic, read on the
+    driver with the data source's exact planning."""
     from app.kafka.spark_source import (
         KafkaSourceOptions,
         plan_partitions,
@@ -75,8 +94,6 @@ def clock_seeds(bootstrap: str, starts: dict[tuple[str, int], int], progress: Pr
     """The event timestamps before each of `starts` (the first offset read of a stream read
     from past its log start), read back as a worker that takes a partition over reads them
     (`app.kafka.clock_seed`): each stream's clock then judges as the workers' did there."""
-    import asyncio
-
     from app.kafka.clock_seed import ClockSeeder
 
     async def run() -> dict[Any, tuple[int, ...]]:
@@ -96,11 +113,7 @@ def clock_seeds(bootstrap: str, starts: dict[tuple[str, int], int], progress: Pr
 
     if not starts:
         return {}
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
+    return _run(run())
 
 
-__all__ = ["WHOLE_PARTITION", "clock_seeds", "existing_topics", "read_topic_local"]
+__all__ = ["WHOLE_PARTITION", "clock_seeds", "existing_topics", "read_configs", "read_events"]
