@@ -104,7 +104,9 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
 
     from app.audit import synth
     from app.audit.options import Topics
-    from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, topic_configs
+    from app.audit.explode import ExplodeContext
+    from app.audit.in_process import recompute_local
+    from app.audit.recompute import MODE_KAFKA, topic_configs
     from app.engine.engine import EngineSettings
 
     topics = Topics(f"{prefix}.request", f"{prefix}.connection", f"{prefix}.mutation",
@@ -161,14 +163,9 @@ def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ign
 
     import pyarrow as pa
 
-    from app.audit.recompute import (
-        MODE_KAFKA,
-        ExplodeContext,
-        ExplodedRows,
-        RunContext,
-        Runner,
-        StreamExploder,
-    )
+    from app.audit.explode import ExplodeContext, ExplodedRows, StreamExploder
+    from app.audit.recompute import MODE_KAFKA
+    from app.audit.run import RunContext, Runner
     from app.engine.engine import EngineSettings
     from app.intake import columnar
 
@@ -245,13 +242,9 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
     from app.audit.frames import pinned_keys
     from app.audit.input_plan import plan_kafka
     from app.audit.session import Progress
-    from app.audit.recompute import (
-        EXPLODED_DDL,
-        ExplodeContext,
-        RunContext,
-        explode_function,
-        run_function,
-    )
+    from app.audit.explode import ExplodeContext, explode_function
+    from app.audit.recompute import EXPLODED_DDL
+    from app.audit.run import RunContext, run_function
     from app.audit.results import RESULT_DDL
 
     plan = plan_kafka(spark, opts, Progress(quiet=True))

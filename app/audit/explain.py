@@ -25,13 +25,11 @@ import orjson
 from app.audit.common import entity_candidates, entity_string, format_ms
 from app.audit.event_codec import EVENT_KINDS, make_event
 from app.audit.request_items import ROW_REQUEST, append_request
+from app.audit.explode import ExplodeContext, ExplodedRows, StreamExploder
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
     ConfigEntry,
-    ExplodeContext,
-    ExplodedRows,
-    StreamExploder,
     archive_configs,
     engine_with_configs,
 )

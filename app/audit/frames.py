@@ -8,17 +8,15 @@ from typing import TYPE_CHECKING, Any
 from app.audit import diff as diffmod
 from app.audit.input_plan import InputPlan
 from app.audit.options import AuditOptions
+from app.audit.explode import ExplodeContext, explode_function
 from app.audit.recompute import (
     EXPLODED_DDL,
     KEY_SEP,
     SPLITS_DDL,
-    ExplodeContext,
-    RunContext,
-    explode_function,
     route_map_from_splits,
-    run_function,
     splits_possible,
 )
+from app.audit.run import RunContext, run_function
 from app.audit.results import RESULT_DDL
 from app.audit.session import Progress
 from app.audit.summaries import BASE_BUCKET_MS

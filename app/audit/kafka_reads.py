@@ -13,7 +13,8 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.audit.options import AuditError
-from app.audit.recompute import ConfigEntry, TopicRecord, timestamps_ms, topic_configs
+from app.audit.explode import timestamps_ms
+from app.audit.recompute import ConfigEntry, TopicRecord, topic_configs
 from app.errors import reason
 from app.kafka.security import KafkaSecurity
 from app.signing import Signing
