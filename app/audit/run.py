@@ -141,7 +141,7 @@ class DecisionFiles:
     """Step 2's decisions written by the task itself, one Parquet file per route partition.
 
     Why: handing ~2 decisions per event back to Spark cost the JVM more than the rest of the
-    recompute (Arrow to rows, then Parquet encoding, ~8 of ~17 JVM CPU-s at 1M events);
+    recompute (Arrow to rows, then Parquet encoding);
     pyarrow writes the same columns from the batches step 2 has already built. Safe under task
     retries and speculative attempts without a commit protocol, because a route partition's
     decisions are deterministic (same sorted input, same engine): each attempt writes a hidden

@@ -17,7 +17,7 @@ def build_session(master: str = "local[*]", driver_memory: str = "1g",
                   jvm_options: str = "-XX:+UseParallelGC") -> SparkSession:
     """A SparkSession for the audit: UI off, driver on loopback for local masters, UTC.
 
-    ParallelGC: with SerialGC the decisions write stalled for ~12 s per run on 2 cores.
+    ParallelGC: with SerialGC the decisions write stalled for seconds per run.
     """
     from pyspark.sql import SparkSession
 
