@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from app.audit import diff as diffmod
+from app.audit.explode import ExplodeContext, explode_function
 from app.audit.input_plan import InputPlan
 from app.audit.options import AuditOptions
-from app.audit.explode import ExplodeContext, explode_function
 from app.audit.recompute import (
     EXPLODED_DDL,
     KEY_SEP,
@@ -16,8 +16,8 @@ from app.audit.recompute import (
     route_map_from_splits,
     splits_possible,
 )
-from app.audit.run import RunContext, run_function
 from app.audit.results import RESULT_DDL
+from app.audit.run import RunContext, run_function
 from app.audit.session import Progress
 from app.audit.summaries import BASE_BUCKET_MS
 from app.signing import Signing
@@ -50,7 +50,7 @@ def recompute(spark: SparkSession, plan: InputPlan, opts: AuditOptions, n: int,
               decisions_dir: str | None = None) -> DataFrame:
     """Steps 1 and 2 as one DataFrame (lazy) in `RESULT_DDL` shape; `info` gets routing facts.
 
-    With `decisions_dir` (see `task_writable_dir`) step 2 writes the decisions there itself
+    With `decisions_dir` (see `app.audit.job.task_writable_dir`) step 2 writes the decisions there itself
     and the DataFrame holds only directive copies and dead letters.
     """
     info = {} if info is None else info

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.audit.options import AuditError
 from app.audit.explode import timestamps_ms
+from app.audit.options import AuditError
 from app.audit.recompute import ConfigEntry, TopicRecord, topic_configs
 from app.errors import reason
 from app.kafka.security import KafkaSecurity
