@@ -35,7 +35,9 @@ class InputPlan:
 
 def plan_kafka(spark: SparkSession, opts: AuditOptions, progress: Progress) -> InputPlan:
     """Kafka input: each partition of an event topic a stream, read whole by one task."""
-    from app.kafka.spark_source import KafkaSourceOptions, probe_partitions, resolve_ranges
+    from app.kafka.spark_source.offsets import resolve_ranges
+    from app.kafka.spark_source.options import KafkaSourceOptions
+    from app.kafka.spark_source.reader import probe_partitions
 
     if not opts.bootstrap:
         raise AuditError("--input kafka needs --bootstrap or KAFKA_BOOTSTRAP_SERVERS")

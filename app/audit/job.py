@@ -159,7 +159,7 @@ class Sized:
 def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None = None
               ) -> dict[str, Any]:
     """Run the whole audit; return the summary (also written to <out>/summary.json)."""
-    from app.kafka.spark_source import KafkaDataSource
+    from app.kafka.spark_source.source import KafkaDataSource
 
     progress = progress or Progress(quiet=True)
     try:

@@ -68,13 +68,9 @@ def read_configs(bootstrap: str, topic: str, security: KafkaSecurity, signing: S
 def read_events(bootstrap: str, topic: str, security: KafkaSecurity) -> list[TopicRecord]:
     """`(partition, offset, key, value, timestamp ms)` of a whole event topic, read on the
     driver with the data source's exact planning."""
-    from app.kafka.spark_source import (
-        KafkaSourceOptions,
-        plan_partitions,
-        probe_partitions,
-        read_offset_range,
-        resolve_ranges,
-    )
+    from app.kafka.spark_source.offsets import plan_partitions, resolve_ranges
+    from app.kafka.spark_source.options import KafkaSourceOptions
+    from app.kafka.spark_source.reader import probe_partitions, read_offset_range
 
     opts = KafkaSourceOptions.from_options({"bootstrap": bootstrap, "topics": topic,
                                             "max_records_per_partition": WHOLE_PARTITION,
