@@ -103,8 +103,10 @@ def build_input(args: argparse.Namespace, prefix: str):  # type: ignore[no-untyp
     import orjson
 
     from app.audit import synth
-    from app.audit.job import Topics
-    from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, topic_configs
+    from app.audit.options import Topics
+    from app.audit.explode import ExplodeContext
+    from app.audit.in_process import recompute_local
+    from app.audit.recompute import MODE_KAFKA, topic_configs
     from app.engine.engine import EngineSettings
 
     topics = Topics(f"{prefix}.request", f"{prefix}.connection", f"{prefix}.mutation",
@@ -161,14 +163,9 @@ def profile(local, configs, streams, limit: int = 200_000) -> None:  # type: ign
 
     import pyarrow as pa
 
-    from app.audit.recompute import (
-        MODE_KAFKA,
-        ExplodeContext,
-        ExplodedRows,
-        RunContext,
-        Runner,
-        StreamExploder,
-    )
+    from app.audit.explode import ExplodeContext, ExplodedRows, StreamExploder
+    from app.audit.recompute import MODE_KAFKA
+    from app.audit.run import RunContext, Runner
     from app.engine.engine import EngineSettings
     from app.intake import columnar
 
@@ -242,14 +239,12 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
     decisions themselves)."""
     from pyspark.sql import functions as F
 
-    from app.audit.job import Progress, pinned_keys, plan_kafka
-    from app.audit.recompute import (
-        EXPLODED_DDL,
-        ExplodeContext,
-        RunContext,
-        explode_function,
-        run_function,
-    )
+    from app.audit.frames import pinned_keys
+    from app.audit.input_plan import plan_kafka
+    from app.audit.session import Progress
+    from app.audit.explode import ExplodeContext, explode_function
+    from app.audit.recompute import EXPLODED_DDL
+    from app.audit.run import RunContext, run_function
     from app.audit.results import RESULT_DDL
 
     plan = plan_kafka(spark, opts, Progress(quiet=True))
@@ -318,7 +313,7 @@ def spark_cpu() -> tuple[float, float]:
 
 def cpu_progress():  # type: ignore[no-untyped-def]
     """A quiet `Progress` that also records (JVM, Python) CPU seconds per step."""
-    from app.audit.job import Progress
+    from app.audit.session import Progress
 
     class CpuProgress(Progress):
         def __init__(self) -> None:
@@ -344,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     # without this they could run another checkout (e.g. an editable install) than the driver.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    from app.audit.job import AuditOptions, build_session, run_audit
+    from app.audit.job import run_audit
+    from app.audit.options import AuditOptions
+    from app.audit.session import build_session
     from app.devstack.kafka import KafkaCluster
     from app.engine.engine import EngineSettings
 

@@ -94,7 +94,7 @@ def scan(spark, bootstrap: str, topic: str, args: argparse.Namespace) -> tuple[i
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from app.audit.kafka_source import KafkaDataSource
+    from app.kafka.spark_source.source import KafkaDataSource
     from app.devstack.kafka import KafkaCluster
 
     broker = None

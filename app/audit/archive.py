@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Literal
 
-from app.audit.kafka_source import SCHEMA_DDL
+from app.kafka.spark_source.reader import SCHEMA_DDL
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession

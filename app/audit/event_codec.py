@@ -1,7 +1,7 @@
 """How step 1 hands a validated sample to step 2 through Spark's shuffle.
 
 A sample crosses as its kind and a tuple of values, inside a chunk of items that is
-`marshal`led as a whole (`app.audit.recompute.ExplodedRows`): a request as its row of the
+`marshal`led as a whole (`app.audit.explode.ExplodedRows`): a request as its row of the
 intake's columns (`app.audit.request_items`), a connection or mutation as its constructor's
 arguments. Why not the live pipeline's internal records:
 `marshal` keeps Python values exactly as validation produced them, so step 2 runs the very

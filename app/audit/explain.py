@@ -1,9 +1,10 @@
 """`explain`: why was (or wasn't) an entity throttled at a time, from a replay of the input.
 
-No Spark: the input is read in-process (Kafka topics through the data source's planning and
-reader functions, or archive files) and run through the audit's own exploder and ordering rules
-(`app.audit.recompute`), keeping only events that touch the entity's windows (windows are
-independent, so the others cannot change the answer). Each stream is replayed up to the point
+No Spark: the input is read in-process (event topics through the data source's planning and
+reader functions, the config topic as the admin tools read it, or archive files) and run
+through the audit's own exploder and ordering rules (`app.audit.recompute`), keeping only
+events that touch the entity's windows (windows are independent, so the others cannot change
+the answer). Each stream is replayed up to the point
 where its stream time passes `--at`, i.e. what the pipeline had seen by then.
 
 For each quota window the entity was last decided in at or before `--at`, it shows the config
@@ -24,16 +25,13 @@ import orjson
 from app.audit.common import entity_candidates, entity_string, format_ms
 from app.audit.event_codec import EVENT_KINDS, make_event
 from app.audit.request_items import ROW_REQUEST, append_request
+from app.audit.explode import ExplodeContext, ExplodedRows, StreamExploder
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
     ConfigEntry,
-    ExplodeContext,
-    ExplodedRows,
-    StreamExploder,
     archive_configs,
     engine_with_configs,
-    topic_configs,
 )
 from app.engine import configs as cfg
 from app.engine.engine import ALLOCATED, NANOS_TO_PERCENT, Decision, EngineSettings
@@ -138,7 +136,7 @@ def _read_parquet(files: list[str]) -> Input:
 def read_kafka(bootstrap: str, topics: Any, security: KafkaSecurity, signing: Signing) -> Input:
     """The event and config topics, read on the driver with `security`; configs `signing`
     does not open are skipped, as the workers skip them."""
-    from app.audit.job import existing_topics, read_topic_local
+    from app.audit.kafka_reads import existing_topics, read_configs, read_events
 
     present = existing_topics(bootstrap, security)
     records: list[Record] = []
@@ -146,14 +144,12 @@ def read_kafka(bootstrap: str, topics: Any, security: KafkaSecurity, signing: Si
     for topic in topics.events:
         if topic not in present:
             continue
-        for partition, offset, _key, value, timestamp in read_topic_local(bootstrap, topic,
-                                                                          security):
+        for partition, offset, _key, value, timestamp in read_events(bootstrap, topic, security):
             records.append(((topic, partition), offset, value, timestamp))
             tps.add((topic, partition))
     configs: list[ConfigEntry] = []
     if topics.configs in present:
-        configs, _bad = topic_configs(read_topic_local(bootstrap, topics.configs, security),
-                                      topics.configs, signing)
+        configs, _bad = read_configs(bootstrap, topics.configs, security, signing)
     records.sort(key=lambda r: (r[0], r[1]))
     return MODE_KAFKA, {tp: i for i, tp in enumerate(sorted(tps))}, records, configs
 

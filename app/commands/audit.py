@@ -86,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise UserError("the audit needs PySpark: pip install 'quota-streams[audit]'") from None
     from app.audit.common import parse_when
-    from app.audit.job import (AuditError, AuditOptions, Progress, Topics, build_session,
-                               existing_topics, run_audit)
+    from app.audit.job import run_audit
+    from app.audit.kafka_reads import existing_topics
+    from app.audit.options import AuditError, AuditOptions, Topics
+    from app.audit.session import Progress, build_session
     from app.audit.report import format_recommendations
 
     try:

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from app.audit.common import parse_entity, parse_when
     from app.audit.explain import ExplainError, explain, iter_quota_names, read_files, read_kafka, render
-    from app.audit.job import AuditError, Topics
+    from app.audit.options import AuditError, Topics
     from app.errors import UserError
     from app.settings import load
 

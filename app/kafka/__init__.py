@@ -1,4 +1,4 @@
-"""Kafka I/O that more than one component needs, in one place.
+"""Kafka I/O in one place: what the components share, and the Spark data source.
 
 - `security`: the TLS/SASL settings of every Kafka connection, as each client library's options;
 - `clients`: short-lived aiokafka consumers and producers, and topic questions that never make
@@ -8,10 +8,13 @@
   `whole_topic`: a topic read once to its end;
 - `config_follower`: the config topic followed onto the engine's timeline (workers, gateways,
   the admin tools); `clock_seed`: a source partition's stream clock read back from its records;
-- `supervision`: reader loops (followers, subscribers) that cannot die unnoticed.
+- `supervision`: reader loops (followers, subscribers) that cannot die unnoticed;
+- `spark_source`: the `quota_kafka` Spark data source, topics read into DataFrames by Spark's
+  executors (the audit's input; its planning arithmetic imports without pyspark).
 
 It may import the engine, the intake and `app.signing`, never a driver or a tool (pipeline,
 gateway, audit, sim, admin, commands, demo) nor the dev stack: the drivers build on it. Nor
 `app.settings`: each connection's `KafkaSecurity` and each reader's `Signing` come from its
-owner, who built them from the settings.
+owner, who built them from the settings. Only `spark_source` imports pyspark (the workers
+and the gateway never import it).
 """

@@ -27,8 +27,11 @@ except ImportError:  # pragma: no cover
 
 from app.audit import job, synth
 from app.audit.common import entity_string
-from app.audit.job import AuditOptions, Topics, run_audit
-from app.audit.recompute import MODE_FILE, ExplodeContext, archive_configs, recompute_local
+from app.audit.job import run_audit
+from app.audit.options import AuditOptions, Topics
+from app.audit.explode import ExplodeContext
+from app.audit.in_process import recompute_local
+from app.audit.recompute import MODE_FILE, archive_configs
 from app.audit.results import DECISION_COLUMNS
 from app.kafka.topics import create_topics
 from app.engine.engine import EngineSettings

@@ -11,7 +11,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.audit.job import Progress, clock_seeds
+from app.audit.kafka_reads import clock_seeds
+from app.audit.session import Progress
 from app.kafka.security import PLAINTEXT
 from app.kafka.topics import create_topics
 

@@ -24,8 +24,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.audit.explain import read_kafka
-from app.audit.job import Topics
-from app.audit.recompute import ExplodeContext, recompute_local
+from app.audit.options import Topics
+from app.audit.explode import ExplodeContext
+from app.audit.in_process import recompute_local
 from app.audit.synth import CONFIGS, scenario, topic_of
 from app.engine.engine import EngineSettings
 from app.devstack.launcher import LocalCluster, isolated_env

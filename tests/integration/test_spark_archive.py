@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover
     from spark_fixtures import spark  # type: ignore[no-redef]  # noqa: F401
 
 from app.audit.archive import DEFAULT_TOPIC_FOR_TYPE, KAFKA_COLUMNS, infer_format, read_archive
-from app.audit.kafka_source import SCHEMA_DDL
+from app.kafka.spark_source.reader import SCHEMA_DDL
 
 REQUEST = {"type": "request", "v": 1, "ts": 1763800000123, "broker": 1, "user": "alice",
            "client_id": "billing", "api": "Produce", "bytes": 1048576, "thread_time_ms": 1.25}

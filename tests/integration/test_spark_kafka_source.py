@@ -17,11 +17,9 @@ try:  # imported as a module of tests.integration or from its own directory (roo
 except ImportError:  # pragma: no cover
     from spark_fixtures import spark  # type: ignore[no-redef]  # noqa: F401
 
-from app.audit.kafka_source import (
-    KafkaDataSource,
-    KafkaSourceOptions,
-    probe_partitions,
-)
+from app.kafka.spark_source.options import KafkaSourceOptions
+from app.kafka.spark_source.reader import probe_partitions
+from app.kafka.spark_source.source import KafkaDataSource
 from app.kafka.topics import create_topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

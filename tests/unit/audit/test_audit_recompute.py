@@ -18,25 +18,19 @@ import pytest
 
 from app.audit import synth
 from app.audit.common import entity_string
+from app.audit.explode import ExplodeContext, ExplodedRows, StreamExploder, explode_function
+from app.audit.in_process import recompute_local
 from app.audit.recompute import (
     MODE_FILE,
     MODE_KAFKA,
     ROW_BAD,
-    DecisionFiles,
-    ExplodeContext,
-    ExplodedRows,
-    RunContext,
-    Runner,
-    StreamExploder,
     archive_configs,
     exploded_schema,
-    explode_function,
-    recompute_local,
     route_map_from_splits,
-    run_function,
     splits_possible,
     topic_configs,
 )
+from app.audit.run import DecisionFiles, RunContext, Runner, run_function
 from app.audit.results import DECISION_COLUMNS, ResultRows
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings

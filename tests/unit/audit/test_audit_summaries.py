@@ -19,15 +19,9 @@ from hypothesis import strategies as st
 from app.audit import synth
 from app.audit.common import entity_string
 from app.audit.recommend import merge_sketches, percentiles
-from app.audit.recompute import (
-    MODE_FILE,
-    ExplodeContext,
-    RunContext,
-    Runner,
-    archive_configs,
-    explode_function,
-    exploded_schema,
-)
+from app.audit.explode import ExplodeContext, explode_function
+from app.audit.recompute import MODE_FILE, archive_configs, exploded_schema
+from app.audit.run import RunContext, Runner
 from app.audit.results import USAGE_FIELDS, ResultRows
 from app.audit.summaries import SKETCH_ALPHA, Sketch, Summaries
 from app.engine import configs as cfg

@@ -12,10 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.audit.kafka_source import (
+from app.kafka.spark_source.offsets import (
     EARLIEST,
     LATEST,
-    KafkaSourceOptions,
     OffsetRange,
     cap_offsets,
     offsets_from_json,
@@ -24,6 +23,7 @@ from app.audit.kafka_source import (
     plan_partitions,
     resolve_ranges,
 )
+from app.kafka.spark_source.options import KafkaSourceOptions
 
 
 def covered(plan: list[OffsetRange]) -> dict[tuple[str, int], list[int]]:

@@ -11,7 +11,9 @@ import pytest
 
 from app.admin.routing import route_line
 from app.audit import synth
-from app.audit.recompute import MODE_KAFKA, ExplodeContext, recompute_local, topic_configs
+from app.audit.explode import ExplodeContext
+from app.audit.in_process import recompute_local
+from app.audit.recompute import MODE_KAFKA, topic_configs
 from app.engine.batch import COLUMNS
 from app.engine.engine import EngineSettings
 from app.intake import columnar
@@ -96,7 +98,7 @@ def test_a_config_older_than_the_newest_of_its_key_is_refused_alike_by_every_dri
 def test_step_2_gives_the_same_whatever_its_request_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """The audit's step 2 hands the engine request rows in batches of REQUEST_BATCH: batches
     cut anywhere (here every 7 rows, and between the other samples) decide the same."""
-    from app.audit import recompute
+    from app.audit import run as step_2
 
     events = synth.scenario(seed=4, seconds=8)
     entries, _ = topic_configs([(0, i, None, orjson.dumps(c), None) for i, c in enumerate(synth.CONFIGS)])
@@ -107,7 +109,7 @@ def test_step_2_gives_the_same_whatever_its_request_batches(monkeypatch: pytest.
         return canonical(recompute_local(records, ctx).directives())
 
     whole = audited()
-    monkeypatch.setattr(recompute, "REQUEST_BATCH", 7)
+    monkeypatch.setattr(step_2, "REQUEST_BATCH", 7)
     assert audited() == whole
     replayed = [d for r in replay((orjson.dumps(x) for x in synth.CONFIGS + events),
                                   EngineSettings()) for d in r.directives]

@@ -9,7 +9,7 @@ from pathlib import Path
 import faust
 import pytest
 
-from app.audit.kafka_source import KafkaSourceOptions
+from app.kafka.spark_source.options import KafkaSourceOptions
 from app.kafka.security import PLAINTEXT, KafkaSecurity
 from app.settings import SettingsError, load
 

@@ -88,6 +88,9 @@ IMPURE = {"faust", "aiokafka", "kafka", "mode", "time", "datetime", "asyncio", "
 #: the pure modules: the engine, the intake, the contract, the audit's diff and the enforcement
 #: decisions
 PURE = (ENGINE, INTAKE, CONTRACT, "app.audit.diff", ENFORCEMENT)
+#: the modules that may import pyspark: the audit, its command, and the Spark data source in
+#: app.kafka (which the workers and the gateway import, and must not pull pyspark into)
+SPARK_SIDE = (AUDIT, "app.commands.audit", "app.kafka.spark_source")
 
 
 def module_name(path: Path) -> str:
@@ -175,6 +178,13 @@ def test_a_pure_module_imports_nothing_impure(module: str) -> None:
     assert not found, "\n".join(found)
 
 
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_spark_side_imports_pyspark(module: str) -> None:
+    found = [f"{where(module, line)} imports pyspark" for line, root in third_party_roots(module)
+             if root == "pyspark" and not module.startswith(SPARK_SIDE)]
+    assert not found, "\n".join(found) + f" (only {', '.join(SPARK_SIDE)} may)"
+
+
 def test_every_exception_is_still_taken() -> None:
     unused = [(mod, target) for mod, target in EXCEPTIONS
               if not any(name.startswith(target) for _, name in project_imports(mod))]
@@ -185,7 +195,7 @@ def test_every_exception_is_still_taken() -> None:
 READS_ENVIRONMENT: dict[str, str] = {
     SETTINGS: "the one place the product's settings are read and validated",
     "app.admin.views": "NO_COLOR and TERM: how the tables are drawn",
-    "app.audit.job": "sets PYSPARK_PYTHON for Spark's own Python workers",
+    "app.audit.session": "sets PYSPARK_PYTHON for Spark's own Python workers",
     "app.sim.session": "launches the dev stack, whose workers take the environment it composes",
 }
 #: modules outside the owners that load the settings, each with why

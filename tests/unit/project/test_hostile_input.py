@@ -13,8 +13,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.audit.recompute import (MODE_FILE, MODE_KAFKA, ExplodeContext, archive_configs,
-                                 recompute_local, topic_configs)
+from app.audit.explode import ExplodeContext
+from app.audit.in_process import recompute_local
+from app.audit.recompute import MODE_FILE, MODE_KAFKA, archive_configs, topic_configs
 from app.engine.engine import EngineSettings
 from app.engine.events import BadEvent, parse_record
 from app.intake.clock import StreamClock
