@@ -92,7 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="obey only the workers' directives; by default the gateway also decides "
                    "each request as Kafka's quota managers would for its own traffic (the "
                    "QS_QUOTA_WINDOW_* and QS_CONTROLLER_WINDOW_* settings, configs from "
-                   "QS_TOPIC_CONFIGS) and applies the larger throttle")
+                   "QS_TOPIC_CONFIGS) and applies the larger throttle; not with allocations, "
+                   "which only those quota managers enforce")
     p.add_argument("--upstream-sasl", action="store_true",
                    help="the upstream listener requires SASL: before a connection has "
                    "authenticated, only ApiVersions and SASL requests are served (anything else "
@@ -274,6 +275,10 @@ def build_config(args: argparse.Namespace, settings: Settings) -> GatewayConfig:
         raise UserError(f"--gateway-id must be at most {MAX_ID}")
     kafka = settings.kafka_bootstrap_servers or ",".join(f"{h}:{p}" for h, p in args.upstream)
     engine = settings.engine()
+    if args.no_local_quotas and engine.allocations:  # nothing would hold the client quotas
+        raise UserError("--no-local-quotas cannot go with QS_CLUSTER_ENFORCEMENT=allocations: "
+                        "allocations are enforced by the gateway's own quota managers and the "
+                        "workers publish no throttle directives for them; drop the flag")
     return GatewayConfig(
         upstream=args.upstream, listen=args.listen, advertised_host=host, kafka_bootstrap=kafka,
         topics={"request": settings.topic_request, "connection": settings.topic_connection,

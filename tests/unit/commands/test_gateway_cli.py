@@ -55,6 +55,20 @@ def test_bad_arguments_are_one_line(argv: list[str], message: str,
     assert last.startswith("quota-streams gateway:") and message in last
 
 
+def test_allocations_without_the_gateways_own_quota_managers_are_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Allocated client quotas get no throttle directives: a gateway that could not hold them
+    itself would pass their bytes unthrottled, so it does not start."""
+    monkeypatch.setenv("QS_SCOPE", "cluster")
+    monkeypatch.setenv("QS_CLUSTER_ENFORCEMENT", "allocations")
+    code = main(["gateway", "--upstream", "127.0.0.1:9092", "--listen", "127.0.0.1:9192",
+                 "--no-local-quotas"])
+    assert code == 2
+    assert "--no-local-quotas cannot go with QS_CLUSTER_ENFORCEMENT=allocations" in \
+        capsys.readouterr().err
+    assert build_config(gateway_args(), load()).allocations  # without the flag it starts
+
+
 def test_the_limits_and_the_upstream_listener_reach_the_gateway() -> None:
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
