@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     from app.audit.session import build_session
     from app.devstack.kafka import KafkaCluster
     from app.engine.engine import EngineSettings
+    from app.kafka.security import PLAINTEXT
+    from app.signing import Signing
 
     broker = None
     bootstrap = args.bootstrap
@@ -370,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         for run, mode in ((r, m) for r in range(args.runs) for m in modes):
             opts = AuditOptions(out=f"{args.out}/run{run}-{mode}", inputs=["kafka"],
+                                security=PLAINTEXT, signing=Signing(),
                                 settings=EngineSettings(), topics=topics, bootstrap=bootstrap,
                                 partitions=args.route_partitions, report=False,
                                 decisions=mode == "decisions")

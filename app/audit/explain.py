@@ -397,7 +397,9 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
                f"{allocation.FLOOR_SHARE:.0%} of the quota)")
     out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; an enforcer using under "
                f"{allocation.SATURATED:.0%} of its allocation gets its usage x "
-               f"{allocation.HEADROOM:g}; the saturated split the rest equally; one still used "
+               f"{allocation.HEADROOM:g}; the saturated split the rest equally, plus up to "
+               f"{allocation.LEND:.0%} of the quota lent from what the unsaturated do not use; "
+               f"one still used "
                f"loses at most half per {settings.allocation_span_ms} ms; published on a move over "
                f"{allocation.THRESHOLD:.0%} of the quota, or every "
                f"{settings.allocation_validity_ms // 2} ms")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from app.audit import recommend
 from app.engine.engine import EngineSettings
-from app.kafka.security import PLAINTEXT, KafkaSecurity
+from app.kafka.security import KafkaSecurity
 from app.signing import Signing
 
 
@@ -36,8 +36,8 @@ class AuditOptions:
     bootstrap: str = ""
     #: how Kafka is reached (the driver's reads, and the executors': `KafkaSecurity.options`),
     #: and the keys the config and control records must be sealed with: the settings'
-    security: KafkaSecurity = PLAINTEXT
-    signing: Signing = Signing()
+    security: KafkaSecurity = field(kw_only=True)
+    signing: Signing = field(kw_only=True)
     #: "auto" (the control topic for Kafka input, nothing for archives), "none", "kafka", or
     #: paths of directive archives (JSON lines, e.g. `quota-streams directives` output).
     control: list[str] = field(default_factory=lambda: ["auto"])

@@ -58,7 +58,7 @@ from app.gateway.limits import ConnectionCounts, Limits
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
-from app.kafka.security import PLAINTEXT, KafkaSecurity
+from app.kafka.security import KafkaSecurity
 from app.kafka.supervision import Supervised, Supervision
 from app.signing import Signing
 from app.subscriber.allocations import AllocatedLimits
@@ -90,8 +90,8 @@ class GatewayConfig:
     configs_topic: str = "quota.configs"
     #: how the gateway's own connection authenticates and encrypts, and the keys the directives
     #: and configs it reads must be sealed with: the settings' (`app.commands.gateway`)
-    kafka_security: KafkaSecurity = PLAINTEXT
-    signing: Signing = Signing()
+    kafka_security: KafkaSecurity = field(kw_only=True)
+    signing: Signing = field(kw_only=True)
     #: the gateway's own quota decisions (`LocalQuotas`); None: directives only
     local: EngineSettings | None = None
     #: cluster scope with allocations: the local quotas enforce the allocations

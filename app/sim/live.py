@@ -26,7 +26,7 @@ from app.admin.config_topic import write_records
 from app.engine.engine import EngineSettings
 from app.admin.entities import canonical_record
 from app.kafka.clients import producer
-from app.kafka.security import PLAINTEXT, KafkaSecurity
+from app.kafka.security import KafkaSecurity
 from app.settings import Settings
 from app.signing import Signing
 from app.sim.broker import CONNECTION, MUTATION, REQUEST
@@ -62,8 +62,8 @@ class LiveRun:
     bootstrap: str
     settings: Settings
     #: the pipeline's (`Pipeline`): how to reach Kafka, the keys directives are sealed with
-    security: KafkaSecurity = PLAINTEXT
-    signing: Signing = Signing()
+    security: KafkaSecurity = field(kw_only=True)
+    signing: Signing = field(kw_only=True)
     on_second: OnSecond | None = None
     world: World | None = None
     start_ms: float = 0.0

@@ -144,8 +144,8 @@ async def run_live(scenario: Scenario, pipeline: Pipeline,
                 pipeline.cluster.kill_worker(index)
         return None if on_second is None else on_second(r, watcher, now)
 
-    run = LiveRun(scenario, pipeline.bootstrap, pipeline.settings, pipeline.security,
-                  pipeline.signing, on_second=second)
+    run = LiveRun(scenario, pipeline.bootstrap, pipeline.settings, security=pipeline.security,
+                  signing=pipeline.signing, on_second=second)
     try:
         with signals_stop(run.stop):
             await run.run()

@@ -29,6 +29,8 @@ from app.audit import job, synth
 from app.audit.common import entity_string
 from app.audit.job import run_audit
 from app.audit.options import AuditOptions, Topics
+from app.kafka.security import PLAINTEXT
+from app.signing import Signing
 from app.audit.explode import ExplodeContext
 from app.audit.in_process import recompute_local
 from app.audit.recompute import MODE_FILE, archive_configs
@@ -120,7 +122,8 @@ def kafka_case(kafka_bootstrap: str) -> dict[str, Any]:
 
 
 def test_kafka_audit_equals_replay_and_finds_the_injected_faults(spark, kafka_case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    opts = AuditOptions(out=str(tmp_path / "out"), inputs=["kafka"], settings=SETTINGS,
+    opts = AuditOptions(security=PLAINTEXT, signing=Signing(),
+                        out=str(tmp_path / "out"), inputs=["kafka"], settings=SETTINGS,
                         topics=kafka_case["topics"], bootstrap=kafka_case["bootstrap"],
                         partitions=3, entities=["user=alice,client_id=app-1"], decisions=True)
     summary = run_audit(spark, opts)
@@ -153,7 +156,8 @@ def test_kafka_audit_equals_replay_and_finds_the_injected_faults(spark, kafka_ca
 
     # offset bounds without --from: the diff spans the recomputed decisions, read from step 2's
     # summaries; the default output (no decision rows) gives the same usage and recommendations
-    bounded = AuditOptions(out=str(tmp_path / "bounded"), inputs=["kafka"], settings=SETTINGS,
+    bounded = AuditOptions(security=PLAINTEXT, signing=Signing(),
+                           out=str(tmp_path / "bounded"), inputs=["kafka"], settings=SETTINGS,
                            topics=kafka_case["topics"], bootstrap=kafka_case["bootstrap"],
                            partitions=2, starting_offsets="earliest", report=False)
     again = run_audit(spark, bounded)
@@ -184,7 +188,8 @@ def test_archive_audit_equals_replay_byte_for_byte(spark, tmp_path: Path, writer
     path.write_bytes(b"\n".join(values) + b"\n")
     directives, decisions, bad = replayed(values)
 
-    opts = AuditOptions(out=str(tmp_path / "out"), inputs=[str(path)], settings=SETTINGS,
+    opts = AuditOptions(security=PLAINTEXT, signing=Signing(),
+                        out=str(tmp_path / "out"), inputs=[str(path)], settings=SETTINGS,
                         partitions=3, report=False, decisions=writer != "summaries",
                         bucket_ms=2000)
     summary = run_audit(spark, opts)

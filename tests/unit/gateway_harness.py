@@ -19,6 +19,8 @@ from app.gateway.limits import Limits
 from app.gateway.messages import Node
 from app.gateway.nodes import NodeMap, PortRule
 from app.gateway.server import Gateway, GatewayConfig
+from app.kafka.security import PLAINTEXT
+from app.signing import Signing
 from app.subscriber.active_set import ActiveSet
 from app.usage.records import RecordEncoder
 
@@ -89,6 +91,7 @@ class Harness:
         self.active = ActiveSet(None)
         config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
                                advertised_host="gw", kafka_bootstrap="", topics={},
+                               kafka_security=PLAINTEXT, signing=Signing(),
                                directives_topic="", max_in_flight=max_in_flight,
                                upstream_sasl=upstream_sasl, limits=limits or Limits(),
                                proxy_protocol=proxy_protocol)

@@ -22,6 +22,8 @@ from app.gateway.frames import FrameError, frame, request_header
 from app.gateway.limits import Limits
 from app.gateway.messages import Node
 from app.gateway.server import ClusterInfo, Gateway, GatewayConfig
+from app.kafka.security import PLAINTEXT
+from app.signing import Signing
 from app.subscriber.active_set import ActiveSet
 from tests.unit.kafka_frames import produce_response, response
 
@@ -117,6 +119,7 @@ def loopback_config(broker: FakeBroker, limits: Limits | None = None,
     """A gateway's config: an ephemeral loopback port in front of `broker`, no Kafka."""
     return GatewayConfig(upstream=(("127.0.0.1", broker.port),), listen=("127.0.0.1", 0),
                          advertised_host="127.0.0.1", kafka_bootstrap="", topics={},
+                         kafka_security=PLAINTEXT, signing=Signing(),
                          directives_topic="", first_node_id=1, max_nodes=0,
                          limits=limits or Limits(), proxy_protocol=proxy_protocol)
 

@@ -40,6 +40,10 @@ Options (names are case-insensitive; Spark-style camelCase aliases are accepted)
 - `idle_timeout_s` (default 30): a read that makes no progress for this long fails instead of
   hanging or returning fewer records than planned.
 - `max_records_per_trigger` (streaming only): cap on rows per micro-batch.
+- `security_*`: how the driver and the executors reach Kafka, one option per `KafkaSecurity`
+  field (`security_protocol`, `security_ca_file`, ..., `security_sasl_password`), as
+  `KafkaSecurity.options()` writes them; none: PLAINTEXT. The executors may run where this
+  process's environment is not, so the settings travel as options.
 
 Planning happens on the driver: the partitions of each topic, their log start and their end.
 Planning never trusts the end the reader sees: a task reads exactly `[start, end)` of its

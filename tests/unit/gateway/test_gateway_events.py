@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from app.gateway.server import Gateway, GatewayConfig
+from app.kafka.security import PLAINTEXT
+from app.signing import Signing
 from app.subscriber.active_set import ActiveSet
 from app.usage.publisher import EventPublisher
 from app.usage.records import RecordEncoder
@@ -20,6 +22,7 @@ def gateway(producer: Producer, max_pending: int) -> Gateway:
     """A named gateway with `producer` where `_start_events` would open a Kafka one."""
     gw = Gateway(GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
                                advertised_host="gw", kafka_bootstrap="", topics=TOPICS,
+                               kafka_security=PLAINTEXT, signing=Signing(),
                                directives_topic="", gateway_id=5, max_pending=max_pending),
                  directives=ActiveSet(None))
     gw._publisher = EventPublisher(producer, TOPICS,  # type: ignore[arg-type]

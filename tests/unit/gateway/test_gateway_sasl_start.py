@@ -14,6 +14,7 @@ import orjson
 import pytest
 from kio.schema.errors import ErrorCode
 
+from app.devstack.launcher import free_ports
 from app.gateway import apis
 from app.gateway.frames import frame, request_header
 from app.gateway.server import (
@@ -23,7 +24,8 @@ from app.gateway.server import (
     GatewayError,
     probe_cluster,
 )
-from app.devstack.launcher import free_ports
+from app.kafka.security import PLAINTEXT
+from app.signing import Signing
 from app.subscriber.active_set import ActiveSet
 from app.usage.records import RecordEncoder
 from tests.unit.gateway_harness import Harness, sent
@@ -135,6 +137,7 @@ async def sasl_gateway(broker: SaslBroker) -> Gateway:
     port = free_ports(3)
     config = GatewayConfig(upstream=(("127.0.0.1", broker.port),), listen=("127.0.0.1", port),
                            advertised_host="127.0.0.1", kafka_bootstrap="", topics={},
+                           kafka_security=PLAINTEXT, signing=Signing(),
                            directives_topic="", max_nodes=2, upstream_sasl=True)
     info = await probe_cluster(config.upstream, None, 5.0, sasl=True)
     gateway = Gateway(config, directives=ActiveSet(None))

@@ -15,6 +15,7 @@ from app.engine.timeline import ConfigTimeline
 from app.gateway.server import Gateway, GatewayConfig
 from app.intake.newest_configs import NewestConfigs, identity
 from app.kafka.config_follower import ConfigFollower, refused_label
+from app.kafka.security import PLAINTEXT
 from app.signing import Signing
 
 
@@ -73,6 +74,7 @@ def test_the_follower_counts_refusals_by_a_bounded_label() -> None:
 def test_the_gateway_counts_the_configs_its_follower_refuses() -> None:
     gateway_config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
                                    advertised_host="gw", kafka_bootstrap="", topics={},
+                                   kafka_security=PLAINTEXT, signing=Signing(),
                                    directives_topic="", local=EngineSettings())
     gateway = Gateway(gateway_config, directives=object())  # type: ignore[arg-type]
     follower = gateway.config_follower()

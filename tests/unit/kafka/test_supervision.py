@@ -12,13 +12,14 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import generate_latest
 
+from app.contract.keys import directive_key
 from app.engine.timeline import ConfigTimeline
 from app.gateway.server import Gateway, GatewayConfig
 from app.kafka.config_follower import ConfigFollower
+from app.kafka.security import PLAINTEXT
+from app.kafka.supervision import Supervised, Supervision
 from app.signing import Signing
 from app.subscriber.consumer import DirectiveSubscriber
-from app.contract.keys import directive_key
-from app.kafka.supervision import Supervised, Supervision
 
 TS = 1_763_800_000_000
 TP = TopicPartition("t", 0)
@@ -234,6 +235,7 @@ async def test_a_directive_subscriber_that_crashes_restarts_and_reads_on(
 async def test_the_gateway_counts_reader_restarts_and_is_not_healthy_meanwhile() -> None:
     config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
                            advertised_host="gw", kafka_bootstrap="", topics={},
+                           kafka_security=PLAINTEXT, signing=Signing(),
                            directives_topic="")
     gateway = Gateway(config, directives=object())  # type: ignore[arg-type]
     supervision = gateway.reader_supervision("configs")

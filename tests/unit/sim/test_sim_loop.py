@@ -20,6 +20,8 @@ from app.sim import report
 from app.sim.meter import Summary
 from app.sim.offline import OfflineRun, run_offline
 from app.sim.live import LiveRun
+from app.kafka.security import PLAINTEXT
+from app.signing import Signing
 from app.sim.scenario import load_scenario
 from app.sim.world import World
 from app.subscriber.active_set import ActiveSet
@@ -136,7 +138,8 @@ def test_live_subscribers_clock_runs_the_world_first() -> None:
     world must first have run every action due by then (and none past the run's end), so no
     action is decided with a directive that arrived after it happened."""
     sc = load_scenario(SCENARIOS / "ip-storm.yaml")
-    run = LiveRun(sc, "127.0.0.1:9", settings.load({}))
+    run = LiveRun(sc, "127.0.0.1:9", settings.load({}), security=PLAINTEXT,
+                  signing=Signing())
     assert run.clock() > 0  # before the world exists: just the wall clock
     start = float(wall_clock_ms() - 2000)
     run.world = World(sc, {b: ActiveSet(b) for b in sc.brokers}, start)
@@ -149,7 +152,8 @@ def test_live_subscribers_clock_runs_the_world_first() -> None:
 
 async def test_a_live_run_sends_each_brokers_flush_as_one_record_per_kind_keyed_by_it() -> None:
     sc = load_scenario(SCENARIOS / "cluster-produce.yaml")
-    run = LiveRun(sc, "127.0.0.1:9", settings.load({}))
+    run = LiveRun(sc, "127.0.0.1:9", settings.load({}), security=PLAINTEXT,
+                  signing=Signing())
     start = float(wall_clock_ms())
     world = run.world = World(sc, {b: ActiveSet(b) for b in sc.brokers}, start, drops=run.drops)
     world.advance(start + sc.flush_interval_ms - 1)  # one flush interval

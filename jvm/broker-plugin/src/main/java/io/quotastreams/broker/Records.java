@@ -9,9 +9,9 @@ import java.util.Set;
 
 /**
  * Bounded parsing of control-topic records, with the rules and reasons of the Python readers
- * (app/subscriber/allocations.py, app/subscriber/directive.py): a value a writer never puts in a
+ * (app/contract/allocations.py, app/contract/directives.py): a value a writer never puts in a
  * record (a wrong type, a negative or non-finite amount, a limit above 10^15, a validity past an
- * hour, enforcers' limits adding up to more than the quota) is refused, never obeyed.
+ * hour, enforcers' limits adding up to more than 1.1 x the quota) is refused, never obeyed.
  */
 public final class Records {
     /** Client quotas the workers allocate (app.engine.engine.ALLOCATED). */
