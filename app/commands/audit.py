@@ -114,10 +114,13 @@ def run(args: argparse.Namespace) -> int:
     if args.headroom <= 0:
         raise UserError("--headroom must be > 0")
     _check_out(args.out)
+    from app.kafka.security import PLAINTEXT
     from app.settings import load
 
     process = load()  # the Kafka security and the signing keys, as every component's
-    security, signing = process.kafka_security(), process.signing()
+    signing = process.signing()
+    # archives alone need no connection, nor its TLS files
+    security = process.kafka_security() if needs_kafka else PLAINTEXT
     if needs_kafka:  # before Spark's ~10 s start: an unreachable cluster is known in a moment
         from app.kafka.clients import quiet_client_logs
 

@@ -35,7 +35,8 @@ LAG = Gauge("quota_streams_consumer_lag_records", "Records behind the end of eac
 LAG_SECONDS = Gauge("quota_streams_consumer_lag_seconds",
                     "How long records of each assigned partition waited to be taken: the "
                     "oldest not taken yet at most, or the longest taken since the last reading "
-                    "(0: none waited): how far behind its input the worker is",
+                    "(one each QS_FLUSH_INTERVAL_MS; 0: none waited): how far behind its input "
+                    "the worker is",
                     ["topic", "partition"], registry=REGISTRY)
 WINDOWS_EXPIRED = Counter("quota_streams_windows_expired",
                           "Quota windows dropped after QS_IDLE_EXPIRY_MS of event time without "
