@@ -66,6 +66,20 @@ def plugin_cluster(env: dict[str, str], work_dir: Path) -> KafkaCluster:
     })
 
 
+def partition_leaders(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0
+                      ) -> set[int]:
+    """The brokers leading the new topic's partitions, once its metadata lists them all with a
+    leader (a topic just created may not be in the metadata a broker answers with yet)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        found = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        leaders = {p.leader for p in found.values()}
+        if (len(found) == partitions and -1 not in leaders) or time.monotonic() > deadline:
+            return leaders
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     prefix = f"bp{uuid.uuid4().hex[:8]}"
@@ -83,8 +97,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                                   [(canonical_record(update), update)], None))
         topic = f"{prefix}-data"
         create_topics_sync(plain, [(topic, 3, {})])
-        metadata = AdminClient({"bootstrap.servers": plain}).list_topics(topic, timeout=10)
-        leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
+        leaders = partition_leaders(plain, topic, 3)
         workers.wait_ready(timeout=60)
         epoch = time.time() + LEAD_S
         out = run_clients([(f"loader-{i}", [
