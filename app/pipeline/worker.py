@@ -63,6 +63,9 @@ SESSION_TIMEOUT_S = 6.0
 #: how far past a hold's bound (`StreamIntake.due`) a quiet partition's clock is settled: the
 #: clocks of the producers that stamp the source records may be that far behind this one's
 QUIET_MARGIN_MS = 1000
+#: how long a seek back may wait for the consumer's thread before it is given up (and asked
+#: again by `Continuity.due`, whose RESEEK_S it stays under)
+SEEK_TIMEOUT_S = 4.0
 
 
 def arrival_ms(event: faust.EventT) -> int:
@@ -147,6 +150,8 @@ class Worker:
         self.processed: dict[TP, int] = {}
         self.lag_meter = LagMeter()
         self.continuity = Continuity()
+        #: seeks back under way (`seek_back`), referenced until done
+        self._seeks: set[asyncio.Future[None]] = set()
         self._wire()
 
     def _wire(self) -> None:
@@ -300,13 +305,27 @@ class Worker:
             assert expected is not None
             log.warning("%s: offset %d delivered while %d was expected (the consumer skipped "
                         "records): seeking back to %d", tp, message.offset, expected, expected)
-            await self.seek_back(tp, expected)
+            self.seek_back(tp, expected)
         return False
 
-    async def seek_back(self, tp: TP, offset: int) -> None:
-        """Move `tp`'s consumer to `offset`, on the consumer's own thread (aiokafka's consumer
-        lives on Faust's consumer thread: a seek from this loop does not wake its fetcher)."""
-        await self.app.consumer.seek_wait({tp: offset})
+    def seek_back(self, tp: TP, offset: int) -> None:
+        """Ask for `tp`'s consumer to move to `offset`, without waiting for it: the seek runs
+        on the consumer's own thread (a seek from this loop does not wake its fetcher), which
+        may be in a rebalance that waits for the agents; records delivered meanwhile are
+        dropped as rewinding (`Continuity`)."""
+        task = asyncio.ensure_future(self._seek(tp, offset))
+        self._seeks.add(task)
+        task.add_done_callback(self._seeks.discard)
+
+    async def _seek(self, tp: TP, offset: int) -> None:
+        """A seek that fails or hangs is asked again on the flush cadence (`Continuity.due`);
+        one on a partition revoked meanwhile needs none (its next owner reads from the
+        committed offset)."""
+        try:
+            await asyncio.wait_for(self.app.consumer.seek_wait({tp: offset}), SEEK_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("%s: seek back to %d failed (%r); asked again unless the partition "
+                        "was revoked", tp, offset, exc)
 
     async def seeded_clock(self, message: Any) -> StreamClock:
         """The clock a worker that had read the partition from its start would have here."""
@@ -469,7 +488,7 @@ class Worker:
             for tp, offset in self.continuity.due(time.monotonic()):
                 log.warning("%s: nothing delivered since seeking back to %d; seeking again",
                             tp, offset)
-                await self.seek_back(tp, offset)
+                self.seek_back(tp, offset)
             self.export_lag()
             elapsed = time.monotonic() - exported
             if elapsed >= 10.0:

@@ -12,12 +12,35 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from app.devstack.kafka import PROTOCOLS, KafkaCluster
 
 USERS = ("admin", "alice", "bob")
+#: lines of each process log a failed test's report shows: its warnings and errors, and its end
+LOG_PROBLEMS, LOG_TAIL = 20, 15
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """A failed test's report carries what its workers and gateways logged (their logs are in
+    its tmp_path, gone with CI's machine)."""
+    report = yield
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.failed and isinstance(tmp, Path):
+        for log in sorted(tmp.glob("*.log")):
+            report.sections.append((f"{log.name} (warnings, errors and its end)", log_digest(log)))
+    return report
+
+
+def log_digest(log: Path) -> str:
+    """A process log's last warnings and errors, then its last lines."""
+    lines = log.read_text(errors="replace").splitlines()
+    problems = [line for line in lines if "[WARNING]" in line or "[ERROR]" in line
+                or "Traceback" in line]
+    return "\n".join([*problems[-LOG_PROBLEMS:], "...", *lines[-LOG_TAIL:]])
 
 
 def _cluster(brokers: int, tmp: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
