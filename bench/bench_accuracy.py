@@ -21,7 +21,9 @@ quotas do. Printed: mean and p95 of the per-second delivered rate x quota after 
 
 With Kafka's default windows a client over its quota gets a staircase of ~11 s period (a burst
 of up to a window's allowance, then a throttle), straight to Kafka as through the gateways: a
-cell of a few periods or less reads that staircase's phase as much as the quota (bench/RESULTS.md).
+cell of a few periods or less reads that staircase's phase as much as the quota (bench/RESULTS.md):
+the default 20 s cells are for a quick look, `--seconds 110` (ten periods, ~2 minutes a cell)
+for means to a few percent.
 
 A full run (5 libraries, 4 modes) takes ~13 minutes with the defaults; `--quick` (confluent-kafka
 only) ~3. KafkaJS is installed with npm on first use (app/clients/node.py); the Java programs
