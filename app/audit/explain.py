@@ -396,7 +396,8 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
     out.append(f"             other enforcers: {_num(record['others'])} {unit} (the floor, "
                f"{allocation.FLOOR_SHARE:.0%} of the quota)")
     out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; an enforcer using under "
-               f"{allocation.SATURATED:.0%} of its allocation gets its usage x "
+               f"{allocation.SATURATED:.0%} of its allocation, and more than one of its mean "
+               f"requests short of it, gets its usage x "
                f"{allocation.HEADROOM:g}; the saturated split the rest equally, plus up to "
                f"{allocation.LEND:.0%} of the quota lent from what the unsaturated do not use; "
                f"one still used "

@@ -13,8 +13,11 @@ How a window's quota `Q` is divided among the enforcers it was used on recently 
 - every listed enforcer gets at least the floor, `FLOOR_SHARE` x Q, so one whose traffic for the
   entity dried up can still admit a returning client; an enforcer not listed at all also gets
   the floor (the record's `others`) until the next allocation lists it;
-- an enforcer using clearly less than it was allocated (below `SATURATED` of it) is
-  *unsaturated*: it gets what it uses plus `HEADROOM`, so its usage share sets its allocation;
+- an enforcer using clearly less than it was allocated (below `SATURATED` of it, and more than
+  one of its mean requests short of it) is *unsaturated*: it gets what it uses plus `HEADROOM`,
+  so its usage share sets its allocation. A quota charges whole requests, so over a span an
+  enforcer admits its allocation give or take one request: one request short is all a held
+  client can show, whatever its request size (`is_saturated`);
 - the rest goes to the *saturated* enforcers (using about all of their allocation), split
   equally: their real demand is hidden by throttling, and the same usage share would hold any
   split forever, so max-min fairness is what moves unused share to where it is needed. With no
@@ -81,8 +84,8 @@ class Shares:
     with no allocation in force may be dropped.
     """
 
-    __slots__ = ("clock", "until", "since", "start", "enforcers", "cur", "prev", "allocated",
-                 "limit", "next_check")
+    __slots__ = ("clock", "until", "since", "start", "enforcers", "cur", "prev", "cur_n",
+                 "prev_n", "allocated", "limit", "next_check")
 
     def __init__(self) -> None:
         self.clock = 0
@@ -92,15 +95,19 @@ class Shares:
         self.enforcers: list[int] = []
         self.cur: list[float] = []
         self.prev: list[float] = []
+        #: requests counted in `cur` and `prev` (`grains`)
+        self.cur_n: list[float] = []
+        self.prev_n: list[float] = []
         #: the last published allocation per enforcer (0.0: not in it)
         self.allocated: list[float] = []
         #: the quota the last allocation divided (0.0: none published, or it must be republished)
         self.limit = 0.0
         self.next_check = 0
 
-    def record(self, enforcer: int, value: float, t: int, span: int = SPAN_MS) -> None:
-        """Count `value` used on `enforcer` at `t` (event time; earlier times count as the
-        latest), in spans of `span` ms."""
+    def record(self, enforcer: int, value: float, t: int, span: int = SPAN_MS,
+               count: int = 1) -> None:
+        """Count `value` used by `count` requests on `enforcer` at `t` (event time; earlier
+        times count as the latest), in spans of `span` ms."""
         if t < self.clock:
             t = self.clock
         self.clock = t
@@ -110,11 +117,15 @@ class Shares:
             self._roll(t, span)
         enforcers = self.enforcers
         if enforcer in enforcers:
-            self.cur[enforcers.index(enforcer)] += value
+            i = enforcers.index(enforcer)
+            self.cur[i] += value
+            self.cur_n[i] += count
         elif len(enforcers) < MAX_ENFORCERS:
             enforcers.append(enforcer)
             self.cur.append(value)
             self.prev.append(0.0)
+            self.cur_n.append(float(count))
+            self.prev_n.append(0.0)
             self.allocated.append(0.0)
 
     def _roll(self, t: int, span: int) -> None:
@@ -128,7 +139,9 @@ class Shares:
             self.enforcers = [self.enforcers[i] for i in keep]
             self.allocated = [self.allocated[i] for i in keep]
         self.prev = [self.cur[i] if adjacent else 0.0 for i in keep]
+        self.prev_n = [self.cur_n[i] if adjacent else 0.0 for i in keep]
         self.cur = [0.0] * len(keep)
+        self.cur_n = [0.0] * len(keep)
         self.start = t - t % span
 
     def rates(self, t: int, span: int = SPAN_MS) -> list[float]:
@@ -138,39 +151,68 @@ class Shares:
         scale = 1000.0 / span
         return [(p * inside + c) * scale for p, c in zip(self.prev, self.cur)]
 
+    def grains(self, t: int, span: int = SPAN_MS) -> list[float]:
+        """What one mean request adds to `rates` over the last `span` ms, per enforcer: the
+        least its usage can move by (0.0 with no request counted)."""
+        inside = max(0.0, 1.0 - (t - self.start) / span)
+        scale = 1000.0 / span
+        out = []
+        for p, c, pn, cn in zip(self.prev, self.cur, self.prev_n, self.cur_n):
+            n = pn * inside + cn
+            out.append((p * inside + c) / n * scale if n > 0.0 else 0.0)
+        return out
+
     def restore(self, head: tuple[int, int, int, int, float, int],
-                rows: list[tuple[int, float, float, float]]) -> None:
+                rows: list[tuple[int, float, float, float, float, float]]) -> None:
         """Set the state from `head()` and `rows()`."""
         self.clock, self.until, self.since, self.start, self.limit, self.next_check = head
         self.enforcers = [r[0] for r in rows]
         self.cur = [r[1] for r in rows]
         self.prev = [r[2] for r in rows]
         self.allocated = [r[3] for r in rows]
+        self.cur_n = [r[4] for r in rows]
+        self.prev_n = [r[5] for r in rows]
 
     def head(self) -> tuple[int, int, int, int, float, int]:
         return self.clock, self.until, self.since, self.start, self.limit, self.next_check
 
-    def rows(self) -> list[tuple[int, float, float, float]]:
-        return list(zip(self.enforcers, self.cur, self.prev, self.allocated))
+    def rows(self) -> list[tuple[int, float, float, float, float, float]]:
+        return list(zip(self.enforcers, self.cur, self.prev, self.allocated, self.cur_n,
+                        self.prev_n))
 
 
-def is_saturated(rate: float, allocated: float) -> bool:
-    """Whether an enforcer uses about all of its allocation (or has none yet): it wants more."""
-    return allocated <= 0.0 or rate >= SATURATED * allocated
+def is_saturated(rate: float, allocated: float, grain: float = 0.0) -> bool:
+    """Whether an enforcer uses about all of its allocation (or has none yet): it wants more.
+
+    About all is at least `SATURATED` of it, or within one request (`grain`: what a mean request
+    adds to the rate, `Shares.grains`) of it. Example: allocated 67 kB/s, a client whose
+    requests are 38 kB reads 38 or 76 kB/s by the span it lands in: saturated either way."""
+    return allocated <= 0.0 or rate >= SATURATED * allocated or rate + grain >= allocated
+
+
+def saturation(rates: list[float], allocated: list[float], grains: list[float] | None = None
+               ) -> list[bool]:
+    """`is_saturated` per enforcer (`grains` None: requests of no size)."""
+    if grains is None:
+        grains = [0.0] * len(rates)
+    return [is_saturated(r, a, g) for r, a, g in zip(rates, allocated, grains)]
 
 
 def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int,
-             halving_ms: int = HALVING_MS) -> list[float]:
+             halving_ms: int = HALVING_MS, saturated: list[bool] | None = None) -> list[float]:
     """Divide `limit` among enforcers by their usage `rates` and their last `allocated` limits
     (0.0: none yet; scaled to `limit` if the quota changed since), published `elapsed_ms` ago,
     an enforcer still using its allocation losing at most half of it per `halving_ms`; the
     result gives every enforcer at least the floor and adds up to `limit`, plus what `lend`
-    lends (module docstring)."""
-    return lend(limit, rates, allocated,
-                _bounded(limit, rates, allocated, elapsed_ms, halving_ms))
+    lends (module docstring). `saturated`: `saturation`'s verdicts (None: with requests of no
+    size)."""
+    if saturated is None:
+        saturated = saturation(rates, allocated)
+    return lend(limit, rates, saturated,
+                _bounded(limit, rates, allocated, saturated, elapsed_ms, halving_ms))
 
 
-def lend(limit: float, rates: list[float], allocated: list[float], out: list[float]
+def lend(limit: float, rates: list[float], saturated: list[bool], out: list[float]
          ) -> list[float]:
     """`out` with what the unsaturated enforcers hold and do not use (the headroom over their
     usage, an idle one's floor) lent to the saturated ones in equal parts, at most LEND x
@@ -183,7 +225,6 @@ def lend(limit: float, rates: list[float], allocated: list[float], out: list[flo
     most (1 + LEND) x the quota until the next division (a check later), which takes it back.
 
     Example: Q = 1000, one enforcer using 200 of 250, one saturated at 750: 50 is lent, 800."""
-    saturated = [is_saturated(r, a) for r, a in zip(rates, allocated)]
     takers = sum(saturated)
     if not takers or takers == len(out):
         return out
@@ -192,11 +233,11 @@ def lend(limit: float, rates: list[float], allocated: list[float], out: list[flo
     return [o + lent if sat else o for o, sat in zip(out, saturated)]
 
 
-def _bounded(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int,
-             halving_ms: int) -> list[float]:
+def _bounded(limit: float, rates: list[float], allocated: list[float], saturated: list[bool],
+             elapsed_ms: int, halving_ms: int) -> list[float]:
     """The division (`_divide`) with decreases bounded by halving per `halving_ms`; adds up
     to `limit`."""
-    target = _divide(limit, rates, allocated)
+    target = _divide(limit, rates, saturated)
     keep = 0.5 ** (max(0, elapsed_ms) / halving_ms)
     low = [min(a * keep, r * HEADROOM) for a, r in zip(allocated, rates)]
     held = [x < low[i] for i, x in enumerate(target)]
@@ -215,7 +256,7 @@ def _bounded(limit: float, rates: list[float], allocated: list[float], elapsed_m
     return out
 
 
-def _divide(limit: float, rates: list[float], allocated: list[float]) -> list[float]:
+def _divide(limit: float, rates: list[float], saturated: list[bool]) -> list[float]:
     """The division by usage alone (module docstring), before bounding decreases."""
     n = len(rates)
     if n == 0:
@@ -223,7 +264,6 @@ def _divide(limit: float, rates: list[float], allocated: list[float]) -> list[fl
     floor = limit * FLOOR_SHARE
     if floor * n >= limit:
         return [limit / n] * n
-    saturated = [is_saturated(r, a) for r, a in zip(rates, allocated)]
     extra = [0.0 if s else max(0.0, r * HEADROOM - floor) for r, s in zip(rates, saturated)]
     rest = limit - floor * n
     wanted = sum(extra)
@@ -254,7 +294,7 @@ def moved(limit: float, published_limit: float, new: list[float], old: list[floa
 
 def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
                       window_ms: int, level: str | None, valid_until: int, enforcers: list[int],
-                      limits: list[float], rates: list[float], allocated: list[float]
+                      limits: list[float], rates: list[float], saturated: list[bool]
                       ) -> dict[str, Any]:
     """The control-topic record of one allocation (docs/contract.md, "Allocations")."""
     return {
@@ -262,7 +302,7 @@ def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
         "quota": quota, "limit": limit, "window_ms": window_ms, "config_level": level,
         "valid_until": valid_until, "others": limit * FLOOR_SHARE,
         "enforcers": [
-            {"enforcer": e, "limit": a, "usage": r, "saturated": is_saturated(r, p)}
-            for e, a, r, p in zip(enforcers, limits, rates, allocated)
+            {"enforcer": e, "limit": a, "usage": r, "saturated": s}
+            for e, a, r, s in zip(enforcers, limits, rates, saturated)
         ],
     }

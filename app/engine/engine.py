@@ -554,11 +554,12 @@ class QuotaEngine:
         return limit * (self._n - 1) * w / 1000.0
 
     def _check(self, window: Window, rate: Rate, t: int, value: float, cap: int | None,
-               where: int, decisions: list[Decision]) -> int:
+               where: int, count: int, decisions: list[Decision]) -> int:
         """Sensor.record with the quota check: record, measure, throttle if over the bound.
         `cap`: the longest throttle (None: Kafka's, uncapped); an allocated window's throttle is
         its debt's (`_allocated_throttle`);
-        `where`: the broker (broker scope), or the enforcer the usage counts on (cluster)."""
+        `where`: the broker (broker scope), or the enforcer the usage counts on (cluster);
+        `count`: the requests `value` sums (allocations tell a request's size from it)."""
         observed = rate.record_measure(value, t, self._n, window.w)
         limit = window.limit
         throttle = 0
@@ -582,13 +583,14 @@ class QuotaEngine:
                                       limit, rate.window, window.level, window.key, t,
                                       None if self.cluster else where))
         if self._allocate:
-            self._share(window, where, value, t)
+            self._share(window, where, value, t, count)
         return throttle
 
     # -- allocations (cluster scope) -------------------------------------------------------------
 
-    def _share(self, window: Window, enforcer: int, value: float, t: int) -> None:
-        """Count a cluster window's usage on `enforcer`; re-divide its quota when a check is due."""
+    def _share(self, window: Window, enforcer: int, value: float, t: int, count: int) -> None:
+        """Count a cluster window's usage by `count` requests on `enforcer`; re-divide its quota
+        when a check is due."""
         key = SHARES_CODE + SEP + window.key
         shares = window.shares
         if shares is None:
@@ -598,7 +600,7 @@ class QuotaEngine:
                 self.store[key] = state
             shares = window.shares = state
         self.touched.add(key)
-        shares.record(enforcer, value, t, self._span)
+        shares.record(enforcer, value, t, self._span, count)
         if shares.clock >= shares.next_check:
             shares.next_check = shares.clock + allocation.CHECK_MS
             self._reallocate(window, shares, shares.clock)
@@ -614,15 +616,16 @@ class QuotaEngine:
         before = shares.allocated
         if 0.0 < shares.limit != limit:  # the quota changed: enforcers scaled theirs already
             before = [a * limit / shares.limit for a in before]
+        saturated = allocation.saturation(rates, before, shares.grains(t, span))
         new = allocation.allocate(limit, rates, before, t - (shares.until - self._validity),
-                                  span)
+                                  span, saturated)
         refresh = t >= shares.until - self._validity // 2
         if not refresh and not allocation.moved(limit, shares.limit, new, shares.allocated):
             return
         valid_until = t + self._validity
         self._allocs.append(allocation.allocation_record(
             t, window.entity, window.quota, limit, self._n * self._w, window.level, valid_until,
-            list(shares.enforcers), new, rates, shares.allocated))
+            list(shares.enforcers), new, rates, saturated))
         shares.allocated, shares.limit, shares.until = new, limit, valid_until
 
     def _request_event(self, event: RequestEvent, only: int, decisions: list[Decision]) -> None:
@@ -655,34 +658,34 @@ class QuotaEngine:
             if produce is not None:
                 rate = self._window_rate(produce)
                 t = rate.advance(ts, self._idle)
-                self._check(produce, rate, t, nbytes, None, where, decisions)
+                self._check(produce, rate, t, nbytes, None, where, count, decisions)
             if request is not None:
-                self._request_time(request, ts, thread_ns, network_ns, where, decisions)
+                self._request_time(request, ts, thread_ns, network_ns, where, count, decisions)
         elif api == "Fetch" and not exempt:
             # handleFetchRequest: request time first, then bytes; a throttled fetch sends an
             # empty response, so its bytes are taken back out of the window (either cause)
             self.kept_fetch = False
             rq = 0 if request is None else self._request_time(request, ts, thread_ns, network_ns,
-                                                              where, decisions)
+                                                              where, count, decisions)
             if fetch is not None:
                 rate = self._window_rate(fetch)
                 t = rate.advance(ts, self._idle)
-                bw = self._check(fetch, rate, t, nbytes, None, where, decisions)
+                bw = self._check(fetch, rate, t, nbytes, None, where, count, decisions)
                 throttled = bw > 0 or rq > 0
                 # an allocated window delivers it and keeps its bytes
                 self.kept_fetch = throttled and fetch.split > 0.0
                 if throttled and self.take_back and not self.kept_fetch:
                     rate.record(-nbytes, t, self._n, fetch.w)
         elif request is not None:
-            self._request_time(request, ts, thread_ns, network_ns, where, decisions)
+            self._request_time(request, ts, thread_ns, network_ns, where, count, decisions)
 
     def _request_time(self, window: Window, ts: int, thread_ns: int, network_ns: int, where: int,
-                      decisions: list[Decision]) -> int:
+                      count: int, decisions: list[Decision]) -> int:
         """Thread time with the quota check (capped at one window), network time without."""
         rate = self._window_rate(window)
         t = rate.advance(ts, self._idle)
         throttle = self._check(window, rate, t, thread_ns * NANOS_TO_PERCENT, window.w, where,
-                               decisions)
+                               count, decisions)
         if network_ns:
             rate.record(network_ns * NANOS_TO_PERCENT, t, self._n, window.w)
             if window.debt is not None:

@@ -3,11 +3,13 @@
 Layout (little-endian), version 1:
   Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
   TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
-  Shares:      b"\x01S" clock:q until:q since:q start:q limit:d next_check:q
-               count:H then per enforcer enforcer:i cur:d prev:d allocated:d
+  Shares:      b"\x01S\x01" clock:q until:q since:q start:q limit:d next_check:q
+               count:H then per enforcer enforcer:i cur:d prev:d allocated:d cur_n:d prev_n:d
 
 The leading version byte means a changed layout never misreads old bytes: an unknown version
-raises `StateDecodeError` and the caller starts that window afresh and counts it.
+raises `StateDecodeError` and the caller starts that window afresh and counts it. The byte after
+a kind is its layout: Shares written before request counts (b"\x01S\x00", rows without the two
+counts) read with counts of zero, which tell no request size.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ _HEAD = struct.Struct("<2sqqBB")
 _BUCKET = struct.Struct("<2sqqdq")
 _SAMPLE = struct.Struct("<dqq")
 _SHARES = struct.Struct("<2sqqqqdqH")
-_SHARE = struct.Struct("<iddd")
+#: a Shares row by its kind's layout byte
+_SHARE_ROWS = {0: struct.Struct("<iddd"), 1: struct.Struct("<iddddd")}
+_SHARES_LAYOUT = 1
 
 
 class StateDecodeError(ValueError):
@@ -32,8 +36,9 @@ class StateDecodeError(ValueError):
 def encode(state: Rate | TokenBucket | Shares) -> bytes:
     if isinstance(state, Shares):
         rows = state.rows()
-        head = _SHARES.pack(b"S\x00", *state.head(), len(rows))
-        return bytes([VERSION]) + head + b"".join(_SHARE.pack(*row) for row in rows)
+        head = _SHARES.pack(bytes([ord("S"), _SHARES_LAYOUT]), *state.head(), len(rows))
+        row = _SHARE_ROWS[_SHARES_LAYOUT]
+        return bytes([VERSION]) + head + b"".join(row.pack(*r) for r in rows)
     if isinstance(state, TokenBucket):
         return bytes([VERSION]) + _BUCKET.pack(b"T\x00", state.clock, state.until, state.tokens, state.last)
     samples = state.samples()
@@ -45,10 +50,15 @@ def encode(state: Rate | TokenBucket | Shares) -> bytes:
 
 def _shares(body: memoryview) -> Shares:
     fields = _SHARES.unpack_from(body)
+    row = _SHARE_ROWS.get(fields[0][1])
+    if row is None:
+        raise StateDecodeError(f"shares: unknown layout {fields[0][1]}")
     count = fields[-1]
-    if _SHARES.size + count * _SHARE.size != len(body):
+    if _SHARES.size + count * row.size != len(body):
         raise StateDecodeError("shares: length does not match the enforcer count")
-    rows = [_SHARE.unpack_from(body, _SHARES.size + i * _SHARE.size) for i in range(count)]
+    rows = [row.unpack_from(body, _SHARES.size + i * row.size) for i in range(count)]
+    if row.size < _SHARE_ROWS[_SHARES_LAYOUT].size:
+        rows = [(*r, 0.0, 0.0) for r in rows]
     shares = Shares()
     shares.restore(fields[1:-1], rows)
     return shares

@@ -4,6 +4,7 @@ enforcer's limits (validity, static split) and the closed loop in the simulator.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from app.engine.configs import ConfigUpdate
 from app.engine.engine import EngineSettings, QuotaEngine
 from app.engine.kafka_math import throttle_time_ms
 from app.engine.events import BadEvent, RequestEvent, parse_event, parse_record
-from app.engine.state_codec import decode, encode
+from app.engine.state_codec import StateDecodeError, decode, encode
 from app.sim.meter import PhaseFigures
 from app.sim.offline import run_offline
 from app.sim.report import phase_table
@@ -102,15 +103,59 @@ def test_without_saturated_brokers_the_rest_follows_usage_shares() -> None:
     assert sum(out) == pytest.approx(Q)
 
 
+def test_an_enforcer_one_request_short_of_its_allocation_is_saturated() -> None:
+    # 67 kB/s allocated to an enforcer whose client sends 38 kB requests: over a 1 s span it
+    # admits one or two of them, and reads 38 or 76 kB/s by where the span falls
+    assert allocation.is_saturated(38_000.0, 67_000.0, grain=38_000.0)
+    assert not allocation.is_saturated(38_000.0, 67_000.0)  # requests of no size: clearly under
+    assert not allocation.is_saturated(20_000.0, 67_000.0, grain=16_000.0)  # two requests short
+    # the division follows the verdicts: one request short keeps its equal share
+    rates, before = [38_000.0, 76_000.0, 76_000.0], [67_000.0] * 3
+    grains = [38_000.0] * 3
+    cut = allocate(200_000.0, rates, before, LONG_AGO)
+    kept = allocate(200_000.0, rates, before, LONG_AGO,
+                    saturated=allocation.saturation(rates, before, grains))
+    assert cut[0] == pytest.approx(38_000.0 * HEADROOM)
+    assert kept == pytest.approx([200_000.0 / 3] * 3)
+
+
+def test_shares_tell_the_mean_request_from_counts_over_the_span() -> None:
+    shares = Shares()
+    shares.record(1, 30_000.0, T0)  # the first span: two requests of 30 kB and 50 kB
+    shares.record(1, 50_000.0, T0 + 400)
+    shares.record(2, 9_000.0, T0 + 500, count=3)  # an aggregated row: three requests
+    shares.record(1, 20_000.0, T0 + 1_200)  # the next span
+    # half the older span is still inside the last 1000 ms at T0 + 1500
+    assert shares.grains(T0 + 1_500) == pytest.approx([(40_000.0 + 20_000.0) / 2.0, 3_000.0])
+    empty = Shares()
+    empty.record(3, 0.0, T0, count=0)
+    assert empty.grains(T0) == [0.0]
+
+
 def test_shares_round_trip_through_the_state_codec() -> None:
     shares = Shares()
     for i, broker in enumerate([1, 2, 1, 3]):
-        shares.record(broker, 1000.0 * (i + 1), T0 + i * 700)
+        shares.record(broker, 1000.0 * (i + 1), T0 + i * 700, count=i + 1)
     shares.allocated, shares.limit, shares.until = [1.0, 2.0, 3.0], Q, T0 + 5000
     back = decode(encode(shares))
     assert isinstance(back, Shares)
     assert (back.head(), back.rows()) == (shares.head(), shares.rows())
     assert back.rates(T0 + 3000) == shares.rates(T0 + 3000)
+    assert back.grains(T0 + 3000) == shares.grains(T0 + 3000)
+
+
+def test_shares_stored_before_request_counts_read_with_no_request_size() -> None:
+    shares = Shares()
+    shares.record(1, 5_000.0, T0, count=2)
+    shares.allocated = [7_000.0]
+    head = struct.pack("<B2sqqqqdqH", 1, b"S\x00", *shares.head(), 1)
+    old = head + struct.pack("<iddd", 1, 5_000.0, 0.0, 7_000.0)
+    back = decode(old)
+    assert isinstance(back, Shares)
+    assert back.rates(T0) == shares.rates(T0)
+    assert back.grains(T0) == [0.0]
+    with pytest.raises(StateDecodeError):
+        decode(head[:2] + b"\x07" + head[3:] + struct.pack("<iddd", 1, 5_000.0, 0.0, 7_000.0))
 
 
 # -- the engine ---------------------------------------------------------------------------------
@@ -209,6 +254,22 @@ def test_named_gateways_are_the_enforcers_whatever_brokers_they_front() -> None:
     limits = {e["enforcer"]: e["limit"] for e in out[-1]["enforcers"]}
     assert set(limits) == {7, 8} and Q * 0.999 <= sum(limits.values()) <= Q * (1 + LEND)
     assert limits[7] > limits[8]
+
+
+def test_enforcers_held_in_requests_of_a_fifth_of_the_quota_keep_their_shares() -> None:
+    """Three gateways each admit a 0.19 Q request every 570 ms, their third of the quota: a 1 s
+    span sees one or two of them, 0.19 or 0.38 Q/s. Judged by usage alone, the one that read
+    0.19 would be cut to its usage plus headroom; one request short, it is saturated."""
+    engine = cluster_engine()
+    out = []
+    for step in range(0, 30_000, 10):
+        for gateway in (1, 2, 3):
+            if (step + 190 * gateway) % 570 == 0:
+                out.extend(produce(engine, step, 1, int(0.19 * Q), gateway=gateway))
+    late = [p for p in out if p["ts"] >= T0 + 5_000]
+    assert late
+    assert all(e["saturated"] for p in late for e in p["enforcers"])
+    assert min(e["limit"] for p in late for e in p["enforcers"]) >= 0.3 * Q
 
 
 def test_the_same_events_give_the_same_allocations() -> None:
