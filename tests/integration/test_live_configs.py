@@ -196,6 +196,9 @@ def test_configs_written_while_events_stream_apply_at_their_ts_in_every_driver(
 
         assert held > 0, "the slowed follower should have held events"
         assert metric(cluster.ports[0], "quota_streams_config_missed_total") == 0
-        assert metric(cluster.ports[0], "quota_streams_config_late_total") == 0
+        # a config is late when its write took over half the grace (a busy machine, a leader
+        # moving): the restarted worker read the whole topic, and counts each such one once
+        late = sum(1 for update, at in configs if at is not None and at - GRACE_MS // 2 > update.ts)
+        assert metric(cluster.ports[0], "quota_streams_config_late_total") == late
     finally:
         cluster.stop()
