@@ -23,7 +23,8 @@ With Kafka's default windows a client over its quota gets a staircase of ~11 s p
 of up to a window's allowance, then a throttle), straight to Kafka as through the gateways: a
 cell of a few periods or less reads that staircase's phase as much as the quota (bench/RESULTS.md):
 the default 20 s cells are for a quick look, `--seconds 110` (ten periods, ~2 minutes a cell)
-for means to a few percent.
+for means to a few percent, `--seconds 330` for the consumers under directives in cluster
+scope, whose bursts are a tenth of a 110 s cell each.
 
 A full run (5 libraries, 4 modes) takes ~13 minutes with the defaults; `--quick` (confluent-kafka
 only) ~3. KafkaJS is installed with npm on first use (app/clients/node.py); the Java programs
