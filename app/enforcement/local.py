@@ -77,14 +77,16 @@ class LocalQuotas:
         return False
 
     def request(self, broker: int, ts: int, listener: str, user: str, client_id: str, ip: str,
-                api: str, nbytes: int, thread_ms: float, exempt: bool) -> tuple[int, bool]:
+                api: str, nbytes: int, thread_ms: float, exempt: bool,
+                count: int = 1) -> tuple[int, bool]:
         """Record one request; the throttle Kafka would answer it with (0: none), and whether a
         throttled Fetch is still delivered. A throttled Fetch's bytes are taken back, as the
         broker sends an empty response instead, but on an allocated window, which delivers it
-        and keeps them (`QuotaEngine.kept_fetch`)."""
+        and keeps them (`QuotaEngine.kept_fetch`). `count` 0: the time of a request already
+        counted (a Produce whose bytes were charged as it was forwarded)."""
         engine = self.engine
         event = RequestEvent(ts, broker, listener, user, client_id, ip, api, nbytes, thread_ms,
-                             0.0, exempt, 1, self.gateway)
+                             0.0, exempt, count, self.gateway)
         decisions, _ = engine.process(event)
         engine.expire_due(ts)  # idle principals leave memory
         return (max((d.throttle_time_ms for d in decisions), default=0),

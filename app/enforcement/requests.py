@@ -51,11 +51,11 @@ class RequestQuota:
 
     def throttle(self, broker: int, now: int, listener: str, user: str, client_id: str, ip: str,
                  api: str, nbytes: int, thread_ms: float, fetch: bool = False,
-                 exempt: bool = False) -> Throttle:
+                 exempt: bool = False, count: int = 1) -> Throttle:
         """The throttle for a request to `broker` handled at `now`, with its measured `nbytes`
         and `thread_ms` charged to the local quota managers. `fetch`: a consumer Fetch, whose
         response is emptied when throttled; `exempt`: charged its bytes, not its time (acks=0
-        Produce)."""
+        Produce); `count` 0: the time of a request already counted (`LocalQuotas.request`)."""
         sources = self.sources
         ms = sources.directives.request_throttle(user, client_id, now, quotas_for(api),
                                                  broker).throttle_ms
@@ -63,7 +63,7 @@ class RequestQuota:
         local = sources.local
         if local is not None:
             local_ms, kept = local.request(broker, now, listener, user, client_id, ip, api,
-                                           0 if emptied else nbytes, thread_ms, exempt)
+                                           0 if emptied else nbytes, thread_ms, exempt, count)
             ms = max(ms, local_ms)
             emptied = emptied or (fetch and ms > 0 and not kept)
         return Throttle(ms, emptied)

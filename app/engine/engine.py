@@ -654,8 +654,10 @@ class QuotaEngine:
             self.exempt_requests += count
             request = None
         if api == "Produce":
-            # KafkaApis.handleProduceRequest: bandwidth first, then request time
-            if produce is not None:
+            # KafkaApis.handleProduceRequest: bandwidth first, then request time. A sample of
+            # no request (count 0) is the time of one an earlier sample counted: the gateway
+            # charges a Produce's bytes as it forwards it, its time when the answer comes
+            if produce is not None and count:
                 rate = self._window_rate(produce)
                 t = rate.advance(ts, self._idle)
                 self._check(produce, rate, t, nbytes, None, where, count, decisions)
@@ -667,7 +669,7 @@ class QuotaEngine:
             self.kept_fetch = False
             rq = 0 if request is None else self._request_time(request, ts, thread_ns, network_ns,
                                                               where, count, decisions)
-            if fetch is not None:
+            if fetch is not None and count:
                 rate = self._window_rate(fetch)
                 t = rate.advance(ts, self._idle)
                 bw = self._check(fetch, rate, t, nbytes, None, where, count, decisions)

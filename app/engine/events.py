@@ -187,7 +187,7 @@ def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
                 ts, broker, _str(d, "listener", ""), _str(d, "user"), _str(d, "client_id"),
                 _str(d, "ip", ""), api, _int(d, "bytes", default=0, maximum=MAX_AMOUNT),
                 _num(d, "thread_time_ms", 0.0, MAX_TIME_MS), _num(d, "network_time_ms", 0.0, MAX_TIME_MS),
-                _bool(d, "exempt"), _int(d, "count", minimum=1, default=1, maximum=MAX_AMOUNT),
+                _bool(d, "exempt"), _int(d, "count", minimum=0, default=1, maximum=MAX_AMOUNT),
                 -1 if d.get("gateway") is None else _int(d, "gateway", maximum=MAX_ID),
             )
         if kind == "connection":

@@ -19,13 +19,24 @@ from kio.schema.index import api_key_map, schema_name_map
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR = 0, 1, 3, 10
 SASL_HANDSHAKE, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 17, 18, 19, 20
-SASL_AUTHENTICATE, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 36, 37, 60
+DESCRIBE_CONFIGS, SASL_AUTHENTICATE, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 32, 36, 37, 60
 DESCRIBE_QUORUM, SHARE_FETCH, SHARE_ACKNOWLEDGE = 55, 78, 79
+DESCRIBE_ACLS, DELETE_ACLS, STREAMS_GROUP_HEARTBEAT, STREAMS_GROUP_DESCRIBE = 29, 31, 88, 89
+#: The KRaft quorum's APIs whose answers name controllers' endpoints.
+RAFT_APIS: frozenset[int] = frozenset({52, 53, 54, 59, 82})  # Vote, Begin/EndQuorumEpoch,
+# FetchSnapshot, UpdateRaftVoter
 
 #: APIs whose responses hand out broker addresses the gateway does not rewrite: not advertised
 #: to clients, and refused if a client sends them anyway (they are for controllers, or for share
 #: groups the gateway does not proxy yet).
-HIDDEN_APIS: frozenset[int] = frozenset({DESCRIBE_QUORUM, SHARE_FETCH, SHARE_ACKNOWLEDGE})
+HIDDEN_APIS: frozenset[int] = frozenset({DESCRIBE_QUORUM, SHARE_FETCH, SHARE_ACKNOWLEDGE}
+                                        | RAFT_APIS)
+
+#: APIs whose responses have host or port fields that are not brokers': an ACL's host pattern, a
+#: Kafka Streams instance's own endpoint (`application.server`). Every other API whose response
+#: has one is rewritten (`ADDRESSES`) or hidden (a unit test walks kio's schemas for them).
+NOT_BROKER_HOSTS: frozenset[int] = frozenset({DESCRIBE_ACLS, DELETE_ACLS, STREAMS_GROUP_HEARTBEAT,
+                                              STREAMS_GROUP_DESCRIBE})
 
 #: The APIs the gateway decodes or rewrites, with the versions it offers clients (kio's schemas,
 #: and the old mutation versions read with a newer one's: `messages.OLD_MUTATIONS`). SaslHandshake
@@ -35,6 +46,7 @@ DECODED: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 13), FETCH: (4, 18), METADATA: (0, 13), FIND_COORDINATOR: (0, 6),
     SASL_HANDSHAKE: (1, 1), API_VERSIONS: (0, 4), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6),
     SASL_AUTHENTICATE: (0, 2), CREATE_PARTITIONS: (0, 3), DESCRIBE_CLUSTER: (0, 2),
+    DESCRIBE_CONFIGS: (1, 4),
 }
 
 #: APIs whose answers carry broker addresses, with the versions whose answers the gateway can
@@ -42,7 +54,7 @@ DECODED: dict[int, tuple[int, int]] = {
 #: of a hidden API, is refused: its answer would send the client around the gateway.
 ADDRESSES: dict[int, tuple[int, int]] = {
     PRODUCE: (0, 13), FETCH: (0, 18), METADATA: (0, 13), FIND_COORDINATOR: (0, 6),
-    DESCRIBE_CLUSTER: (0, 2),
+    DESCRIBE_CLUSTER: (0, 2), DESCRIBE_CONFIGS: (1, 4),  # a broker's listener configs
 }
 
 

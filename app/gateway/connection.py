@@ -131,6 +131,8 @@ class Pending:
     context: Any = None  # what the response handler needs of the request
     since: float = 0.0
     own: float = 0.0
+    #: the throttle decided as it was forwarded: a Produce's bytes are charged then
+    throttle_ms: int = 0
 
 
 class _Side(asyncio.Protocol):
@@ -308,9 +310,18 @@ class Session:
         if not upstream:
             self._client_gone = True
             self.core.client_closed(self)
+            if self._owed():
+                return  # the broker connection stays until the answers it owes are charged
         if upstream and not self.closed and self.client is not None:
             self._flush()  # answers that are ready still go out
         self.close()
+
+    def _owed(self) -> bool:
+        """Whether the broker still owes answers to requests it was sent: a client that leaves
+        does not take them back (the broker serves them, and Kafka charges them whatever the
+        connection does), so they are charged as they come; then the connection closes, or at
+        the request timeout (`expired`)."""
+        return not self.closed and self.broker is not None and bool(self._awaiting)
 
     def write_paused(self, upstream: bool, paused: bool) -> None:
         """Backpressure: a side that cannot keep up stops the other side's reading."""
@@ -383,8 +394,9 @@ class Session:
     def _read_loop(self) -> None:
         self._read_at = self.core.clock()  # what is complete now is readable from now
         while not self.closed:
-            if self._pauses - {"backlog"} or len(self._order) >= self._in_flight():
-                break
+            if self._client_gone or self._pauses - {"backlog"} or \
+                    len(self._order) >= self._in_flight():
+                break  # a client gone: what it sent and the broker never saw is not served
             if self._muted_until and self.core.now_ms() < self._muted_until:
                 self._mute_until(self._muted_until)
                 break
@@ -479,11 +491,13 @@ class Session:
             self._mutation_request(header, payload)
             return
         context: Any = None
+        throttle = 0
         try:
-            if key == apis.PRODUCE and header.body >= 0:
+            if key == apis.PRODUCE:
                 if messages.produce_acks(payload, version, header.body) == 0:
                     self._forward_without_response(header, payload)
                     return
+                throttle = self._charge_produce(header, len(payload), exempt=False)
             elif key == apis.FETCH:
                 context = messages.fetch_request(payload, version, header.body)
                 cap = None if core.local is None else core.local.fetch_cap(
@@ -491,10 +505,11 @@ class Session:
                 if cap is not None and context.max_bytes > cap:
                     payload, context = messages.cap_fetch(payload, context, cap)
         except MessageError as exc:
-            core.metrics.undecoded(key)
-            logger.debug("passing %s v%d through undecoded: %s", apis.api_name(key), version, exc)
-            context = None
-        self._forward(header, payload, context)
+            # the broker acts on these fields (whether it answers, how much it sends): a request
+            # whose fields the gateway cannot read as Kafka reads them is never forwarded
+            self.close("request_undecodable", f"{apis.api_name(key)} v{version}: {exc}")
+            return
+        self._forward(header, payload, context, throttle)
 
     def _sasl_request(self, header: RequestHeader, payload: bytes) -> None:
         """A SASL request is served alone: nothing after it is read until the broker answered
@@ -553,9 +568,11 @@ class Session:
             return
         self._mutation(header, MutationContext(key, version, request, payload, header.body))
 
-    def _forward(self, header: RequestHeader, payload: bytes, context: Any) -> None:
+    def _forward(self, header: RequestHeader, payload: bytes, context: Any,
+                 throttle_ms: int = 0) -> None:
         assert self.broker is not None
-        pending = Pending(FORWARDED, header, len(payload), context=context, since=self._read_at)
+        pending = Pending(FORWARDED, header, len(payload), context=context, since=self._read_at,
+                          throttle_ms=throttle_ms)
         self._order.append(pending)
         self._awaiting.append(pending)
         _send(self.broker, payload)
@@ -571,16 +588,26 @@ class Session:
         the request quota, and the channel is still muted by the byte-rate quota (Kafka)."""
         assert self.broker is not None
         _send(self.broker, payload)
-        core, now = self.core, self.core.now_ms()
+        core = self.core
         core.metrics.latency(apis.PRODUCE, core.clock() - self._read_at)
-        core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
-                           "Produce", len(payload), 0.0, 0.0, exempt=True)
-        ms = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
-                                         header.client_id, self.ip, "Produce", len(payload), 0.0,
-                                         exempt=True).ms
+        ms = self._charge_produce(header, len(payload), exempt=True)
         if ms > 0:
             core.metrics.throttled(apis.PRODUCE, ms)
-            self._mute_until(now + ms)
+            self._mute_until(core.now_ms() + ms)
+
+    def _charge_produce(self, header: RequestHeader, nbytes: int, exempt: bool) -> int:
+        """A Produce's bytes, charged as it is forwarded: Kafka records them whatever the
+        connection does next, so a client that leaves before the answer has paid. Its time is
+        charged when the answer comes (`_finish`), unless `exempt` (acks=0). Returns the
+        throttle its bytes bring, which its answer carries."""
+        if not self.auth.charged(apis.PRODUCE):
+            return 0
+        core, now = self.core, self.core.now_ms()
+        core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
+                           "Produce", nbytes, 0.0, 0.0, exempt=exempt)
+        return core.request_quota.throttle(self.node_id, now, core.listener, self.user,
+                                           header.client_id, self.ip, "Produce", nbytes, 0.0,
+                                           exempt=exempt).ms
 
     def _mutation(self, header: RequestHeader, context: MutationContext) -> None:
         """Plan the request's topics against the mutation quota (after looking up the partition
@@ -591,6 +618,8 @@ class Session:
             self._decide(pending)  # nothing to look up, or no lookup possible: charge what is known
 
     def _decide(self, pending: Pending) -> None:
+        if self._client_gone:
+            return  # its client left while it was held: it never reaches the broker
         context: MutationContext = pending.context
         core, header, now = self.core, pending.header, self.core.now_ms()
         request = context.request
@@ -665,6 +694,8 @@ class Session:
                 self.close("broker_protocol", "a response out of order")
                 return
             self._response(pending, payload)
+            if self._client_gone and not self._awaiting:
+                self.close()  # every answer owed to the client that left was charged
 
     def _response(self, pending: Pending, payload: bytes) -> None:
         arrived = self.core.clock()
@@ -681,34 +712,41 @@ class Session:
         if key in apis.SASL_APIS and not self._sasl_answer(header, payload):
             return
         now = core.now_ms()
+        unrewritten = ""  # why an answer that may name brokers could not be rewritten
         try:
             out, wait = self._rewrite(pending, payload)
         except MessageError as exc:
             if key in apis.ADDRESSES:  # its addresses cannot be rewritten: never passed on
-                self.close("broker_protocol", f"a {apis.api_name(key)} v{version} answer: {exc}")
-                return
-            core.metrics.undecoded(key)
-            logger.debug("passing a %s v%d response through: %s", apis.api_name(key), version, exc)
+                unrewritten = f"a {apis.api_name(key)} v{version} answer: {exc}"
+            else:
+                core.metrics.undecoded(key)
+                logger.debug("passing a %s v%d response through: %s", apis.api_name(key),
+                             version, exc)
             out, wait = payload, None
         if wait is not None:  # new brokers to listen for first; the response waits in order
             wait.add_done_callback(lambda _f: self._finish(pending, out, now, service))
             return
-        self._finish(pending, out, now, service)
+        self._finish(pending, out, now, service, unrewritten)
 
     def _rewrite(self, pending: Pending, payload: bytes) -> tuple[bytes, asyncio.Future[None] | None]:
         """Addresses and versions a client must see through the gateway."""
         key, version = pending.header.api_key, pending.header.api_version
         core = self.core
-        if key == apis.METADATA:
-            out, nodes = messages.rewrite_metadata(payload, version, core.client_address)
-            return out, core.learn(nodes)
+        if key == apis.METADATA:  # the brokers learned first: a new one gets its port, then
+            # the answer names it (a broker the gateway cannot front is left out)
+            wait = core.learn(messages.metadata_brokers(payload, version)[0])
+            return messages.rewrite_metadata(payload, version, core.client_address)[0], wait
         if key == apis.API_VERSIONS:
             return messages.narrow_api_versions(payload, version), None
         if key == apis.FIND_COORDINATOR:
             return messages.rewrite_find_coordinator(payload, version, core.client_address) or payload, None
         if key == apis.DESCRIBE_CLUSTER:
-            out2, nodes = messages.rewrite_describe_cluster(payload, version, core.client_address)
-            return out2 or payload, core.learn(nodes)
+            nodes = messages.describe_cluster_brokers(payload, version)
+            wait = core.learn(nodes)
+            out = messages.rewrite_describe_cluster(payload, version, core.client_address)[0]
+            return out or payload, wait
+        if key == apis.DESCRIBE_CONFIGS:
+            return messages.hide_config_addresses(payload, version) or payload, None
         return payload, None
 
     def _sasl_answer(self, header: RequestHeader, payload: bytes) -> bool:
@@ -746,10 +784,12 @@ class Session:
             self._learn_cluster()
         self._flush()
 
-    def _finish(self, pending: Pending, payload: bytes, now: int, service_ms: float) -> None:
-        """Charge the request, apply the throttle in force, queue the response in order."""
-        if self.closed:
-            return
+    def _finish(self, pending: Pending, payload: bytes, now: int, service_ms: float,
+                unrewritten: str = "") -> None:
+        """Charge the request, apply the throttle in force, queue the response in order. The
+        answer is charged whatever became of the connection meanwhile (the broker served the
+        request); only a client still there is answered and muted. `unrewritten`: why this
+        answer names brokers the gateway could not rewrite (charged, never passed on)."""
         core, header = self.core, pending.header
         key, version, client_id = header.api_key, header.api_version, header.client_id
         context = pending.context
@@ -760,18 +800,22 @@ class Session:
         charged = self.auth.charged(key)
         throttle, empty = 0, False
         thread_ms = max(0.0, service_ms - fetch.max_wait_ms) if fetch else service_ms
-        nbytes = pending.size if key == apis.PRODUCE else len(payload) if key == apis.FETCH else 0
+        nbytes = len(payload) if key == apis.FETCH else 0
+        # a Produce was counted, and its bytes charged, as it was forwarded: its answer adds its
+        # time to that request (count 0)
+        count = 0 if key == apis.PRODUCE else 1
         name = ""
         if charged:
             name = apis.api_name(key)
             throttle, empty = core.request_quota.throttle(self.node_id, now, core.listener,
                                                           self.user, client_id, self.ip, name,
-                                                          nbytes, thread_ms, fetch is not None)
+                                                          nbytes, thread_ms, fetch is not None,
+                                                          count=count)
+        throttle = max(throttle, pending.throttle_ms)
         if mutation is not None and mutation.plan is not None:
             throttle = max(throttle, mutation.throttle_until - now,
                            mutation.plan.reject_ms if mutation.plan.rejected else 0)
             self._charge_mutations(header, payload, mutation, now)
-        unrewritten = ""  # why an answer that may name brokers could not be rewritten
         try:
             if mutation is not None and mutation.plan is not None and mutation.plan.rejected:
                 payload = messages.add_rejections(key, version, payload, mutation.request,
@@ -790,7 +834,9 @@ class Session:
             if fetch is not None:
                 nbytes = len(payload)  # what the client got: an empty response if throttled
             core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
-                               name, nbytes, round(thread_ms, 3), 0.0)
+                               name, nbytes, round(thread_ms, 3), 0.0, count=count)
+        if self.closed or self._client_gone:
+            return  # charged; nobody to answer
         if unrewritten:  # charged, but never passed on
             self.close("broker_protocol", unrewritten)
             return
@@ -881,7 +927,8 @@ class Session:
         while order and order[0].ready:
             pending = order.popleft()
             wrote = True
-            if client is not None and not self.closed and pending.payload is not None:
+            if client is not None and not self.closed and not self._client_gone and \
+                    pending.payload is not None:
                 _send(client, pending.payload)
                 now = clock()
                 if pending.kind != TOKEN:

@@ -42,30 +42,65 @@ class RequestHeader:
 
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint at `pos`: (value, position after it)."""
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
+    """An unsigned varint at `pos` as Kafka's `ByteUtils.readUnsignedVarint` reads it: (value,
+    position after it).
+
+    Kafka reads at most five bytes into a 32-bit int: a fifth byte with its high bit set is
+    refused, the fifth byte's bits above the 32nd are dropped, and a value with bit 31 set is
+    negative. So `81 80 80 80 10` reads 1 (kio's reader: 2^32 + 1) and `80 80 80 80 08` reads
+    -2^31. Every field the gateway reads must read as the broker reads it: a client could
+    otherwise show the broker one request and the gateway another."""
+    end = len(buf)
+    value = 0
+    for shift in (0, 7, 14, 21):
+        if pos >= end:
             raise FrameError("truncated varint")
         byte = buf[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value, pos
-        shift += 7
-        if shift > 28:
-            raise FrameError("varint too long")
+    if pos >= end:
+        raise FrameError("truncated varint")
+    byte = buf[pos]
+    if byte & 0x80:
+        raise FrameError("varint longer than five bytes")
+    return int32(value | (byte & 0x0F) << 28), pos + 1
+
+
+def int32(value: int) -> int:
+    """`value` wrapped to a signed 32-bit int, as Java's int arithmetic wraps it."""
+    return ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def read_compact_length(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A compact string's, bytes' or array's length (`readUnsignedVarint() - 1` in Kafka's
+    generated readers, in int arithmetic: negative means null)."""
+    value, pos = read_uvarint(buf, pos)
+    return int32(value - 1), pos
+
+
+#: Most tagged fields the gateway reads in one section. Kafka's messages define a handful per
+#: struct; a section declaring more is refused (the connection closed) rather than walked field
+#: by field on the event loop: 2^28 empty fields fit in a 512 MiB frame, and Kafka itself would
+#: take them.
+MAX_TAGGED_FIELDS = 256
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
-    """Position after a tagged-field section starting at `pos`."""
+    """Position after a tagged-field section starting at `pos`, read as Kafka's generated readers
+    read one: a count (negative: none), then per field a tag and a size, and that many bytes (a
+    negative size is refused, as Kafka's `readArray` refuses it). Bounded by the bytes that hold
+    it: every field takes at least two, and at most `MAX_TAGGED_FIELDS` are read."""
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELDS or count > (len(buf) - pos) // 2:
+        raise FrameError(f"{count} tagged fields in {len(buf) - pos} bytes")
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
+        if size < 0 or pos + size > len(buf):
+            raise FrameError(f"a tagged field of {size} bytes")
         pos += size
-    if pos > len(buf):
-        raise FrameError("truncated tagged fields")
     return pos
 
 

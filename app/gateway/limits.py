@@ -42,6 +42,8 @@ CLOSE_REASONS: tuple[str, ...] = (
     "bad_header",  # a request shorter than its header, or a header that does not parse
     "unauthenticated_request",  # --upstream-sasl: not ApiVersions or SASL before authenticating
     "unrewritable_request",  # its answer would carry broker addresses the gateway cannot rewrite
+    "request_undecodable",  # a Produce or Fetch whose fields the gateway reads do not read as
+    # Kafka reads them (a Produce's acks, a Fetch's sizes): never forwarded on a guess
     "mutation_undecodable",  # a mutation request the gateway cannot read, or listing too much
     "sasl_unfollowable",  # raw tokens of a mechanism it cannot follow; a SASL message unreadable
     "sasl_failed",  # a raw SASL exchange the broker refused

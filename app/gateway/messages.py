@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import struct
 import sys
 import uuid
@@ -26,12 +27,20 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from app.gateway import apis
-from app.gateway.frames import FrameError, read_uvarint, response_body_offset, skip_tagged_fields
+from app.gateway.frames import (
+    FrameError,
+    read_compact_length,
+    read_uvarint,
+    response_body_offset,
+    skip_tagged_fields,
+)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
-#: Where the gateway sends clients for a node: node id -> (host, port), or None if unmapped.
+#: Where the gateway sends clients for a node: node id -> (host, port), or None when the gateway
+#: has no port for it: such a broker is left out of every answer (a client is never handed a
+#: broker's own address, which would take it around the gateway).
 Addresses = Callable[[int], tuple[str, int] | None]
 
 THROTTLING_QUOTA_EXCEEDED = 89
@@ -132,8 +141,7 @@ def api_version_ranges(payload: bytes, version: int) -> dict[int, tuple[int, int
 
 def _read_string(buf: bytes, pos: int, compact: bool) -> tuple[str | None, int]:
     if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
+        n, pos = read_compact_length(buf, pos)
     else:
         (n,) = _I16.unpack_from(buf, pos)
         pos += 2
@@ -181,8 +189,7 @@ def metadata_brokers(payload: bytes, version: int) -> tuple[list[Node], int, int
     start = pos
     try:
         if flexible:
-            count, pos = read_uvarint(payload, pos)
-            count -= 1
+            count, pos = read_compact_length(payload, pos)
         else:
             (count,) = _I32.unpack_from(payload, pos)
             pos += 4
@@ -204,13 +211,15 @@ def metadata_brokers(payload: bytes, version: int) -> tuple[list[Node], int, int
 
 
 def rewrite_metadata(payload: bytes, version: int, addresses: Addresses) -> tuple[bytes, list[Node]]:
-    """Point every broker of a Metadata response at the gateway; returns the new payload and the
-    brokers as the cluster described them. Only the brokers array is re-encoded."""
+    """Point every broker of a Metadata response at the gateway, leaving out those it has no
+    port for (their partitions' leaders then name a broker the client does not know, which
+    clients treat as a leader not available); returns the new payload and the brokers as the
+    cluster described them. Only the brokers array is re-encoded."""
     nodes, start, end = metadata_brokers(payload, version)
     flexible = version >= 9
-    parts = [_uvarint(len(nodes) + 1) if flexible else _I32.pack(len(nodes))]
-    for node in nodes:
-        host, port = addresses(node.node_id) or (node.host, node.port)
+    fronted = [(node, address) for node in nodes if (address := addresses(node.node_id))]
+    parts = [_uvarint(len(fronted) + 1) if flexible else _I32.pack(len(fronted))]
+    for node, (host, port) in fronted:
         parts.append(_I32.pack(node.node_id) + _write_string(host, flexible) + _I32.pack(port))
         if version >= 1:
             parts.append(_write_string(node.rack, flexible))
@@ -219,58 +228,144 @@ def rewrite_metadata(payload: bytes, version: int, addresses: Addresses) -> tupl
     return payload[:start] + b"".join(parts) + payload[end:], nodes
 
 
+#: What a coordinator the gateway cannot front is answered as (clients ask again later).
+COORDINATOR_NOT_AVAILABLE = 15
+UNFRONTED_MESSAGE = "The coordinator is not reachable through the quota-streams gateway."
+
+
 def rewrite_find_coordinator(payload: bytes, version: int, addresses: Addresses) -> bytes | None:
-    """FindCoordinator: host/port (v0-v3) or each of `coordinators` (v4+) point at the gateway."""
+    """FindCoordinator: host/port (v0-v3) or each of `coordinators` (v4+) point at the gateway; a
+    coordinator it has no port for is answered COORDINATOR_NOT_AVAILABLE, with no address."""
     schema, resp, offset = _response(apis.FIND_COORDINATOR, version, payload)
     if version >= 4:
-        coordinators = tuple(_readdress(c, "node_id", addresses) for c in resp.coordinators)
+        coordinators = tuple(_coordinator(c, addresses) for c in resp.coordinators)
         if coordinators == resp.coordinators:
             return None
         resp = dataclasses.replace(resp, coordinators=coordinators)
     else:
-        new = _readdress(resp, "node_id", addresses)
+        new = _coordinator(resp, addresses)
         if new is resp:
             return None
         resp = new
     return payload[:offset] + _encode(schema, resp)
 
 
+def _coordinator(item: Any, addresses: Addresses) -> Any:
+    new = _readdress(item, "node_id", addresses)
+    if new is not None:
+        return new
+    message = {"error_message": UNFRONTED_MESSAGE} if hasattr(item, "error_message") else {}
+    return dataclasses.replace(item, node_id=-1, host="", port=-1,
+                               error_code=ErrorCode(COORDINATOR_NOT_AVAILABLE), **message)
+
+
+def describe_cluster_brokers(payload: bytes, version: int) -> list[Node]:
+    """The brokers of a DescribeCluster response, as the cluster describes them."""
+    _schema, resp, _offset = _response(apis.DESCRIBE_CLUSTER, version, payload)
+    return [Node(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers]
+
+
 def rewrite_describe_cluster(payload: bytes, version: int, addresses: Addresses) -> tuple[bytes | None, list[Node]]:
-    """DescribeCluster: every broker points at the gateway."""
+    """DescribeCluster: every broker points at the gateway; those it cannot front left out."""
     schema, resp, offset = _response(apis.DESCRIBE_CLUSTER, version, payload)
     nodes = [Node(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers]
-    brokers = tuple(_readdress(b, "broker_id", addresses) for b in resp.brokers)
+    brokers = _readdressed(resp.brokers, "broker_id", addresses)
     if brokers == resp.brokers:
         return None, nodes
     return payload[:offset] + _encode(schema, dataclasses.replace(resp, brokers=brokers)), nodes
 
 
-def _readdress(item: Any, id_field: str, addresses: Addresses) -> Any:
+def _readdress(item: Any, id_field: str, addresses: Addresses) -> Any | None:
+    """`item` pointing at the gateway's port for its node; None when the gateway has none."""
     node_id = getattr(item, id_field)
     if node_id < 0:
         return item  # "no coordinator" (-1) and the like carry no address to rewrite
     mapped = addresses(node_id)
-    if mapped is None or (item.host, item.port) == mapped:
+    if mapped is None:
+        return None
+    if (item.host, item.port) == mapped:
         return item
     return dataclasses.replace(item, host=mapped[0], port=mapped[1])
+
+
+def _readdressed(items: Iterable[Any], id_field: str, addresses: Addresses) -> tuple[Any, ...]:
+    """Every item pointing at the gateway; those it cannot front left out."""
+    return tuple(new for item in items if (new := _readdress(item, id_field, addresses)))
+
+
+#: Broker configs whose values are addresses: the listeners and the KRaft quorum's.
+ADDRESS_CONFIGS: frozenset[str] = frozenset({
+    "listeners", "advertised.listeners", "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+})
+#: A value that names a port (`host:9092`, `PLAINTEXT://:9092`, `1@host:9093`): hidden too, so a
+#: config that names a broker under another name never passes either.
+_NAMES_PORT = re.compile(r":\d{1,5}(?!\d)")
+#: DescribeConfigs' resource type of a broker (a topic's configs name no broker).
+BROKER_RESOURCE = 4
+
+
+def _names_address(name: str, value: str | None) -> bool:
+    return name in ADDRESS_CONFIGS or (value is not None and _NAMES_PORT.search(value) is not None)
+
+
+def hide_config_addresses(payload: bytes, version: int) -> bytes | None:
+    """DescribeConfigs (v1-4): a broker's configs that name addresses (its listeners, the
+    quorum's, any value naming a port) hidden as Kafka hides a password, value null and
+    `is_sensitive` set, in the config and its synonyms. None when nothing is hidden."""
+    schema, resp, offset = _response(apis.DESCRIBE_CONFIGS, version, payload)
+    changed = False
+    results = []
+    for result in resp.results:
+        if int(result.resource_type) == BROKER_RESOURCE and result.configs:
+            configs = tuple(_hide_address(c) for c in result.configs)
+            if configs != result.configs:
+                result = dataclasses.replace(result, configs=configs)
+                changed = True
+        results.append(result)
+    if not changed:
+        return None
+    return payload[:offset] + _encode(schema, dataclasses.replace(resp, results=tuple(results)))
+
+
+def _hide_address(config: Any) -> Any:
+    synonyms = config.synonyms or ()
+    if not (_names_address(config.name, config.value)
+            or any(_names_address(s.name, s.value) for s in synonyms)):
+        return config
+    return dataclasses.replace(config, value=None, is_sensitive=True, synonyms=tuple(
+        dataclasses.replace(s, value=None) for s in synonyms))
 
 
 # --------------------------------------------------------------------------- Produce / Fetch
 
 
+#: Kafka's limit on a string field's length (its generated readers refuse a longer one).
+MAX_STRING = 0x7FFF
+
+
 def produce_acks(payload: bytes, version: int, body: int) -> int:
-    """The `acks` of a Produce request, read without decoding its records (v0-2 start with it,
-    v3+ have the transactional id before it)."""
+    """The `acks` of a Produce request, read as Kafka's `ProduceRequestData.read` reads the
+    fields before it, without decoding its records: the transactional id's length (an int16, or
+    from v9 a compact length read as Kafka's 32-bit varint), null when negative, refused over
+    Kafka's 0x7fff or past the frame. Whether an answer will come depends on it, so it must be
+    the value the broker acts on."""
+    if body < 0:
+        raise MessageError(f"Produce v{version}: fields not known")
+    if version < 3:  # v0-2 start with acks
+        try:
+            return int(_I16.unpack_from(payload, body)[0])
+        except struct.error as exc:
+            raise MessageError(f"Produce v{version}: {exc}") from None
     try:
         if version >= 9:
-            n, pos = read_uvarint(payload, body)
-            pos += max(n - 1, 0)
-        elif version >= 3:
-            (n,) = _I16.unpack_from(payload, body)
-            pos = body + 2 + max(n, 0)
+            n, pos = read_compact_length(payload, body)
         else:
-            pos = body
-        return int(_I16.unpack_from(payload, pos)[0])
+            (n,) = _I16.unpack_from(payload, body)
+            pos = body + 2
+        if n > MAX_STRING or pos + max(n, 0) > len(payload):
+            raise FrameError(f"a transactional id of {n} bytes")
+        return int(_I16.unpack_from(payload, pos + max(n, 0))[0])
     except (struct.error, FrameError) as exc:
         raise MessageError(f"Produce v{version}: {exc}") from None
 
@@ -350,8 +445,8 @@ def _patch_produce(version: int, payload: bytes, throttle_ms: int,
     schema, resp, offset = _response(apis.PRODUCE, version, payload)
     new = resp
     if version >= 10 and resp.node_endpoints:
-        new = dataclasses.replace(new, node_endpoints=tuple(
-            _readdress(e, "node_id", addresses) for e in resp.node_endpoints))
+        new = dataclasses.replace(new, node_endpoints=_readdressed(resp.node_endpoints, "node_id",
+                                                                   addresses))
     if throttle_ms > resp.throttle_time.total_seconds() * 1000:
         new = dataclasses.replace(new, throttle_time=throttle(throttle_ms))
     if new is resp:
@@ -363,7 +458,7 @@ def _fetch_endpoints(version: int, payload: bytes, addresses: Addresses) -> byte
     if not _fetch_names_endpoints(version, payload):
         return None
     schema, resp, offset = _response(apis.FETCH, version, payload)
-    endpoints = tuple(_readdress(e, "node_id", addresses) for e in resp.node_endpoints)
+    endpoints = _readdressed(resp.node_endpoints, "node_id", addresses)
     return payload[:offset] + _encode(schema, dataclasses.replace(resp, node_endpoints=endpoints))
 
 
@@ -498,7 +593,7 @@ def mutation_topic_count(api_key: int, version: int, payload: bytes, body: int) 
         raise MessageError(f"no schema for request {api_key} v{version}")
     try:
         if flexible:
-            return read_uvarint(payload, body)[0] - 1
+            return read_compact_length(payload, body)[0]
         return int(_I32.unpack_from(payload, body)[0])
     except (struct.error, FrameError) as exc:
         raise MessageError(f"{apis.api_name(api_key)} v{version}: {exc}") from None

@@ -70,6 +70,9 @@ class GatewayMetrics:
         self.directives_ready = Gauge("quota_streams_gateway_directives_ready",
                                       "1 once the directives were rebuilt from the control topic",
                                       registry=r)
+        self.unfronted = Gauge("quota_streams_gateway_unfronted_brokers",
+                               "Brokers the cluster names that have no port on this gateway (left "
+                               "out of every answer: clients cannot use them)", registry=r)
         self.configs_refused = Counter("quota_streams_gateway_configs_refused",
                                        "Config records refused, by reason (as the workers' "
                                        "quota_streams_config_refused_total)", ["reason"],

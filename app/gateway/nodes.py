@@ -5,9 +5,11 @@ listen port; broker `n` is reached at `node_port_base + (n - first_node_id)`. By
 `node_port_base` is the listen port + 1 and `first_node_id` the lowest node id of the first answer
 that names brokers (the start-up probe's, or, in front of a SASL listener, the first the gateway
 reads after a client authenticated), so a cluster of brokers 1, 2, 3 behind `--listen :9192` is
-reached at 9193, 9194, 9195. Until then no broker has a port. At most `max_nodes` ports are used; a broker whose id falls outside the range
-cannot be reached through the gateway (its address is left as the cluster gave it, and logged).
-Give both explicitly when several gateway instances must agree whatever brokers are up.
+reached at 9193, 9194, 9195. Until then no broker has a port. At most `max_nodes` ports are used;
+a broker whose id falls outside the range cannot be reached through the gateway: it is left out
+of every answer (a client is never handed its own address), logged, counted
+(`quota_streams_gateway_unfronted_brokers`) and reported by `/ready`. Give both explicitly when
+several gateway instances must agree whatever brokers are up.
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ class NodeMap:
                 if self.rule.port(node.node_id) is None and node.node_id not in self._unmapped:
                     self._unmapped.add(node.node_id)
                     logger.error("Broker %d is outside the gateway's node ports (first node id %d, "
-                                 "%d ports from %d): clients will be sent to it directly",
-                                 node.node_id, self.rule.first_node_id, self.rule.max_nodes,
+                                 "%d ports from %d): it is left out of every answer, so clients "
+                                 "cannot use it; give --first-node-id and --max-nodes to cover "
+                                 "it", node.node_id, self.rule.first_node_id, self.rule.max_nodes,
                                  self.rule.node_port_base)
         return changed
 
@@ -80,3 +83,8 @@ class NodeMap:
     @property
     def node_ids(self) -> list[int]:
         return sorted(self._upstream)
+
+    @property
+    def unfronted(self) -> int:
+        """Brokers the cluster named that have no port on this gateway."""
+        return sum(1 for node_id in self._upstream if self.rule.port(node_id) is None)

@@ -253,6 +253,8 @@ class Gateway:
         self.metrics.buffered.set_function(lambda: self.buffered)
         self.muted = 0  # connections muted by a throttle, counted by each sweep
         self.metrics.muted.set_function(lambda: self.muted)
+        self.metrics.unfronted.set_function(
+            lambda: 0 if self.nodes is None else self.nodes.unfronted)
         self._events_waiting = asyncio.Event()
         self.drops = Drops()
         self.usage = UsageRecorder(config.aggregate, config.max_pending,
@@ -426,7 +428,8 @@ class Gateway:
         """What `/ready` reports: `ready` while the gateway listens for clients (it does once the
         upstream answered the start-up probe), has read the control topic to its end and (for
         its own quota managers) the config topic, its readers and usage publisher run
-        (`healthy`), and it is not draining."""
+        (`healthy`), and it is not draining. `all_brokers_fronted` is a warning beside it: a
+        broker the gateway has no port for is left out of its answers (`nodes.NodeMap`)."""
         server = self._servers.get(None)
         state = {
             "listening": server is not None and server.is_serving(),
@@ -435,6 +438,8 @@ class Gateway:
                 self._follower is not None and self._follower.ready.is_set()),
             "readers_healthy": self.healthy,
             "draining": self.draining,
+            # a warning, not a reason to take clients elsewhere: the other brokers are served
+            "all_brokers_fronted": self.nodes is None or not self.nodes.unfronted,
         }
         state["ready"] = (state["listening"] and state["directives_ready"]
                           and state["configs_ready"] and state["readers_healthy"]

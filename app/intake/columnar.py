@@ -188,7 +188,7 @@ _TAIL = (_range("bytes", "bytes", 0, MAX_AMOUNT),
                 low_reason="network_time_ms must not be negative"),
          _range("exempt", "exempt", 0, 1, "exempt must be true or false",
                 "exempt must be true or false"),
-         _range("count", "count", 1, MAX_AMOUNT),
+         _range("count", "count", 0, MAX_AMOUNT),
          _range("gateway", "gateway", -1, MAX_ID, low_reason="gateway must be >= 0"))
 
 

@@ -118,8 +118,9 @@ class UsageRecorder:
 
     def request(self, broker: int, ts: int, listener: str, user: str, client_id: str, ip: str,
                 api: str, nbytes: int, thread_ms: float, network_ms: float,
-                exempt: bool = False) -> None:
-        """One request: `nbytes` (Produce request / Fetch response size), thread and network time."""
+                exempt: bool = False, count: int = 1) -> None:
+        """One request: `nbytes` (Produce request / Fetch response size), thread and network time.
+        `count` 0: more of a request an earlier call counted (a Produce's time, after its bytes)."""
         if self.aggregate:
             span = self._span
             if span is not None and ts < self._span_end:
@@ -131,7 +132,7 @@ class UsageRecorder:
                     rows.bytes[row] += nbytes
                     rows.thread_ns[row] += nanos(thread_ms)
                     rows.network_ns[row] += nanos(network_ms)
-                    rows.count[row] += 1
+                    rows.count[row] += count
                     self.recorded += 1
                     return
         span = self._space(ts)
@@ -141,7 +142,7 @@ class UsageRecorder:
         if self.aggregate:
             span.rows[(broker, user, client_id, api, listener, ip, exempt)] = len(rows)
         rows.append(ts, broker, self.gateway, listener, charged_name(user), charged_name(client_id),
-                    ip, api, nbytes, nanos(thread_ms), nanos(network_ms), exempt, 1, 0, 0)
+                    ip, api, nbytes, nanos(thread_ms), nanos(network_ms), exempt, count, 0, 0)
 
     def connection(self, broker: int, ts: int, listener: str, ip: str,
                    inter_broker: bool = False) -> None:

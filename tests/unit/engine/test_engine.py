@@ -210,6 +210,19 @@ def test_config_change_in_place_keeps_samples() -> None:
     assert second.throttle_time_ms == 2500
 
 
+def test_a_produce_sample_of_no_request_records_its_time_alone() -> None:
+    """The gateway charges a Produce's bytes as it forwards it and its time when the answer
+    comes (`count` 0): the second sample is not a request of 0 bytes in the byte-rate window
+    (Kafka's own tests record such requests: a count of 1 still does)."""
+    e = Engine()
+    e.config({"user": "alice"}, {PRODUCE: 1000, REQUEST: 50})
+    key = by_quota(e.request(0, api="Produce", bytes=5000), PRODUCE).key
+    before = e.engine.store[key].samples()  # type: ignore[union-attr]
+    decisions = e.request(5, api="Produce", bytes=0, thread_time_ms=30.0, count=0)
+    assert [d.quota for d in decisions] == [REQUEST]
+    assert e.engine.store[key].samples() == before  # type: ignore[union-attr]
+
+
 def test_a_new_store_is_used_at_once_and_the_old_one_left_alone() -> None:
     """The engine remembers windows' states only while the store is the same object: a driver
     that moves it to another store (a partition's cache, a restored copy) is never undercut."""

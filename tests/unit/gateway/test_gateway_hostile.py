@@ -106,22 +106,47 @@ async def test_unknown_api_keys_are_forwarded_charged_and_share_one_metric_label
     assert label_values(h, "quota_streams_gateway_response_bytes_total", "api") == {"unknown"}
 
 
-async def test_a_produce_the_gateway_cannot_decode_is_charged_its_size_and_muted() -> None:
-    readable, unreadable = Harness(quotas=PRODUCE_QUOTA), Harness(quotas=PRODUCE_QUOTA)
-    assert requests_until_muted(readable) == 4
-    head = struct.pack(">hhih", apis.PRODUCE, 9, 0, 3) + b"app\x00"
-    for n, corr in enumerate(range(10, 40), start=1):  # a body that does not parse
-        payload = head[:4] + struct.pack(">i", corr) + head[8:] + b"\xff" * 5 + b"\x01" * 3000
-        unreadable.send(payload)
-        assert sent(unreadable.broker.frames()) == [corr]
-        unreadable.answer(struct.pack(">i", corr) + b"\x00" * 20)
-        unreadable.client.frames()
-        if unreadable.session.muted:
-            break
-    assert n == 4  # held to the quota like a Produce it can read
-    assert {(e["api"], e["bytes"]) for e in unreadable.events()} == {("Produce", len(payload))}
-    assert unreadable.gateway.metrics.registry.get_sample_value(
-        "quota_streams_gateway_undecoded_total", {"api": "Produce"}) >= 4
+def produce_with_id_length(corr: int, varint: bytes, acks: int) -> bytes:
+    """A Produce v9 request whose transactional id has the compact length `varint` and no bytes:
+    an empty id to Kafka when the varint reads 1, as `81 80 80 80 10` does."""
+    payload = produce_request(corr, acks=acks)
+    body = request_header(payload).body
+    assert payload[body] == 0  # kio wrote a null id
+    return payload[:body] + varint + payload[body + 1:]
+
+
+async def test_acks_zero_behind_a_five_byte_id_length_is_read_as_kafka_reads_it() -> None:
+    """Kafka reads `81 80 80 80 10` as an empty id and stores the records without answering:
+    the gateway reads the same acks, charges the bytes and awaits no answer."""
+    h = Harness()
+    payload = produce_with_id_length(1, bytes.fromhex("8180808010"), acks=0)
+    h.send(payload)
+    h.send(produce_request(2))
+    assert sent(h.broker.frames()) == [1, 2]
+    first = h.events()[0]
+    assert (first["bytes"], first["exempt"]) == (len(payload), True)
+
+
+@pytest.mark.parametrize("varint", [
+    "818080808001",  # a sixth byte: Kafka refuses the varint
+    "828002",  # 32,769 bytes: over Kafka's 0x7fff for a string
+    "8040",  # 8,191 bytes: past the frame
+    "8080808008",  # -2^31 - 1 wraps to 2^31 - 1 in Kafka's int arithmetic: a length, too long
+])
+async def test_a_produce_whose_acks_cannot_be_read_as_kafka_reads_them_is_never_forwarded(
+        varint: str) -> None:
+    h = Harness(quotas=PRODUCE_QUOTA)
+    h.send(produce_with_id_length(1, bytes.fromhex(varint), acks=0))
+    assert h.session.closed and h.broker.written == b""
+    assert h.closed("request_undecodable") == 1
+    assert h.events() == []
+
+
+async def test_a_fetch_whose_sizes_cannot_be_read_is_never_forwarded() -> None:
+    h = Harness()
+    h.send(struct.pack(">hhih", apis.FETCH, 12, 5, 3) + b"app\x00" + b"\x00" * 9)
+    assert h.session.closed and h.broker.written == b""
+    assert h.closed("request_undecodable") == 1
 
 
 async def test_a_32_kib_client_id_is_charged_and_throttled_under_its_bounded_form() -> None:
@@ -131,9 +156,10 @@ async def test_a_32_kib_client_id_is_charged_and_throttled_under_its_bounded_for
     h = Harness()
     h.send(produce_request(1, client_id=long_id))
     h.answer(produce_response(1))
-    (event,) = h.events()
-    assert event["client_id"] == charged_name(long_id) and len(event["client_id"]) == 1024
-    batch = {"type": "batch", "v": 1, "broker": BROKER, "events": [event]}
+    events = h.events()  # its bytes as forwarded, its time as answered
+    assert [(e["client_id"], len(e["client_id"])) for e in events] == \
+        [(charged_name(long_id), 1024)] * 2
+    batch = {"type": "batch", "v": 1, "broker": BROKER, "events": events}
     assert not decode_source(orjson.dumps(batch), 0).dead  # the workers take it
     h.throttle("producer_byte_rate", 5000, client_id=charged_name(long_id))
     h.send(produce_request(2, client_id=long_id))
@@ -203,7 +229,9 @@ async def test_nothing_after_a_sasl_handshake_is_read_before_the_broker_answers_
     assert sent(h.broker.frames()) == [2]  # Kafka framing: a Produce, held to the quota
     h.answer(produce_response(2))
     assert sent(h.broker.frames()) == [3]
-    assert [e["bytes"] for e in h.events() if e["api"] == "Produce"] == [len(pipelined[1])]
+    # each Produce charged its bytes as it was forwarded; the first its time too, once answered
+    assert [e["bytes"] for e in h.events() if e["api"] == "Produce"] == \
+        [len(pipelined[1]), 0, len(pipelined[2])]
 
 
 async def test_raw_tokens_pipelined_after_a_refused_handshake_are_read_as_kafka_frames() -> None:
@@ -228,7 +256,7 @@ async def test_an_accepted_sasl_v0_plain_exchange_names_the_principal_then_kafka
     assert h.client.frames() == [handshake_answer(0), b""]
     assert sent(h.broker.frames()) == [3]  # Kafka framing again
     h.answer(produce_response(3))
-    assert [(e["api"], e["user"]) for e in h.events()] == [("Produce", "alice")]
+    assert [(e["api"], e["user"]) for e in h.events()] == [("Produce", "alice")] * 2
 
 
 async def test_a_sasl_v0_scram_exchange_takes_two_round_trips() -> None:
@@ -332,7 +360,7 @@ async def test_a_pipelined_sasl_v1_exchange_charges_what_follows_to_its_principa
                       auth_bytes=b"", session_lifetime=ms(0)))
     assert sent(h.broker.frames()) == [3]
     h.answer(produce_response(3))
-    assert [(e["api"], e["user"]) for e in h.events()] == [("Produce", "alice")]
+    assert [(e["api"], e["user"]) for e in h.events()] == [("Produce", "alice")] * 2
 
 
 async def test_an_oauthbearer_challenge_without_an_error_code_does_not_authenticate() -> None:

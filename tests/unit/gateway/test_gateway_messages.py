@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import struct
+import sys
 import uuid
 
 import orjson
@@ -171,11 +172,13 @@ def test_metadata_brokers_point_at_the_gateway_and_nothing_else_changes(version:
         assert [b.rack for b in after.brokers] == ["r1", "r1"]
 
 
-def test_metadata_broker_without_a_gateway_port_keeps_its_address() -> None:
-    payload = metadata_response(12, [(111, "b1", 9092), (500, "b500", 9092)])
-    out, _ = messages.rewrite_metadata(payload, 12, addresses)
-    after = decode_response(apis.METADATA, 12, out)
-    assert [(b.host, b.port) for b in after.brokers] == [("gw.example", 9193), ("b500", 9092)]
+@pytest.mark.parametrize("version", [0, 1, 9, 12])
+def test_a_broker_without_a_gateway_port_is_left_out_of_metadata(version: int) -> None:
+    payload = metadata_response(version, [(111, "b1", 9092), (500, "b500", 9092)])
+    out, nodes = messages.rewrite_metadata(payload, version, addresses)
+    after = decode_response(apis.METADATA, version, out)
+    assert [(b.node_id, b.host, b.port) for b in after.brokers] == [(111, "gw.example", 9193)]
+    assert [n.node_id for n in nodes] == [111, 500]  # learned as the cluster described them
 
 
 @pytest.mark.parametrize("version", [2, 4])
@@ -209,10 +212,126 @@ def test_describe_cluster_points_at_the_gateway() -> None:
     assert [(b.host, b.port) for b in got.brokers] == [("gw.example", 9193)]
 
 
+@pytest.mark.parametrize("version", [0, 3, 4, 6])
+def test_a_coordinator_without_a_gateway_port_is_not_available_rather_than_named(
+        version: int) -> None:
+    if version >= 4:
+        coord = nested(apis.FIND_COORDINATOR, version, "Coordinator")
+        payload = response(apis.FIND_COORDINATOR, version, throttle_time=ms(0), coordinators=(
+            coord(key="g1", node_id=112, host="b2", port=9092, error_code=NONE, error_message=None),
+            coord(key="g3", node_id=500, host="b500", port=9092, error_code=NONE,
+                  error_message=None)))
+    else:
+        fields = {"throttle_time": ms(0), "error_message": None} if version else {}
+        payload = response(apis.FIND_COORDINATOR, version, error_code=NONE, node_id=500,
+                           host="b500", port=9092, **fields)
+    out = messages.rewrite_find_coordinator(payload, version, addresses)
+    assert out is not None
+    got = decode_response(apis.FIND_COORDINATOR, version, out)
+    answers = got.coordinators if version >= 4 else (got,)
+    unfronted = answers[-1]
+    assert (unfronted.node_id, unfronted.host, unfronted.port, int(unfronted.error_code)) == (
+        -1, "", -1, messages.COORDINATOR_NOT_AVAILABLE)
+    if version >= 4:
+        assert (answers[0].host, answers[0].port) == ("gw.example", 9194)
+
+
+def test_a_broker_without_a_gateway_port_is_left_out_of_describe_cluster() -> None:
+    broker = nested(apis.DESCRIBE_CLUSTER, 1, "DescribeClusterBroker")
+    payload = response(apis.DESCRIBE_CLUSTER, 1, throttle_time=ms(0), error_code=NONE,
+                       cluster_id="c", controller_id=500,
+                       brokers=(broker(broker_id=111, host="b1", port=9092),
+                                broker(broker_id=500, host="b500", port=9092)))
+    assert [n.node_id for n in messages.describe_cluster_brokers(payload, 1)] == [111, 500]
+    out, _nodes = messages.rewrite_describe_cluster(payload, 1, addresses)
+    assert out is not None
+    got = decode_response(apis.DESCRIBE_CLUSTER, 1, out)
+    assert [(b.broker_id, b.host, b.port) for b in got.brokers] == [(111, "gw.example", 9193)]
+
+
+def _describe_configs(version: int, resource_type: int, configs: dict[str, str]) -> bytes:
+    result = nested(apis.DESCRIBE_CONFIGS, version, "DescribeConfigsResult")
+    entry = nested(apis.DESCRIBE_CONFIGS, version, "DescribeConfigsResourceResult")
+    synonym = nested(apis.DESCRIBE_CONFIGS, version, "DescribeConfigsSynonym")
+    extra = {"config_type": 2, "documentation": None} if version >= 3 else {}
+    return response(apis.DESCRIBE_CONFIGS, version, throttle_time=ms(0), results=(result(
+        error_code=NONE, error_message=None, resource_type=resource_type, resource_name="1",
+        configs=tuple(entry(name=k, value=v, read_only=True, config_source=4, is_sensitive=False,
+                            synonyms=(synonym(name=k, value=v, source=4),), **extra)
+                      for k, v in configs.items())),))
+
+
+BROKER_CONFIGS = {
+    "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+    "advertised.listeners": "PLAINTEXT://b1:9092",
+    "controller.quorum.voters": "1@b1:9093",
+    "some.future.endpoint": "b1.internal:19092",
+    "num.io.threads": "8",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+}
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_a_brokers_address_configs_are_hidden_as_kafka_hides_a_password(version: int) -> None:
+    payload = _describe_configs(version, messages.BROKER_RESOURCE, BROKER_CONFIGS)
+    out = messages.hide_config_addresses(payload, version)
+    assert out is not None
+    (result,) = decode_response(apis.DESCRIBE_CONFIGS, version, out).results
+    got = {c.name: (c.value, c.is_sensitive, [s.value for s in c.synonyms])
+           for c in result.configs}
+    for name in ("listeners", "advertised.listeners", "controller.quorum.voters",
+                 "some.future.endpoint"):
+        assert got[name] == (None, True, [None])
+    assert got["num.io.threads"] == ("8", False, ["8"])
+    mapped = BROKER_CONFIGS["listener.security.protocol.map"]
+    assert got["listener.security.protocol.map"] == (mapped, False, [mapped])
+
+
+def test_a_topics_configs_pass_as_they_are() -> None:
+    """A topic names no broker; its throttled-replica lists (`0:1,1:2`) are no addresses."""
+    payload = _describe_configs(4, 2, {"leader.replication.throttled.replicas": "0:1,1:2"})
+    assert messages.hide_config_addresses(payload, 4) is None
+
+
+def _host_fields(cls: type, seen: set[type]) -> list[str]:
+    """The fields named host or port in a kio message class and the classes nested in it."""
+    if cls in seen or not dataclasses.is_dataclass(cls):
+        return []
+    seen.add(cls)
+    module = sys.modules[cls.__module__]
+    found = []
+    for f in dataclasses.fields(cls):
+        if f.name in ("host", "port"):
+            found.append(f.name)
+        for nested_cls in vars(module).values():
+            if isinstance(nested_cls, type) and nested_cls.__name__ in str(f.type):
+                found += [f"{f.name}.{name}" for name in _host_fields(nested_cls, seen)]
+    return found
+
+
+def test_every_api_whose_answer_names_a_host_is_rewritten_or_hidden() -> None:
+    """A new API or version in kio whose response has a host or port field must be rewritten
+    (`apis.ADDRESSES`), hidden (`apis.HIDDEN_APIS`) or known to name no broker."""
+    from kio.schema.index import api_key_map
+
+    checked = set()
+    for key in api_key_map:
+        for version in range(apis.MAX_VERSION):
+            schema = apis.response_schema(key, version)
+            if schema is None or not _host_fields(schema, set()):
+                continue
+            checked.add(key)
+            assert key in apis.HIDDEN_APIS or key in apis.NOT_BROKER_HOSTS or (
+                key in apis.ADDRESSES and apis.rewritable(key, version)), (
+                apis.api_name(key), version)
+    assert {apis.METADATA, apis.FIND_COORDINATOR, apis.DESCRIBE_QUORUM} <= checked
+
+
 # ---------------------------------------------------------------------------- Produce / Fetch
 
 
-def _fetch_response(version: int, throttle: int = 0, endpoints: bool = False) -> bytes:
+def _fetch_response(version: int, throttle: int = 0, endpoints: bool = False,
+                    hints: tuple[tuple[int, str, int], ...] = ()) -> bytes:
     """Two topics of two partitions each, one with aborted transactions, one without records."""
     part = nested(apis.FETCH, version, "PartitionData")
     topic = nested(apis.FETCH, version, "FetchableTopicResponse")
@@ -227,9 +346,11 @@ def _fetch_response(version: int, throttle: int = 0, endpoints: bool = False) ->
                       if version >= 13 else topic(topic=name, partitions=parts))
     fields = {"throttle_time": ms(throttle), "error_code": NONE, "session_id": 77,
               "responses": tuple(topics)}
-    if version >= 16 and endpoints:
+    if endpoints:
+        hints = ((112, "b2", 9092),)
+    if version >= 16 and hints:
         node = nested(apis.FETCH, version, "NodeEndpoint")
-        fields["node_endpoints"] = (node(node_id=112, host="b2", port=9092),)
+        fields["node_endpoints"] = tuple(node(node_id=n, host=h, port=p) for n, h, p in hints)
     return response(apis.FETCH, version, **fields)
 
 
@@ -266,14 +387,17 @@ def test_a_throttled_fetch_gets_an_empty_response(incremental: bool, session: in
     assert (got.throttle_time, got.responses, got.session_id) == (ms(800), (), session)
 
 
-def _produce_response(version: int, endpoints: bool = False) -> bytes:
+def _produce_response(version: int, endpoints: bool = False,
+                      hints: tuple[tuple[int, str, int], ...] = ()) -> bytes:
     part = nested(apis.PRODUCE, version, "PartitionProduceResponse")
     topic = nested(apis.PRODUCE, version, "TopicProduceResponse")
     p = part(index=0, error_code=NONE, base_offset=5, log_append_time=None, record_errors=())
     fields = {"responses": (topic(name="t", partition_responses=(p,)),), "throttle_time": ms(0)}
     if endpoints:
+        hints = ((111, "b1", 9092),)
+    if hints:
         node = nested(apis.PRODUCE, version, "NodeEndpoint")
-        fields["node_endpoints"] = (node(node_id=111, host="b1", port=9092),)
+        fields["node_endpoints"] = tuple(node(node_id=n, host=h, port=p) for n, h, p in hints)
     return response(apis.PRODUCE, version, **fields)
 
 
@@ -286,7 +410,18 @@ def test_produce_throttle_and_endpoints(version: int) -> None:
     assert got.responses == decode_response(apis.PRODUCE, version, payload).responses
     if version >= 10:
         assert [(e.host, e.port) for e in got.node_endpoints] == [("gw.example", 9193)]
-    assert messages.patch_response(apis.PRODUCE, 9, _produce_response(9), 0, addresses) is None
+
+
+@pytest.mark.parametrize("api_key, version", [(apis.PRODUCE, 11), (apis.FETCH, 17)])
+def test_a_leader_hint_naming_a_broker_without_a_gateway_port_is_left_out(
+        api_key: int, version: int) -> None:
+    hints = ((111, "b1", 9092), (500, "b500", 9092))
+    payload = (_produce_response(version, hints=hints) if api_key == apis.PRODUCE
+               else _fetch_response(version, hints=hints))
+    out = messages.patch_response(api_key, version, payload, 0, addresses)
+    assert out is not None
+    got = decode_response(api_key, version, out)
+    assert [(e.node_id, e.host, e.port) for e in got.node_endpoints] == [(111, "gw.example", 9193)]
 
 
 @pytest.mark.parametrize("version, transactional_id", [(3, None), (8, "tx-1"), (9, None), (11, "tx-1")])

@@ -75,7 +75,8 @@ async def test_the_header_names_the_client_the_events_and_caps_see() -> None:
     assert sent(h.brokers[session].frames()) == [1]
     session.upstream_data(frame(produce_response(1)))
     assert answered(client.frames()) == [1]
-    assert ips(h.gateway) == {"connection": ["203.0.113.7"], "request": ["203.0.113.7"]}
+    # the Produce's bytes as forwarded, its time as answered
+    assert ips(h.gateway) == {"connection": ["203.0.113.7"], "request": ["203.0.113.7"] * 2}
     assert h.gateway.counts.of("203.0.113.7") == 1 and h.gateway.counts.of(BALANCER[0]) == 0
     session.close()
     assert h.gateway.counts.of("203.0.113.7") == 0 and h.gateway.counts.total == 1  # the harness's
@@ -161,7 +162,7 @@ async def test_behind_a_balancer_on_real_sockets() -> None:
         assert struct.unpack_from(">i", answer)[0] == 5
         (session,) = gateway.sessions
         assert session.ip == "192.0.2.44" and session.placed
-        assert ips(gateway)["request"] == ["192.0.2.44"]
+        assert set(ips(gateway)["request"]) == {"192.0.2.44"}
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()

@@ -203,22 +203,81 @@ async def test_acks_zero_produce_gets_no_response_and_is_exempt_but_charged_its_
     h.send(payload)
     h.send(produce_request(2))
     assert sent(h.broker.frames()) == [1, 2]  # no answer to wait for
-    (event,) = h.events()
+    event, _second = h.events()
     assert (event["bytes"], event["exempt"], event["thread_time_ms"]) == (len(payload), True, 0.0)
 
 
-async def test_produce_event_is_the_request_size_and_service_time() -> None:
+async def test_a_produce_is_charged_its_size_as_forwarded_and_its_service_time_when_answered(
+        ) -> None:
     h = Harness()
     h.gateway.clock = clock = Clock()
     payload = produce_request(1, size=2000)
     h.send(payload)
+    (forwarded,) = h.events()  # before any answer
+    assert (forwarded["type"], forwarded["api"], forwarded["bytes"], forwarded["user"],
+            forwarded["client_id"], forwarded["ip"], forwarded["exempt"], forwarded["count"],
+            forwarded["thread_time_ms"]) == (
+        "request", "Produce", len(payload), "ANONYMOUS", "app", "10.0.0.7", False, 1, 0.0)
     clock.now += 0.02
     h.answer(produce_response(1))
+    (answered_,) = h.events()  # the same request's time: no second request (count 0)
+    assert (answered_["api"], answered_["bytes"], answered_["exempt"], answered_["count"]) == (
+        "Produce", 0, False, 0)
+    assert answered_["thread_time_ms"] == pytest.approx(20.0)
+
+
+PRODUCE_QUOTA = [{"entity": {"client_id": "app"}, "quotas": {"producer_byte_rate": 10_000}}]
+
+
+async def test_a_produce_whose_client_left_before_its_answer_is_charged_all_the_same() -> None:
+    """Hit and run: the bytes were charged as the request went out, and the broker connection
+    stays until its answer, whose time is charged too; then the connection closes."""
+    h = Harness(quotas=PRODUCE_QUOTA)
+    payload = produce_request(1, size=30_000)
+    h.send(payload)
+    h.session.lost(False, None)  # the client closes before the answer
+    assert not h.session.closed
+    assert [(e["bytes"], e["thread_time_ms"]) for e in h.events()] == [(len(payload), 0.0)]
+    h.answer(produce_response(1))
+    (answer,) = h.events()
+    assert answer["api"] == "Produce" and answer["bytes"] == 0
+    assert h.session.closed and h.client.frames() == []
+    # the next Produce of that client id is throttled by what the one that left sent
+    assert h.gateway.request_quota.throttle(BROKER, h.gateway.now_ms(), "PLAINTEXT", "ANONYMOUS",
+                                            "app", "10.0.0.7", "Produce", 100, 0.0).ms > 0
+
+
+async def test_a_fetch_answered_after_its_client_left_is_charged_what_the_broker_sent() -> None:
+    h = Harness()
+    h.send(fetch_request(1, max_wait=0))
+    h.session.lost(False, None)
+    answer = fetch_response(1)
+    h.answer(answer)
     (event,) = h.events()
-    assert (event["type"], event["api"], event["bytes"], event["user"], event["client_id"],
-            event["ip"], event["exempt"], event["count"]) == (
-        "request", "Produce", len(payload), "ANONYMOUS", "app", "10.0.0.7", False, 1)
-    assert event["thread_time_ms"] == pytest.approx(20.0)
+    assert (event["api"], event["bytes"]) == ("Fetch", len(answer))
+    assert h.session.closed
+
+
+async def test_what_a_client_sent_but_the_broker_never_saw_is_not_served_once_it_left() -> None:
+    """One request at a time for a client with a quota: the second was still in the gateway
+    when the client left, so it never reaches the broker (nor is it charged)."""
+    h = Harness(quotas=PRODUCE_QUOTA)
+    h.session.client_data(frame(produce_request(1)) + frame(produce_request(2)))
+    h.session.lost(False, None)
+    h.answer(produce_response(1))
+    assert sent(h.broker.frames()) == [1]
+    assert [e["bytes"] > 0 for e in h.events()] == [True, False]
+    assert h.session.closed
+
+
+async def test_an_answer_the_broker_never_sends_leaves_the_bytes_charged() -> None:
+    h = Harness()
+    payload = produce_request(1)
+    h.send(payload)
+    h.session.lost(False, None)
+    h.gateway.sweep(h.gateway.clock() + 3600)  # past the request timeout
+    assert h.session.closed and h.closed("request_timeout") == 1
+    assert [e["bytes"] for e in h.events()] == [len(payload)]
 
 
 async def test_a_fetch_is_charged_only_the_time_beyond_its_long_poll() -> None:
@@ -291,7 +350,8 @@ async def test_sasl_plain_names_the_principal_once_the_broker_accepts_it() -> No
     h.send(produce_request(3))
     h.answer(produce_response(3))
     events = h.events()
-    assert [e["api"] for e in events] == ["Produce"]  # the authenticator's requests: not charged
+    # the authenticator's requests: not charged; the Produce's bytes, then its time
+    assert [e["api"] for e in events] == ["Produce"] * 2
     assert events[0]["user"] == "alice"
 
 

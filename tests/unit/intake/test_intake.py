@@ -35,7 +35,7 @@ BREAKS: list[dict[str, Any]] = [
     {"ts": -1}, {"ts": 2**53}, {"broker": -1}, {"api": ""},
     {"user": "x" * (MAX_NAME + 1)}, {"ip": "y" * (MAX_NAME + 1)}, {"bytes": -5},
     {"bytes": 10**15 + 1}, {"thread_time_ms": -0.001}, {"network_time_ms": -1},
-    {"thread_time_ms": 9 * 10**12 + 1}, {"exempt": 2}, {"count": 0}, {"count": 10**15 + 1},
+    {"thread_time_ms": 9 * 10**12 + 1}, {"exempt": 2}, {"count": -1}, {"count": 10**15 + 1},
     {"gateway": -2},
 ]
 
@@ -138,13 +138,13 @@ def test_the_clocks_verdicts_take_the_same_samples_out_of_json_and_columns() -> 
     """`Decoded.judge`: refused samples become dead letters in record order, the JSON one
     as it was written, the columnar one as its row; the others stay, in order."""
     events = [{**GOOD, "ts": T0 + i, "user": f"u{i}"} for i in range(4)]
-    events[1]["count"] = 0  # invalid: never judged by the clock
+    events[1]["count"] = -1  # invalid: never judged by the clock
     from_json = decode_source(json_batch(events), 0)
     from_columns = decode_source(columnar.encode(as_columns(events)), 0)
     for decoded in (from_json, from_columns):
         assert decoded.stamps == [T0, T0 + 2, T0 + 3] and decoded.judged_at == [0, 2, 3]
         decoded.judge([(1, "too far")])
-        assert [(i, reason) for i, reason, _ in decoded.dead] == [(1, "count must be >= 1"),
+        assert [(i, reason) for i, reason, _ in decoded.dead] == [(1, "count must be >= 0"),
                                                                   (2, "too far")]
         assert decoded.request_at == [0, 3] and decoded.requests.ts == [T0, T0 + 3]
         assert decoded.dead[1][2]["user"] == "u2"

@@ -22,7 +22,7 @@ from app.intake.replay import replay
 from tests.unit import pipeline_path
 
 BAD_ROW = {"type": "request", "v": 1, "ts": synth.T0 + 500, "broker": 1, "user": "x",
-           "client_id": "y", "api": "Produce", "bytes": 10, "count": 0}
+           "client_id": "y", "api": "Produce", "bytes": 10, "count": -1}
 
 
 def canonical(ds: list[Any]) -> list[bytes]:
@@ -121,22 +121,22 @@ def test_a_bad_columnar_row_is_dead_lettered_alike_by_every_driver() -> None:
     batch = orjson.dumps({"type": "batch", "v": 1, "events": [good, BAD_ROW]})
     as_json = decode_source(batch, 0).dead
     # a writer cannot encode a bad row (`encode_events` takes validated events): the good
-    # row's columns with a second row whose count is 0
+    # row's columns with a second row whose count is negative
     columns = decode_source(orjson.dumps(good), 0).requests
     for name in COLUMNS:
         columns.column(name).append(columns.column(name)[0])
-    columns.count[1] = 0
+    columns.count[1] = -1
     record = columnar.encode(columns)
     as_columns = decode_source(record, 0).dead
-    assert [(i, r) for i, r, _ in as_columns] == [(1, "count must be >= 1")] == [
+    assert [(i, r) for i, r, _ in as_columns] == [(1, "count must be >= 0")] == [
         (i, r) for i, r, _ in as_json]
     audited = recompute_local([(("req", 0), 0, record, None)],
                               ExplodeContext(EngineSettings(), MODE_KAFKA, (), {("req", 0): 0}))
     assert audited.bad == 1 and audited.events == 1
     (letter,) = [r for r in audited.table.to_pylist() if r["kind"] == "deadletter"]
-    assert letter["reason"] == "count must be >= 1"
+    assert letter["reason"] == "count must be >= 0"
     replayed = list(replay([batch], EngineSettings()))
-    assert [reason for reason, _ in replayed[0].bad] == ["count must be >= 1"]
+    assert [reason for reason, _ in replayed[0].bad] == ["count must be >= 0"]
 
 
 def test_an_audit_that_starts_inside_a_partition_judges_like_the_worker_that_read_it() -> None:
