@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from app.gateway import apis
+from app.gateway.bounds import BoundsError, check_request
 from app.gateway.frames import (
     FrameError,
     read_compact_length,
@@ -89,9 +90,15 @@ def _response(api_key: int, version: int, payload: bytes) -> tuple[Any, Any, int
 
 
 def _request(api_key: int, version: int, payload: bytes, body: int) -> Any:
+    """A client's request decoded by kio, once it was walked within its bounds as Kafka reads
+    it (`bounds`): kio must never see a count it would read otherwise, or allocate for."""
     schema = apis.request_schema(api_key, version)
     if schema is None or body < 0:
         raise MessageError(f"no schema for request {api_key} v{version}")
+    try:
+        check_request(schema, payload, body)
+    except BoundsError as exc:
+        raise MessageError(f"{schema.__name__}: {exc}") from None
     return _decode(schema, payload, body)
 
 

@@ -16,6 +16,7 @@ from app.gateway.connection import READ_AHEAD
 from app.gateway.frames import SIZE, frame
 from app.gateway.limits import Limits
 from app.gateway.server import Gateway
+from tests.unit.hostile_frames import KINDS, hostile_frame
 from tests.unit.kafka_frames import produce_request, request, request_body
 from tests.unit.loopback import FakeBroker, read_frame, start_gateway
 
@@ -127,5 +128,50 @@ async def test_thousands_of_hostile_connections_stay_within_the_caps() -> None:
     finally:
         for writer in held:
             writer.transport.abort()
+        await gateway.stop()
+        await broker.stop()
+
+
+async def hostile_exchange(port: int, payload: bytes) -> bool:
+    """Send one hostile frame on a connection of its own; True once the gateway closed it or
+    answered (it must do one or the other, never hang)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(frame(payload))
+        async with asyncio.timeout(10):
+            await reader.read(1)  # an answer's first byte, or EOF
+        return True
+    except (ConnectionError, TimeoutError):
+        return False
+    finally:
+        writer.transport.abort()
+
+
+async def test_structurally_valid_frames_with_hostile_counts_are_refused_or_served() -> None:
+    """Frames valid up to one count or length (`tests.unit.hostile_frames`), up to 16 MiB: each
+    is refused with a counted reason or forwarded as Kafka would read it, none hangs, and a
+    good client is served between them."""
+    rng = random.Random(20261127)
+    broker = FakeBroker()
+    await broker.start()
+    gateway = await start_gateway(broker)
+    port = gateway.listening_port()
+    try:
+        frames = [hostile_frame(kind, rng, 1 << 20) for kind in KINDS for _ in range(12)]
+        frames += [hostile_frame("tagged_count", rng, 0) + bytes(16 << 20) for _ in range(2)]
+        rng.shuffle(frames)
+        for start in range(0, len(frames), 8):
+            done = await asyncio.gather(*(hostile_exchange(port, f)
+                                          for f in frames[start:start + 8]))
+            assert all(done)
+            assert await good_client(port) == GOOD_REQUESTS
+        closed = {sample.labels["reason"] for family in gateway.metrics.registry.collect()
+                  for sample in family.samples
+                  if sample.name == "quota_streams_gateway_closed_connections_total"
+                  and sample.value > 0}
+        assert {"bad_header", "request_undecodable", "mutation_undecodable"} <= closed
+        assert closed <= {"bad_header", "request_undecodable", "mutation_undecodable",
+                          "broker_protocol"}
+    finally:
         await gateway.stop()
         await broker.stop()
