@@ -13,9 +13,13 @@ connection is muted: no further request is read from that client until the throt
 socket is not read either (`pause_reading`), so a client that ignores the field is held back by
 TCP, as it is by a broker.
 
-What is measured per request (`UsageRecorder`, flushed by the gateway every few ms):
-- `bytes`: Produce, the request size; Fetch, the response size the client got (header and body,
+What is measured per request (`UsageRecorder`, flushed by the gateway every few ms), charged
+whatever the connection does next, as Kafka charges a request it handles:
+- `bytes`: Produce, the request size, charged as it is forwarded (its time follows with the
+  answer, an event of `count` 0); Fetch, the response size the client got (header and body,
   without the 4-byte size prefix, as Kafka's `request.sizeInBytes` and fetch response size).
+  A client that leaves does not take back what the broker was sent: the broker connection stays
+  until each answer it owes has arrived and been charged (`_owed`), then closes.
 - `thread_time_ms`: the broker's service time as the gateway sees it: from the moment the broker
   could start the request (it was written upstream, and the previous response on that connection
   had arrived: a broker serves one request per connection at a time) to its response's arrival.
@@ -31,11 +35,13 @@ it could read the request (the read loop starts: not while a throttle, admission
 or the broker's answer to an earlier request holds it) to its write to the broker, plus from the
 broker's answer to the write of the response (not while it waits behind an earlier response).
 
-Nothing a client sends turns that off: a frame the gateway cannot decode is still charged,
-throttled and muted; what it cannot follow at all (framing it cannot read, a request before
-authentication on a SASL listener, raw SASL tokens it cannot count, a mutation it cannot read
-to charge, a request or answer whose broker addresses it could not rewrite) closes the
-connection, counted by reason (`limits.CLOSE_REASONS`). SASL is followed by
+Nothing a client sends turns that off: a request of an API the gateway does not decode is still
+charged, throttled and muted; every field it reads is read as Kafka reads it (`frames`,
+`bounds`), and what it cannot read that way or cannot follow at all (framing or a header it
+cannot read, a Produce's acks or a Fetch's sizes, a request before authentication on a SASL
+listener, raw SASL tokens it cannot count, a mutation it cannot read to charge, a request or
+answer whose broker addresses it could not rewrite) closes the connection, never forwarded on a
+guess, counted by reason (`limits.CLOSE_REASONS`). SASL is followed by
 `Authentication`: a SASL request or raw token is served alone (nothing after it is read until it
 is answered), so raw tokens are read as such only after the broker accepted a SaslHandshake v0,
 and the requests after an exchange are charged to the principal it established. A SCRAM
@@ -65,6 +71,7 @@ from app.gateway.frames import (
     SIZE,
     FrameError,
     FrameReader,
+    Incomplete,
     RequestHeader,
     correlation_id,
     request_header,
@@ -99,6 +106,9 @@ DELEGATION_TOKEN_REFUSED = ("Delegation tokens cannot be used through the quota-
 
 #: Client bytes read ahead of the request being served, at most (plus one frame).
 READ_AHEAD = 1 << 20
+#: Bytes of a frame still arriving whose header is checked before the rest (`_refuse_early`):
+#: the longest client id and a tagged-field section's head fit.
+HEAD_PEEK = 64 * 1024
 #: A frame larger than this is written after its size prefix rather than joined to it (a copy).
 JOIN_BELOW = 64 * 1024
 
@@ -407,6 +417,7 @@ class Session:
                 continue
             payload = self._next_frame()
             if payload is None:
+                self._refuse_early()
                 break
             if self.auth.raw:
                 self._token(payload)
@@ -447,6 +458,21 @@ class Session:
         except FrameError as exc:
             self._refuse_frame(exc)
             return None
+
+    def _refuse_early(self) -> None:
+        """A frame still arriving whose header, as far as it came, no request of its size can
+        have (a client id or a tagged field past its end, more tagged fields than it holds):
+        refused now, before its megabytes are read and held."""
+        head = None if self.closed or self.auth.raw else self._from_client.head(HEAD_PEEK)
+        if head is None:
+            return
+        size, data = head
+        try:
+            request_header(data, end=size)
+        except Incomplete:
+            return  # nothing wrong so far
+        except FrameError as exc:
+            self.close("bad_header", str(exc))
 
     def _refuse_frame(self, exc: FrameError) -> None:
         fits = exc.size is not None and 0 <= exc.size <= self._max_request
@@ -741,9 +767,8 @@ class Session:
         if key == apis.FIND_COORDINATOR:
             return messages.rewrite_find_coordinator(payload, version, core.client_address) or payload, None
         if key == apis.DESCRIBE_CLUSTER:
-            nodes = messages.describe_cluster_brokers(payload, version)
-            wait = core.learn(nodes)
-            out = messages.rewrite_describe_cluster(payload, version, core.client_address)[0]
+            wait = core.learn(messages.describe_cluster_brokers(payload, version))
+            out = messages.rewrite_describe_cluster(payload, version, core.client_address)
             return out or payload, wait
         if key == apis.DESCRIBE_CONFIGS:
             return messages.hide_config_addresses(payload, version) or payload, None

@@ -32,6 +32,11 @@ class FrameError(ValueError):
         self.size = size  # the refused frame's size, when its prefix was the problem
 
 
+class Incomplete(FrameError):
+    """A field runs past the bytes at hand: a frame cut short, or the head of one still arriving
+    (`FrameReader.head`), which more bytes may complete."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
     api_key: int
@@ -54,14 +59,14 @@ def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     value = 0
     for shift in (0, 7, 14, 21):
         if pos >= end:
-            raise FrameError("truncated varint")
+            raise Incomplete("truncated varint")
         byte = buf[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value, pos
     if pos >= end:
-        raise FrameError("truncated varint")
+        raise Incomplete("truncated varint")
     byte = buf[pos]
     if byte & 0x80:
         raise FrameError("varint longer than five bytes")
@@ -87,33 +92,45 @@ def read_compact_length(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 MAX_TAGGED_FIELDS = 256
 
 
-def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+def skip_tagged_fields(buf: bytes | memoryview, pos: int, end: int | None = None) -> int:
     """Position after a tagged-field section starting at `pos`, read as Kafka's generated readers
     read one: a count (negative: none), then per field a tag and a size, and that many bytes (a
     negative size is refused, as Kafka's `readArray` refuses it). Bounded by the bytes that hold
-    it: every field takes at least two, and at most `MAX_TAGGED_FIELDS` are read."""
+    it: every field takes at least two, and at most `MAX_TAGGED_FIELDS` are read. `end`: the
+    frame's size when `buf` is only its head (`Incomplete` past the head, `FrameError` past
+    `end`)."""
+    end = len(buf) if end is None else end
     count, pos = read_uvarint(buf, pos)
-    if count > MAX_TAGGED_FIELDS or count > (len(buf) - pos) // 2:
-        raise FrameError(f"{count} tagged fields in {len(buf) - pos} bytes")
+    if count > MAX_TAGGED_FIELDS or count > (end - pos) // 2:
+        raise FrameError(f"{count} tagged fields in {end - pos} bytes")
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
-        if size < 0 or pos + size > len(buf):
+        if size < 0 or pos + size > end:
             raise FrameError(f"a tagged field of {size} bytes")
         pos += size
+    if pos > len(buf):
+        raise Incomplete("tagged fields past the head")
     return pos
 
 
-def request_header(frame: bytes) -> RequestHeader:
-    """The header of a request frame (without its size prefix). Raises `FrameError`."""
-    if len(frame) < 10:
+def request_header(frame: bytes, end: int | None = None) -> RequestHeader:
+    """The header of a request frame (without its size prefix). Raises `FrameError`. `end`: the
+    frame's size when `frame` is only its head, so that a header no frame of that size can hold
+    is refused before the rest arrives (`Incomplete`: the head is too short to tell)."""
+    end = len(frame) if end is None else end
+    if end < 10:
         raise FrameError("request shorter than its header")
+    if len(frame) < 10:
+        raise Incomplete("the header is still arriving")
     api_key, version, correlation_id, n = _HEAD.unpack_from(frame, 0)
     pos = 10
     client_id = ""
     if n > 0:
-        if pos + n > len(frame):
+        if pos + n > end:
             raise FrameError("truncated client_id")
+        if pos + n > len(frame):
+            raise Incomplete("the client id is still arriving")
         # the name the client is charged and throttled under: bounded as the workers bound
         # names (a longer one would be dead-lettered there, escaping its quotas)
         client_id = charged_name(frame[pos:pos + n].decode("utf-8", "replace"))
@@ -122,7 +139,7 @@ def request_header(frame: bytes) -> RequestHeader:
     if flexible is None:
         body = -1
     elif flexible:
-        body = skip_tagged_fields(frame, pos)
+        body = skip_tagged_fields(frame, pos, end)
     else:
         body = pos
     return RequestHeader(api_key, version, correlation_id, client_id, body)
@@ -214,6 +231,13 @@ class FrameReader:
             return None
         self._need = -1
         return self._take(need)
+
+    def head(self, n: int) -> tuple[int, bytes] | None:
+        """(size, first bytes up to `n`) of the frame being assembled, once its prefix was read
+        and while it is incomplete; None otherwise."""
+        if self._need < 0 or self._size >= self._need or not self._size:
+            return None
+        return self._need, self._peek(min(n, self._size))
 
     def complete(self) -> bool:
         """True when a whole frame is buffered."""

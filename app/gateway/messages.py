@@ -272,14 +272,13 @@ def describe_cluster_brokers(payload: bytes, version: int) -> list[Node]:
     return [Node(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers]
 
 
-def rewrite_describe_cluster(payload: bytes, version: int, addresses: Addresses) -> tuple[bytes | None, list[Node]]:
+def rewrite_describe_cluster(payload: bytes, version: int, addresses: Addresses) -> bytes | None:
     """DescribeCluster: every broker points at the gateway; those it cannot front left out."""
     schema, resp, offset = _response(apis.DESCRIBE_CLUSTER, version, payload)
-    nodes = [Node(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers]
     brokers = _readdressed(resp.brokers, "broker_id", addresses)
     if brokers == resp.brokers:
-        return None, nodes
-    return payload[:offset] + _encode(schema, dataclasses.replace(resp, brokers=brokers)), nodes
+        return None
+    return payload[:offset] + _encode(schema, dataclasses.replace(resp, brokers=brokers))
 
 
 def _readdress(item: Any, id_field: str, addresses: Addresses) -> Any | None:

@@ -14,6 +14,7 @@ from app.gateway import apis
 from app.gateway.frames import (
     MAX_TAGGED_FIELDS,
     FrameError,
+    Incomplete,
     read_compact_length,
     read_uvarint,
     request_header,
@@ -122,3 +123,19 @@ def test_a_negative_tagged_field_count_is_none_as_in_kafkas_loop() -> None:
 def test_a_tagged_field_of_a_size_kafka_cannot_read_is_refused(field: str) -> None:
     with pytest.raises(FrameError):
         skip_tagged_fields(bytes.fromhex(field), 0)
+
+
+def test_the_head_of_a_frame_still_arriving_is_judged_against_the_frames_size() -> None:
+    """A header no frame of its size can hold is refused from its first bytes; one that is
+    fine so far waits for the rest (`Incomplete`)."""
+    head = header_v2(bytes.fromhex("8080808001"))  # 2^28 fields: two bytes each at least
+    with pytest.raises(FrameError, match="tagged fields") as refused:
+        request_header(head, end=16 << 20)
+    assert not isinstance(refused.value, Incomplete)
+    with pytest.raises(Incomplete):
+        request_header(header_v2(b"\x02\x00\x10"), end=1 << 20)  # a field of 16 B, 0 here
+    with pytest.raises(Incomplete):
+        request_header(head[:6], end=1 << 20)
+    with pytest.raises(FrameError) as past_end:
+        request_header(struct.pack(">hhih", apis.METADATA, 4, 1, 5000) + b"x" * 10, end=4000)
+    assert not isinstance(past_end.value, Incomplete)

@@ -141,7 +141,9 @@ async def hostile_exchange(port: int, payload: bytes) -> bool:
         async with asyncio.timeout(10):
             await reader.read(1)  # an answer's first byte, or EOF
         return True
-    except (ConnectionError, TimeoutError):
+    except ConnectionError:  # closed before all of it was read: refused on its head
+        return True
+    except TimeoutError:
         return False
     finally:
         writer.transport.abort()

@@ -84,6 +84,16 @@ async def test_a_request_shorter_than_its_header_closes_the_connection() -> None
     assert h.closed("bad_header") == 1
 
 
+async def test_a_frame_whose_header_no_frame_of_its_size_holds_is_refused_on_its_head() -> None:
+    """2^28 tagged fields declared by the header of a 16 MiB frame: refused once its first
+    bytes are in, not after the 16 MiB were read and held."""
+    h = Harness()
+    head = struct.pack(">hhih", apis.METADATA, 12, 1, 3) + b"app" + bytes.fromhex("8080808001")
+    h.session.client_data(SIZE.pack(len(head) + (16 << 20)) + head + bytes(4096))
+    assert h.session.closed and h.broker.written == b""
+    assert h.closed("bad_header") == 1
+
+
 async def test_an_answer_out_of_order_closes_the_connection() -> None:
     h = Harness(max_in_flight=2)
     h.send(produce_request(1))
