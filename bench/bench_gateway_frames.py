@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.devstack.kafka import read_exactly  # noqa: E402
 from app.gateway.apis import METADATA  # noqa: E402
 from tests.unit.hostile_frames import KINDS, header, hostile_frame  # noqa: E402
 from tests.unit.kafka_frames import request, request_body  # noqa: E402
@@ -55,16 +56,6 @@ def metadata_frame() -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
-
-
 def good_client(address: tuple[str, int], seconds: float) -> list[float]:
     """Round trips (ms) of Metadata requests, one at a time, for `seconds`."""
     request_ = metadata_frame()
@@ -75,8 +66,8 @@ def good_client(address: tuple[str, int], seconds: float) -> list[float]:
         while time.perf_counter() < deadline:
             start = time.perf_counter()
             sock.sendall(request_)
-            (size,) = struct.unpack(">i", recv_exactly(sock, 4))
-            recv_exactly(sock, size)
+            (size,) = struct.unpack(">i", read_exactly(sock, 4))
+            read_exactly(sock, size)
             out.append((time.perf_counter() - start) * 1000.0)
     return out
 
