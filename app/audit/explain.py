@@ -280,10 +280,13 @@ def _num(x: float) -> str:
 
 def _event_text(event: Any) -> str:
     if isinstance(event, RequestEvent):
-        extra = f", {event.bytes:,} bytes" if event.api in ("Produce", "Fetch") else ""
+        extra = f", {event.bytes:,} bytes" if event.api in ("Produce", "Fetch") and \
+            event.count else ""
+        counted = f", count {event.count}" if event.count > 1 else \
+            ", the time of a request counted with its bytes" if not event.count else ""
         return (f"{event.api} from user={event.user!r} client_id={event.client_id!r} on broker "
                 f"{event.broker}{extra}, thread {event.thread_ms} ms, network {event.network_ms} ms"
-                + (f", count {event.count}" if event.count > 1 else ""))
+                + counted)
     if isinstance(event, MutationEvent):
         return (f"{event.api} v{event.api_version} ({'strict' if event.strict else 'permissive'}) "
                 f"from user={event.user!r} client_id={event.client_id!r}: {event.partitions} "

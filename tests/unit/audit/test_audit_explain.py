@@ -117,3 +117,17 @@ def test_audit_cli_help_and_argument_errors(capsys: pytest.CaptureFixture[str]) 
     assert main(["audit", "--input", "/nonexistent/x.jsonl"]) == 2
     err = capsys.readouterr().err
     assert "KAFKA_BOOTSTRAP_SERVERS" in err and "does not exist" in err
+
+
+def test_a_produces_time_after_its_bytes_reads_as_one_request(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The gateway charges a Produce's bytes as it forwards it and its time when the answer
+    comes (`count` 0): explain says so rather than showing a request of 0 bytes."""
+    time_alone = {**produce(T0 + 600, 0), "thread_time_ms": 2.5, "count": 0}
+    config = {**CONFIG, "quotas": {"producer_byte_rate": 500, "request_percentage": 50}}
+    path = write(tmp_path, [config, produce(T0 + 500, 900), time_alone])
+    code = main(["explain", "--entity", "user=alice", "--at", str(T0 + 700), "--input", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Produce from user='alice' client_id='app' on broker 1, 900 bytes" in out
+    assert "thread 2.5 ms, network 0.0 ms, the time of a request counted with its bytes" in out
