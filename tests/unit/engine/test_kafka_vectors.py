@@ -1,6 +1,6 @@
 """Kafka's own unit tests, as vectors, run against the engine.
 
-Every vector in `shared/vectors/kafka-unit-tests.jsonl` either runs here as a parametrized test
+Every vector in `tests/data/kafka-unit-tests.jsonl` either runs here as a parametrized test
 (its id is the test id) or is listed in `NOT_APPLICABLE` with the reason (also in
 docs/vectors.md). `test_every_vector_is_accounted_for` fails when a vector is added to the file
 and nobody decided how it maps, so a new vector can never be silently ignored.
@@ -38,15 +38,7 @@ from app.engine.engine import Decision, EngineSettings, QuotaEngine
 from app.engine.events import BadEvent, parse_event
 from app.engine.stats import Rate, TokenBucket, burst
 
-VECTORS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "vectors"
-VECTORS_FILE = VECTORS_DIR / "kafka-unit-tests.jsonl"
-
-if not VECTORS_FILE.is_file():
-    pytest.fail(
-        f"Kafka test vectors not found at {VECTORS_FILE}: the repository must be checked out "
-        "beside the shared/ directory (shared/vectors/kafka-unit-tests.jsonl)",
-        pytrace=False,
-    )
+VECTORS_FILE = Path(__file__).resolve().parents[2] / "data" / "kafka-unit-tests.jsonl"
 
 VECTORS: dict[str, dict[str, Any]] = {}
 for _line in VECTORS_FILE.read_text(encoding="utf-8").splitlines():
