@@ -18,7 +18,7 @@ from typing import Any
 
 from kio.serial._introspect import EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
-from app.gateway.frames import FrameError, read_uvarint, skip_tagged_fields
+from app.gateway.frames import MAX_STRING, FrameError, read_uvarint, skip_tagged_fields
 
 __all__ = ["BoundsError", "check_request"]
 
@@ -27,8 +27,6 @@ _FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4
           "float64": 8, "uuid": 16, "timedelta_i32": 4, "timedelta_i64": 8, "datetime_i64": 8}
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-#: Kafka's limit on a string's length.
-MAX_STRING = 0x7FFF
 
 
 class BoundsError(ValueError):

@@ -85,6 +85,9 @@ def read_compact_length(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     return int32(value - 1), pos
 
 
+#: Kafka's limit on a string field's length (its generated readers refuse a longer one).
+MAX_STRING = 0x7FFF
+
 #: Most tagged fields the gateway reads in one section. Kafka's messages define a handful per
 #: struct; a section declaring more is refused (the connection closed) rather than walked field
 #: by field on the event loop: 2^28 empty fields fit in a 512 MiB frame, and Kafka itself would

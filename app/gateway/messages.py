@@ -29,6 +29,7 @@ from kio.serial import entity_reader, entity_writer
 from app.gateway import apis
 from app.gateway.bounds import BoundsError, check_request
 from app.gateway.frames import (
+    MAX_STRING,
     FrameError,
     read_compact_length,
     read_uvarint,
@@ -344,10 +345,6 @@ def _hide_address(config: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- Produce / Fetch
-
-
-#: Kafka's limit on a string field's length (its generated readers refuse a longer one).
-MAX_STRING = 0x7FFF
 
 
 def produce_acks(payload: bytes, version: int, body: int) -> int:
