@@ -6,7 +6,8 @@ compact topics count is `81 80 80 80 10` is one topic to Kafka and 2^32 + 1 to k
 asks for 32 GiB and aborts the process. So every request the gateway hands to kio is walked
 first, field by field from kio's own schema classes: every count and length must fit in the
 bytes left (an element takes at least one), every string within Kafka's 0x7fff, and every
-varint must read alike in both (at most 31 bits: the only values a valid message can hold). The
+varint must read alike in both (at most 31 bits: the only values a valid message can hold). A
+schema with known tagged fields, whose content kio would decode unwalked, is refused whole. The
 walk costs O(frame) and allocates nothing; what fails it is refused, never decoded.
 """
 
@@ -88,7 +89,9 @@ class _Walk:
     def entity(self, cls: Any, pos: int) -> int:
         for field in dataclasses.fields(cls):
             if field.metadata.get("tag") is not None:
-                continue  # tagged: in the section at the end, bounded by its sizes
+                # kio decodes a known tagged field's content natively, and the walk does not
+                # read inside a tagged field: none of the requests handed to kio has one
+                raise BoundsError(f"a known tagged field ({field.name}) the walk does not read")
             pos = self.field(field, pos)
         if self.flexible:
             pos = skip_tagged_fields(self.buf, pos)

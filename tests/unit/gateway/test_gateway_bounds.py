@@ -5,6 +5,7 @@ gateway's process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -66,3 +67,15 @@ def test_a_string_over_kafkas_limit_is_refused() -> None:
     long = payload[:at] + struct.pack(">h", -2) + payload[at + 2:]
     with pytest.raises(BoundsError):
         check_request(apis.request_schema(apis.CREATE_TOPICS, 4), long, request_header(long).body)
+
+
+def test_a_schema_with_a_known_tagged_field_is_refused_whole() -> None:
+    """kio decodes a known tagged field's content itself, unwalked: refused, whatever it holds
+    (no request the gateway hands to kio has one)."""
+    tagged = dataclasses.make_dataclass("Tagged", [
+        ("count", int, dataclasses.field(metadata={"kafka_type": "int32"})),
+        ("hint", int, dataclasses.field(metadata={"kafka_type": "int32", "tag": 0}))],
+        namespace={"__flexible__": True}, frozen=True)
+
+    with pytest.raises(BoundsError, match="tagged field"):
+        check_request(tagged, b"\x00\x00\x00\x01\x00", 0)
