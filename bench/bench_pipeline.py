@@ -141,8 +141,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def wait_committed(bootstrap: str, group: str, topic: str, timeout: float) -> float:
-    """Time at which the group's committed offsets reach the end of every partition."""
+async def wait_committed(bootstrap: str, group: str, topic: str, timeout: float,
+                         nonempty: bool = True) -> float:
+    """Time at which the group's committed offsets reach the end of every partition (of a
+    topic with records in it, unless `nonempty` is False: the samples topic stays empty
+    while one worker takes every sample in one stage)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -151,7 +154,8 @@ async def wait_committed(bootstrap: str, group: str, topic: str, timeout: float)
         while time.monotonic() < deadline:
             ends = await end_offsets(bootstrap, tps)
             committed = {tp: (await consumer.committed(tp)) or 0 for tp in tps}
-            if all(committed[tp] >= ends[tp] for tp in tps) and sum(ends.values()) > 0:
+            if all(committed[tp] >= ends[tp] for tp in tps) and (sum(ends.values()) > 0
+                                                                  or not nonempty):
                 return time.perf_counter()
             await asyncio.sleep(0.2)
     finally:
@@ -205,7 +209,8 @@ def saturate(cluster: LocalCluster, bootstrap: str, env: dict[str, str], total: 
     pids = [p.pid for p in cluster.procs.values()]
     cpu_ready = [cpu_seconds(pid) for pid in pids]
     asyncio.run(wait_committed(bootstrap, env["QS_APP_ID"], env["QS_TOPIC_REQUEST"], 900))
-    done = asyncio.run(wait_committed(bootstrap, env["QS_APP_ID"], f"{env['QS_APP_ID']}-samples", 900))
+    done = asyncio.run(wait_committed(bootstrap, env["QS_APP_ID"], f"{env['QS_APP_ID']}-samples",
+                                      900, nonempty=False))
     return total / (done - ready), [cpu_seconds(pid) - c for pid, c in zip(pids, cpu_ready)]
 
 

@@ -2,12 +2,16 @@
 
 Installed once per app by `install` (the worker calls it before declaring its tables):
 
-1. A 10 ms fetch wait. Faust hard-codes `fetch_max_wait_ms=1500` for its consumer. aiokafka
-   keeps one fetch in flight per broker, for the partitions with nothing buffered; a partition
-   the agents just drained joins only the next fetch, which waits for the one in flight: with
-   nothing else arriving, that is the broker holding it for the whole wait. Directives are sent
-   when decided, so the wait adds to the event -> directive latency, once per hop (source, then
-   the samples topic); an idle worker then polls 100 times a second, a small cost.
+1. A 10 ms fetch wait, and 16 KiB a fetch waits for. Faust hard-codes
+   `fetch_max_wait_ms=1500` for its consumer. aiokafka keeps one fetch in flight per broker,
+   for the partitions with nothing buffered; a partition the agents just drained joins only
+   the next fetch, which waits for the one in flight: with nothing else arriving, that is the
+   broker holding it for the whole wait. Directives are sent when decided, so the wait adds to
+   the event -> directive latency; an idle worker then polls 100 times a second, a small cost.
+   With aiokafka's default of one byte, a busy worker fetched as often as the loop came round
+   (~450 fetches a second for 3,000 small gateway records), each fetch's decoding and hand-over
+   to the agents' thread costing more than the records in it; waiting for 16 KiB (or the 10 ms)
+   cut the worker's CPU by a quarter at the same latency (bench/bench_gateway_shape.py).
 
 2. Committed offsets only from a coordinator that has the group loaded (`OffsetFetchGuard`).
    An OffsetFetch answer (v2 on) carries a group-level error code besides the per-partition
@@ -36,7 +40,15 @@ Installed once per app by `install` (the worker calls it before declaring its ta
    rebalance Faust waits until every record it handed the agents is acked; a held record
    waits for later records of its partition, which the rebalance has stopped fetching, so
    it would wait for good. Untracked, it is still neither acked nor committed (Faust commits
-   acked offsets up to the first gap): the partition's next owner reads it again.
+   acked offsets up to the first gap): the partition's next owner reads it again. Once its
+   clock lets it go and the engine took samples of it here, it is waited for again (`track`):
+   it is acked when the windows it changed are on the changelog, which a rebalance must wait
+   for before those windows leave this worker.
+
+5. Every Kafka request this process's clients send is counted by API
+   (`quota_streams_kafka_requests_total`): what a source record costs in requests, which must
+   fall as load rises (fetches and produce requests carrying more records each), is read off
+   the metrics instead of guessed from a profile.
 """
 
 from __future__ import annotations
@@ -48,17 +60,24 @@ from weakref import WeakKeyDictionary
 
 import faust
 from aiokafka import errors
+from aiokafka.conn import AIOKafkaConnection
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.protocol.commit import OffsetFetchRequest
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
+from app.pipeline.metrics import KAFKA_REQUESTS
+
 FETCH_MAX_WAIT_MS = 10
+#: A fetch returns once this much is there (or after the wait): under load a fetch carries
+#: many small records instead of one or two, so fetches per record fall as load rises.
+FETCH_MIN_BYTES = 16384
 #: how long fetching the committed offsets may keep failing: past any coordinator reload or
 #: election, and under the 90 s Faust waits for them at a rebalance (its recovery then stops for
 #: good, leaving a worker up that processes nothing)
 COMMITTED_OFFSETS_WAIT_S = 60.0
 
 _create_worker_consumer = AIOKafkaConsumerThread._create_worker_consumer
+_connection_send = AIOKafkaConnection.send
 _send_req = GroupCoordinator._send_req
 _do_fetch_commit_offsets = GroupCoordinator._do_fetch_commit_offsets
 #: group-level errors after which the coordinator must be looked up again
@@ -85,6 +104,7 @@ async def _seek_to_committed(self: AIOKafkaConsumerThread) -> Any:
 def _short_fetch_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     consumer = _create_worker_consumer(self, *args, **kwargs)
     consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+    consumer._fetch_min_bytes = FETCH_MIN_BYTES
     return consumer
 
 
@@ -151,8 +171,26 @@ def untrack(app: faust.App, event: faust.EventT) -> None:
     app.consumer._unacked_messages.discard(event.message)  # type: ignore[attr-defined]
 
 
+def track(app: faust.App, event: faust.EventT) -> None:
+    """Patch 4, undone: Faust waits for this record's ack at a rebalance (again)."""
+    if not event.message.acked:
+        app.consumer._unacked_messages.add(event.message)  # type: ignore[attr-defined]
+
+
+def api_name(request: Any) -> str:
+    """`FetchRequest_v4` -> `Fetch`: a request's API, as a bounded label."""
+    return type(request).__name__.split("Request", 1)[0] or "other"
+
+
+def counted_send(self: AIOKafkaConnection, request: Any, expect_response: bool = True) -> Any:
+    """Patch 5: `AIOKafkaConnection.send`, counted (thread-safe: the consumer has a thread)."""
+    KAFKA_REQUESTS.labels(api_name(request)).inc()
+    return _connection_send(self, request, expect_response=expect_response)
+
+
 def install(app: faust.App) -> None:
     """The patches; safe to call again (they are process-wide)."""
+    AIOKafkaConnection.send = counted_send  # type: ignore[method-assign]
     AIOKafkaConsumerThread._create_worker_consumer = _short_fetch_wait  # type: ignore[method-assign]
     AIOKafkaConsumerThread.seek_to_committed = _seek_to_committed  # type: ignore[method-assign]
     OffsetFetchGuard().install()

@@ -19,6 +19,13 @@ EVENTS = Counter("quota_streams_events", "Contract records consumed, by source t
                  ["type"], registry=REGISTRY)
 SAMPLES = Counter("quota_streams_samples", "Events (quota samples) processed by the engine, by type",
                   ["type"], registry=REGISTRY)
+SAMPLES_PATH = Counter("quota_streams_samples_path", "Samples by the way they reached the engine: "
+                       "one_stage (their windows are this worker's) or rekeyed (sent to the "
+                       "samples topic, for the worker that holds their windows)", ["path"],
+                       registry=REGISTRY)
+KAFKA_REQUESTS = Counter("quota_streams_kafka_requests", "Kafka requests sent by this worker's "
+                         "clients (consumer, producer, config follower, clock seeder), by API",
+                         ["api"], registry=REGISTRY)
 DEADLETTER = Counter("quota_streams_deadletter", "Inputs sent to the dead-letter topic, by reason",
                      ["reason"], registry=REGISTRY)
 DIRECTIVES = Counter("quota_streams_directives", "Directives published, by quota and action",

@@ -7,12 +7,16 @@ only moves bytes and state between Kafka, them and the table):
         -> agent `ingest`: the intake decodes and validates each record, its partition's
            stream clock judges its timestamps (holding whole records, in order, until the
            partition's recent timestamps agree) and what is bad is dead-lettered; the samples
-           are split by route key into one internal record per samples partition, for as many
-           source records as arrive together
+           are split by route key, for as many source records as arrive together:
+           - those whose windows this worker holds go through the engine at once, over the
+             `entity-windows` RocksDB table (one stage: no internal record);
+           - the others leave as one internal record per samples partition
     <app_id>-samples                              (internal, partitioned by crc32(route key))
-        -> agent `aggregate`: the engine's batch entry over windows in the `entity-windows`
-           RocksDB table; directives sent as soon as they are decided; idle windows expire
+        -> agent `aggregate`: the same engine step for samples other workers routed here
     quota.directives                              (the control topic)
+
+Directives are sent as soon as they are decided; idle windows expire. With one worker every
+sample takes the one stage; with W workers about 1/W do (the rest cross Kafka once more).
 
 Run it with `quota-streams worker` (or `faust -A app.pipeline.faust_app worker -l info`).
 Everything a worker holds is on its `Worker` object: two workers in one process (tests) share
@@ -63,6 +67,10 @@ SESSION_TIMEOUT_S = 6.0
 #: how far past a hold's bound (`StreamIntake.due`) a quiet partition's clock is settled: the
 #: clocks of the producers that stamp the source records may be that far behind this one's
 QUIET_MARGIN_MS = 1000
+#: records acked at once after a flush, between which the agents run: a flush acks every source
+#: record taken since the last one (thousands a second from many small gateway records), and
+#: acking them in one go held the loop for tens of ms, the event -> directive p99
+ACK_SLICE = 256
 #: how long a seek back may wait for the consumer's thread before it is given up (and asked
 #: again by `Continuity.due`, whose RESEEK_S it stays under)
 SEEK_TIMEOUT_S = 4.0
@@ -135,6 +143,9 @@ class Worker:
         self.caches: dict[int, PartitionCache] = {}
         #: per samples partition, the internal records applied since its last flush
         self.pending: dict[int, list[Any]] = defaultdict(list)
+        #: source records whose samples went through the engine here (`apply_local`), acked
+        #: once the windows they changed are on the changelog (`flush_all`)
+        self.applied: list[Any] = []
         self.outbox = Outbox()  # the ingest's samples not yet sent to the samples topic
         self.state_lock = asyncio.Lock()
         #: the records of one take routed, or a quiet partition's settled, at a time (records
@@ -337,18 +348,54 @@ class Worker:
         return clock
 
     async def send_outbox(self) -> None:
-        """One internal record per samples partition; then ack the source records."""
+        """The outbox's samples through the engine where this worker holds their windows, one
+        internal record per samples partition for the others; then the source records are
+        acked, or left to the next flush if the engine took some of their samples here."""
         requests, rows, held, counts = self.outbox.take()
+        out: list[tuple[dict[str, Any], int]] = []
+        local = 0
+        async with self.state_lock:
+            for partition in self.holding(requests.keys() | rows.keys()):
+                batch = requests.pop(partition, None)
+                part_rows = rows.pop(partition, [])
+                if batch is not None:
+                    out.extend(self.apply_local(partition, batch, []))
+                    local += len(batch)
+                if part_rows:
+                    out.extend(self.apply_local(partition, None, part_rows))
+                    local += len(part_rows)
+        rekeyed = 0
         for partition, batch in requests.items():
             await self.produce(self.samples_name, codec.encode_requests(batch),
                                partition=partition)
+            rekeyed += len(batch)
         for partition, part_rows in rows.items():
             await self.produce(self.samples_name, codec.encode_rows(part_rows),
                                partition=partition)
+            rekeyed += len(part_rows)
         for t, n in counts.items():
             metrics.SAMPLES.labels(t).inc(n)
-        for event in held:
-            event.ack()
+        metrics.SAMPLES_PATH.labels("one_stage").inc(local)
+        metrics.SAMPLES_PATH.labels("rekeyed").inc(rekeyed)
+        if local:
+            for event in held:  # released by its stream clock untracked, maybe: Faust must
+                faust_patches.track(self.app, event)  # wait for it at a rebalance again
+            self.applied.extend(held)
+        else:
+            for event in held:
+                event.ack()
+        for directive, appended_ms in out:
+            await self.publish(directive, appended_ms)
+
+    def holding(self, partitions: Any) -> list[int]:
+        """Those of `partitions` whose windows this worker holds now, recovered: their samples
+        may skip the samples topic. During a rebalance or a recovery, none."""
+        app = self.app
+        if app.rebalancing or app.in_recovery or not partitions:
+            return []
+        name = self.samples_name
+        owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == name}
+        return sorted(p for p in partitions if p in owned)
 
     async def send_deadletter(self, reason: str, raw: Any, source: str,
                               key: bytes | None = None) -> None:
@@ -382,26 +429,34 @@ class Worker:
             self.processed[event.message.tp] = event.message.offset + 1
             self.lag_meter.taken(event.message.tp, arrival_ms(event), time.time() * 1000.0)
             batch, rows = codec.decode(event.value)
-            now, arrival = codec.latest(batch, rows)
+            arrival = codec.latest(batch, rows)[1]
             # known here already, unless another worker's ingest routed them
             await self.hold(arrival, "aggregate")
             async with self.state_lock:
-                cache = self.caches.get(partition)
-                if cache is None:
-                    cache = self.caches[partition] = self.partition_cache(partition)
-                engine = self.engine
-                engine.store = cache
-                out = apply_record(engine, batch, rows, self.top_entities.latest)
-                self.stats["samples"] += len(rows) if batch is None else len(batch)
-                self.stats["records"] += 1
-                if cache.sweeps.due(now):
-                    expired = engine.expire(now)
-                    self.stats["expired"] += len(expired)
-                    metrics.WINDOWS_EXPIRED.inc(len(expired))
-                cache.mark(engine.drain_touched())
+                out = self.apply_local(partition, batch, rows)
                 self.pending[partition].append(event)
             for directive, appended_ms in out:
                 await self.publish(directive, appended_ms)
+
+    def apply_local(self, partition: int, batch: Any, rows: list[list[Any]]
+                    ) -> list[tuple[dict[str, Any], int]]:
+        """Samples through the engine over one partition's windows (the caller holds the
+        state lock); returns the directives to publish. Both stages' one engine step."""
+        cache = self.caches.get(partition)
+        if cache is None:
+            cache = self.caches[partition] = self.partition_cache(partition)
+        engine = self.engine
+        engine.store = cache
+        out = apply_record(engine, batch, rows, self.top_entities.latest)
+        self.stats["samples"] += len(rows) if batch is None else len(batch)
+        self.stats["records"] += 1
+        now = codec.latest(batch, rows)[0]
+        if cache.sweeps.due(now):
+            expired = engine.expire(now)
+            self.stats["expired"] += len(expired)
+            metrics.WINDOWS_EXPIRED.inc(len(expired))
+        cache.mark(engine.drain_touched())
+        return out
 
     def partition_cache(self, partition: int) -> PartitionCache:
         """A partition's windows, all of them read (an expiry sweep then sees every one)."""
@@ -435,20 +490,22 @@ class Worker:
         the changelog's delivery outside it: the agents keep running meanwhile instead of
         stalling for the whole flush (a latency spike once per flush interval).
         """
-        written: list[Any] = []
         delivered: list[Any] = []
-        for partition in list(self.pending):
+        # Every partition a record taken here changed is flushed in this round: those records
+        # were applied before it began, so the partitions they changed are dirty now.
+        written, self.applied = self.applied, []
+        dirty = {p for p, cache in self.caches.items() if cache.dirty or cache.deleted}
+        for partition in sorted(dirty | self.pending.keys()):
             async with self.state_lock:
                 events = self.pending.get(partition)
-                if not events:
-                    continue
                 cache = self.caches.get(partition)
                 if cache is not None and (cache.dirty or cache.deleted):
                     changes = cache.flush()
                     self.stats["windows_written"] += len(changes)
                     delivered.append(await cache.store.write(changes))
-                written.extend(events)
-                events.clear()
+                if events:
+                    written.extend(events)
+                    events.clear()
             await asyncio.sleep(0)
         self.export_gauges()
         # The changelog records must be on the broker before their inputs may be committed,
@@ -459,8 +516,10 @@ class Worker:
             log.error("changelog write failed, stopping: %r", exc)
             await self.app.crash(exc)
             return
-        for event in written:
-            event.ack()
+        for start in range(0, len(written), ACK_SLICE):
+            for event in written[start:start + ACK_SLICE]:
+                event.ack()
+            await asyncio.sleep(0)
 
     def export_gauges(self) -> None:
         follower, seen = self.follower, self._metrics_seen
@@ -496,7 +555,7 @@ class Worker:
                 exported = time.monotonic()
                 delta = self.stats - last
                 last = self.stats.copy()
-                log.info("last %.0f s: %d samples (%.0f/s) in %d internal records, "
+                log.info("last %.0f s: %d samples (%.0f/s) in %d engine steps, "
                          "%d directives, %d windows written, %d expired", elapsed,
                          delta["samples"], delta["samples"] / elapsed, delta["records"],
                          delta["directives"], delta["windows_written"], delta["expired"])

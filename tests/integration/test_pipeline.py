@@ -28,6 +28,7 @@ from app.audit.synth import CONFIGS, T0, scenario, topic_of
 from app.engine.engine import EngineSettings
 from app.devstack.launcher import LocalCluster, isolated_env
 from app.intake.replay import replay
+from app.kafka.offsets import end_offsets
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
     from tests.integration.pipeline_io import (assert_same, config_record_key, read_directives,
@@ -132,10 +133,28 @@ def test_live_directives_equal_replay(cluster: LocalCluster, cluster_env: dict[s
                   if line.startswith("quota_streams_deadletter_total{"))
     assert counted == 6
     assert "quota_streams_directives_total{" in text
+    # one worker holds every window: each sample went through the engine in the ingest's
+    # stage, and nothing crossed the samples topic
+    paths = metric_values(text, "quota_streams_samples_path_total")
+    assert paths.get('path="one_stage"', 0) >= len(events) and not paths.get('path="rekeyed"')
+    assert sum(asyncio.run(samples_topic_ends(str(cluster.bootstrap), cluster_env)).values()) == 0
     for page in ("/table/entity-state/", "/router/", "/graph/", "/stats/"):  # Faust's own, off
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://127.0.0.1:{cluster.ports[0]}{page}", timeout=5)
         assert refused.value.code == 404, page
+
+
+def metric_values(text: str, name: str) -> dict[str, float]:
+    """A metric's samples in a /metrics page, by their labels (`path="one_stage"`)."""
+    prefix = name + "{"
+    return {line[len(prefix):line.index("}")]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith(prefix)}
+
+
+async def samples_topic_ends(bootstrap: str, env: dict[str, str]) -> dict[int, int]:
+    topic = f"{env['QS_APP_ID']}-samples"
+    ends = await end_offsets(bootstrap, [(topic, p) for p in range(PARTITIONS)])
+    return {p: n for (_, p), n in ends.items()}
 
 
 @pytest.mark.parametrize("cluster", [2], indirect=True)
@@ -152,6 +171,9 @@ def test_sigkilled_worker_loses_no_window(cluster: LocalCluster, cluster_env: di
     seen = asyncio.run(read_directives(str(cluster.bootstrap), cluster_env["QS_TOPIC_DIRECTIVES"],
                                        len(expected_first), timeout=120))
     assert_same(seen, expected_first)
+    # two workers: the one reading the source partition holds only some windows, and sends
+    # the others' samples across the samples topic
+    assert sum(asyncio.run(samples_topic_ends(str(cluster.bootstrap), cluster_env)).values()) > 0
     # once every input offset is committed, the killed worker leaves nothing unsaved (at-least-once
     # would otherwise re-apply the uncommitted tail and, rightly, change some windows)
     asyncio.run(wait_committed(str(cluster.bootstrap), cluster_env, timeout=60))

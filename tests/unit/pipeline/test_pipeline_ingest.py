@@ -122,7 +122,8 @@ def test_latest_time_and_arrival_of_internal_records() -> None:
 
 class QuietWorker:
     """The worker's ingest state and its own settling, emitting and sending code, with the
-    samples topic, the dead-letter topic and the config follower recorded instead."""
+    samples topic, the dead-letter topic and the config follower recorded instead. It holds
+    no windows: every sample goes to the samples topic."""
 
     settle_quiet: Any = Worker.settle_quiet
     emit: Any = Worker.emit
@@ -130,6 +131,7 @@ class QuietWorker:
 
     def __init__(self) -> None:
         self.intake_lock = asyncio.Lock()
+        self.state_lock = asyncio.Lock()
         self.streams: dict[tuple[str, int], StreamIntake[Any]] = {}
         self.outbox = Outbox()
         self.router = router()
@@ -141,6 +143,9 @@ class QuietWorker:
 
     def caught_up(self, tp: Any) -> bool:
         return not self.behind
+
+    def holding(self, partitions: Any) -> list[int]:
+        return []
 
     async def produce(self, topic: str, value: bytes, key: bytes | None = None,
                       partition: int | None = None) -> None:
