@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LATENCY_SHARES = (0.5, 0.25, 0.1)
 sys.path.insert(0, str(ROOT))
 
+from app.devstack.procstat import cpu_seconds  # noqa: E402
 
 # ------------------------------------------------------------------------- one measurement
 
@@ -143,14 +144,6 @@ def run_measure(kind: str, bootstrap: str, topic: str, *args: str,
     if gateway_pid is not None and cpu is not None:
         result["gateway_cpu_s"] = cpu_seconds(gateway_pid) - cpu
     return result
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time, user and system, that process `pid` has used so far (Linux /proc)."""
-    # fields after the command name, which is in parentheses and may hold spaces: utime and
-    # stime are the 14th and 15th fields of the line, in clock ticks
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ms_per_mb(results: list[dict[str, Any]]) -> float:

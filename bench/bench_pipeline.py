@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import signal
 import sys
@@ -39,6 +38,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.admin.config_topic import write_records  # noqa: E402
+from app.devstack.procstat import cpu_seconds  # noqa: E402
 from app.admin.entities import canonical_record  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
 from app.engine.events import RequestEvent, parse_event  # noqa: E402
@@ -133,12 +133,6 @@ async def ceiling(bootstrap: str, topic: str, records: int) -> tuple[float, int]
     elapsed = time.perf_counter() - start
     await consumer.stop()
     return samples / elapsed, samples
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def wait_committed(bootstrap: str, group: str, topic: str, timeout: float,

@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from app.demo.run import run_demo
     from app.demo.spec import load_demo
     from app.demo.view import DemoView
+    from app.devstack.procstat import CpuMeter
     from app.errors import UserError
     from app.kafka.topics import create_topics_sync
     from app.sim.scenario import ScenarioError
@@ -90,9 +91,11 @@ def run(args: argparse.Namespace) -> int:
                    + ("; Ctrl-C stops it" if args.duration is None else f" for {args.duration:g} s"))
         probe = LagProbe([cluster.ports[i] for i in sorted(cluster.procs)]) \
             if cluster.procs else None
+        cpu = CpuMeter({"workers": [p.pid for p in cluster.procs.values()],
+                        "gateways": [g.proc.pid for g in cluster.gateways]}).sample
         run_ = asyncio.run(run_demo(spec, pipeline.bootstrap, pipeline.security,
                                     pipeline.settings.topic_directives, gateways,
-                                    cluster.work_dir, view.refresh, args.duration, probe))
+                                    cluster.work_dir, view.refresh, args.duration, probe, cpu))
         if tty:
             print()
         print(view.summary(run_))

@@ -80,7 +80,8 @@ class DemoRun:
 
     def __init__(self, spec: DemoSpec, gateways: list[str], log_dir: Path,
                  on_second: Callable[[DemoRun, float], Any] | None = None,
-                 lag_probe: Callable[[], Awaitable[Lag | None]] | None = None) -> None:
+                 lag_probe: Callable[[], Awaitable[Lag | None]] | None = None,
+                 cpu: Callable[[], dict[str, float] | None] | None = None) -> None:
         self.spec = spec
         self.gateways = gateways
         self.log_dir = log_dir
@@ -88,6 +89,10 @@ class DemoRun:
         self.lag_probe = lag_probe
         #: the workers' largest lag read in each run second (`app.demo.lag`)
         self.lags: dict[int, Lag] = {}
+        #: reads the product's processes' CPU-seconds so far, by group (None: no reading)
+        self.cpu = cpu
+        #: what `cpu` read in each run second
+        self.cpu_seconds: dict[int, dict[str, float]] = {}
         self.clients = [ClientRun(c) for c in spec.clients]
         self.start = 0.0  # monotonic
         self.start_ms = 0  # epoch ms
@@ -112,6 +117,10 @@ class DemoRun:
                     lag = await self.lag_probe()
                     if lag is not None:
                         self.lags[int(self.elapsed)] = lag
+                if self.cpu is not None:
+                    used = self.cpu()
+                    if used is not None:
+                        self.cpu_seconds[int(self.elapsed)] = used
                 if self.on_second is not None and not self.stopping.is_set():
                     result = self.on_second(self, time.time() * 1000)
                     if asyncio.iscoroutine(result):
@@ -159,7 +168,8 @@ async def run_demo(spec: DemoSpec, bootstrap: str, security: KafkaSecurity, dire
                    gateways: list[str], log_dir: Path,
                    on_second: Callable[[DemoRun, Any, float], Any] | None,
                    duration: float | None,
-                   lag_probe: Callable[[], Awaitable[Lag | None]] | None = None) -> DemoRun:
+                   lag_probe: Callable[[], Awaitable[Lag | None]] | None = None,
+                   cpu: Callable[[], dict[str, float] | None] | None = None) -> DemoRun:
     """Run the demo's clients until `duration` or SIGINT/SIGTERM (the first stops the run
     cleanly; a second one cancels it). `on_second(run, watcher, now_ms)` is called every second
     with the `DirectiveWatcher` of the control topic."""
@@ -171,7 +181,7 @@ async def run_demo(spec: DemoSpec, bootstrap: str, security: KafkaSecurity, dire
     await watcher.start()
     run = DemoRun(spec, gateways, log_dir,
                   None if on_second is None else (lambda r, now: on_second(r, watcher, now)),
-                  lag_probe)
+                  lag_probe, cpu)
     try:
         with signals_stop(run.stop):
             await run.run(duration)

@@ -145,7 +145,8 @@ class DemoView:
         lines += self._entity_table(run, first, end)
         lines += ["", "clients (TOTAL: the whole run)"]
         lines += self._client_table(run, first, end)
-        lines += ["", *self._minutes_table(run, first, end), "", self._lag_line(run, first)]
+        lines += ["", *self._minutes_table(run, first, end), "", self._lag_line(run, first),
+                  self._cpu_line(run, first)]
         return "\n".join(lines)
 
     def minutes(self, first: int, end: int) -> list[tuple[int, int]]:
@@ -204,6 +205,17 @@ class DemoView:
         return (f"workers' largest lag after the warm-up: {worst.seconds:.2f} s "
                 f"({worst.where} at t={second} s; how long a record waited to be taken, read "
                 f"each second from the workers' /metrics)")
+
+    def _cpu_line(self, run: DemoRun, first: int) -> str:
+        """The product's processes' CPU over the run after the warm-up, in cores."""
+        readings = sorted((s, used) for s, used in run.cpu_seconds.items() if s >= first)
+        if len(readings) < 2 or readings[-1][0] == readings[0][0]:
+            return "product CPU: not read"
+        (s0, a), (s1, b) = readings[0], readings[-1]
+        cores = {name: (b[name] - a.get(name, 0.0)) / (s1 - s0) for name in b}
+        parts = ", ".join(f"{name} {value:.2f}" for name, value in cores.items())
+        return (f"product CPU after the warm-up: {sum(cores.values()):.2f} cores ({parts}; user "
+                f"+ system time of the workers' and gateways' processes, t={s0}-{s1} s)")
 
     # ------------------------------------------------------------------------- tables
 

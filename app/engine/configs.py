@@ -27,6 +27,10 @@ IP_RATE = "connection_creation_rate"
 BROKER_RATE = "max_connection_creation_rate"
 
 CLIENT_QUOTAS = (PRODUCE, FETCH, REQUEST, MUTATION)
+#: Principals whose resolution is cached at most; beyond it the cache starts afresh. A cache,
+#: not state: its size bounds memory at a million principals (each entry is ~700 bytes), and a
+#: principal resolved again costs a few µs once per cache cycle.
+MAX_RESOLVED = 131_072
 #: Kafka's config types: LONG and INT values must be integral (KRaft ClientQuotaControlManager).
 INTEGRAL = {PRODUCE: LONG_MAX, FETCH: LONG_MAX, IP_RATE: INT_MAX, BROKER_RATE: INT_MAX}
 MAX_NAME = 1024
@@ -267,7 +271,7 @@ class QuotaConfigs:
             tags = self._tags(self.client[quota], bits, user, client)
             limit, level = self._limit(self.client[quota], tags)
             res = Resolution(tags[0], tags[1], limit, level)
-        if len(self._cache) > 1_000_000:
+        if len(self._cache) >= MAX_RESOLVED:
             self._cache.clear()
         self._cache[ck] = res
         return res

@@ -483,7 +483,7 @@ class QuotaEngine:
             windows.append(Window(
                 quota, self._key(KEY_CODE[quota], where, res.user, res.client_id),
                 {"user": res.user, "client_id": res.client_id}, limit, res.level, w, split))
-        if len(self._principals) > 1_000_000:
+        if len(self._principals) >= cfg.MAX_RESOLVED:
             self._principals.clear()
         cached = self._principals[pk] = tuple(windows)
         return cached

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from app.engine.batch import RequestColumns
+from app.engine.configs import MAX_RESOLVED
 from app.engine.engine import ALL_QUOTAS, QuotaEngine, quota_mask
 from app.engine.events import ConnectionEvent, Event, MutationEvent
 from app.engine.timeline import ConfigTimeline, Snapshot
@@ -25,7 +26,7 @@ USER = "u"
 CLIENT = "c"
 CONNECTIONS = "connections"
 #: Bound on cached principals; beyond it the cache starts afresh (as the engine's does).
-MAX_CACHED = 1_000_000
+MAX_CACHED = MAX_RESOLVED
 
 
 class RouteKey(NamedTuple):

@@ -158,6 +158,42 @@ def test_the_workers_largest_lag_is_read_from_their_metrics(tmp_path: Path) -> N
     assert "largest lag after the warm-up: 0.40 s (b/1 at t=12 s" in view.summary(run)
 
 
+def test_the_products_cpu_is_read_from_proc_and_summarised_after_the_warm_up(
+        tmp_path: Path) -> None:
+    """The summary says how many cores the workers and gateways used after the warm-up, from
+    their CPU-seconds read each second; a process that is gone gives no reading."""
+    import os
+    import subprocess
+    import sys
+
+    from app.devstack.procstat import CpuMeter
+
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
+                             "while time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        meter = CpuMeter({"workers": [os.getpid()], "gateways": [busy.pid]})
+        first = meter.sample()
+        time.sleep(1.0)
+        later = meter.sample()
+        assert first is not None and later is not None
+        assert later["gateways"] >= 0.25 and later["workers"] >= first["workers"]
+    finally:
+        busy.kill()
+        busy.wait()
+    assert meter.sample() is None  # the gateway is gone
+    spec = parse_demo(spec_data(gateways=2, warmup=5))
+    run = DemoRun(spec, ["gw0", "gw1"], tmp_path)
+    run.start = time.monotonic() - 30.5
+    run.cpu_seconds = {2: {"workers": 0.0, "gateways": 0.0},  # the warm-up: not counted
+                       5: {"workers": 1.0, "gateways": 2.0},
+                       25: {"workers": 3.0, "gateways": 8.0}}
+    view = DemoView(spec, "127.0.0.1:9092", 1, ["gw0", "gw1"], True, tty=False, colour=False)
+    summary = view.summary(run)
+    assert "product CPU after the warm-up: 0.40 cores (workers 0.10, gateways 0.30;" in summary
+    run.cpu_seconds = {}
+    assert "product CPU: not read" in view.summary(run)
+
+
 async def test_stopping_a_client_stops_the_processes_it_started(tmp_path: Path) -> None:
     """A client's children (the Java client's JVM under `python -m app.clients`) stop with it,
     even one that ignores SIGTERM."""

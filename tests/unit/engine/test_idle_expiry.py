@@ -143,3 +143,23 @@ def test_a_dropped_window_is_not_read_back_before_its_tombstone_is_written() -> 
     assert cache.get("k") is None and "k" in cache.deleted
     cache["k"] = Rate()
     assert [(k, v is None) for k, v in cache.flush()] == [("k", False)]
+
+
+def test_the_resolution_caches_are_bounded_and_bounding_them_changes_no_decision() -> None:
+    """A principal's resolution and windows are cached, not state: past MAX_RESOLVED principals
+    the caches start afresh (a million principals kept ~1.7 kB each of them before), and a
+    principal resolved again decides as before."""
+    from app.engine.configs import MAX_RESOLVED
+
+    def run(principals: int) -> tuple[QuotaEngine, list[Any]]:
+        engine = QuotaEngine(EngineSettings(), limits(alice=10_000))
+        out = [engine.process(produce(T0, 80_000))[0]]
+        for p in range(principals):
+            engine.process(produce(T0 + 1 + p // 1000, 100, user=f"u{p}"))
+        out.append(engine.process(produce(T0 + 500, 80_000))[0])  # alice, resolved afresh
+        return engine, [[(d.quota, d.throttle_time_ms, d.observed) for d in ds] for ds in out]
+
+    many, decided = run(MAX_RESOLVED + 10)
+    assert len(many._principals) <= MAX_RESOLVED  # the engine's own cache
+    assert len(many._configs._cache) <= MAX_RESOLVED  # the configs' resolutions
+    assert decided == run(0)[1] and decided[1][0][1] > 0  # alice throttled, as without them
