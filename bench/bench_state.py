@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def flush(now: int) -> None:
         if cache.sweeps.due(now):
             engine.expire(now)
+        engine.drain_windows()  # as the worker does after each step (its top entities)
         cache.mark(engine.drain_touched())
         for key, value in cache.flush():
             store.write(key, value)

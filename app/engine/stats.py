@@ -11,6 +11,7 @@ state never moves backwards (see `advance`).
 
 from __future__ import annotations
 
+from array import array
 from typing import Final
 
 from app.engine.allocation import Shares
@@ -31,18 +32,23 @@ class Rate:
     included: the same arithmetic as Kafka's, interpreted or compiled.
 
     The current sample's value and last time live in `cur_value` and `cur_last`, not in the
-    lists (their slots there are stale), and its start is mirrored in `cur_start`: compiled,
-    they are unboxed, so recording into the current sample reads no list and allocates
-    nothing. Read the samples through `samples()`.
+    slots (theirs are stale), and its start is mirrored in `cur_start`: compiled, they are
+    unboxed, so recording into the current sample reads no slot and allocates nothing. Read the
+    samples through `samples()`.
+
+    Packed: the samples' start and last times (read only when a sample starts, by a purge and
+    after a reset) are one `array` of 64-bit ints, two per slot, instead of two lists of Python
+    ints; the values, which every measure sums, stay a list for the compiled hot path. A window
+    of one sample is 6 heap blocks instead of 11, of twelve 18 instead of 40.
     """
 
-    __slots__ = ("values", "starts", "lasts", "current", "cur_value", "cur_last", "cur_start",
+    __slots__ = ("values", "times", "current", "cur_value", "cur_last", "cur_start",
                  "clock", "until", "purge_at", "oldest", "window")
 
     def __init__(self) -> None:
         self.values: list[float] = []
-        self.starts: list[int] = []
-        self.lasts: list[int] = []
+        #: per slot, its start then its last event time (ms)
+        self.times: array[int] = array("q")
         self.current = 0
         self.cur_value = 0.0
         self.cur_last = 0
@@ -61,17 +67,21 @@ class Rate:
 
     def samples(self) -> list[tuple[float, int, int]]:
         """(value, start, last) of every sample, in slot order."""
-        out = list(zip(self.values, self.starts, self.lasts))
+        times = self.times
+        out = [(self.values[i], times[2 * i], times[2 * i + 1]) for i in range(len(self.values))]
         if out:
             c = self.current
-            out[c] = (self.cur_value, self.starts[c], self.cur_last)
+            out[c] = (self.cur_value, times[2 * c], self.cur_last)
         return out
 
     def restore(self, current: int, samples: list[tuple[float, int, int]]) -> None:
         """Set the samples (as `samples()` gives them) and which one is current."""
         self.values = [v for v, _, _ in samples]
-        self.starts = [s for _, s, _ in samples]
-        self.lasts = [last for _, _, last in samples]
+        times: array[int] = array("q")
+        for _, start, last in samples:
+            times.append(start)
+            times.append(last)
+        self.times = times
         self.current = current
         self.cur_value, self.cur_start, self.cur_last = samples[current] if samples else (0.0, 0, 0)
         self.purge_at = 0
@@ -92,7 +102,7 @@ class Rate:
 
     def reset(self) -> None:
         """The state of a new `Rate` (its clock is set by the caller)."""
-        self.values, self.starts, self.lasts = [], [], []
+        self.values, self.times = [], array("q")
         self.current = 0
         self.cur_value = 0.0
         self.cur_last = self.cur_start = 0
@@ -104,23 +114,34 @@ class Rate:
     def _new_sample(self, now: int, n: int) -> None:
         """Move on to the next slot (a new sample starting at `now`), or create the first."""
         values = self.values
+        times = self.times
         if values:
             c = self.current
             values[c] = self.cur_value
-            self.lasts[c] = self.cur_last
+            times[2 * c + 1] = self.cur_last
             c = (c + 1) % (n + 1)
         else:
             c = 0
         self.current = c
         if c >= len(values):
             values.append(0.0)
-            self.starts.append(now)
-            self.lasts.append(now)
+            times.append(now)
+            times.append(now)
         else:
-            self.starts[c] = now
+            times[2 * c] = now
             self.oldest = UNKNOWN
         self.cur_value = 0.0
         self.cur_start = now
+
+    def _oldest_start(self) -> int:
+        """min(starts), the current sample's included."""
+        times = self.times
+        oldest = times[0]
+        for i in range(2, len(times), 2):
+            start = times[i]
+            if start < oldest:
+                oldest = start
+        return oldest
 
     def record(self, value: float, now: int, n: int, w: int) -> None:
         """SampledStat.record: add to the current sample, moving on one slot if it is complete."""
@@ -137,7 +158,7 @@ class Rate:
             self.purge(now, n, w)
         oldest = self.oldest
         if oldest == UNKNOWN:
-            oldest = self.oldest = min(self.starts)
+            oldest = self.oldest = self._oldest_start()
         elapsed = now - oldest
         full = elapsed // w
         if full < n - 1:
@@ -149,13 +170,14 @@ class Rate:
     def purge(self, now: int, n: int, w: int) -> None:
         """purgeObsoleteSamples: reset samples whose last event left the N*W window."""
         expire = n * w
-        lasts = self.lasts
+        times = self.times
         c = self.current
+        count = len(self.values)
         earliest = 0
-        for i in range(len(lasts)):
-            last = self.cur_last if i == c else lasts[i]
+        for i in range(count):
+            last = self.cur_last if i == c else times[2 * i + 1]
             if now - last >= expire:
-                self.starts[i] = now
+                times[2 * i] = now
                 self.oldest = UNKNOWN
                 last = now
                 if i == c:
@@ -164,10 +186,10 @@ class Rate:
                     self.cur_start = now
                 else:
                     self.values[i] = 0.0
-                    lasts[i] = now
+                    times[2 * i + 1] = now
             if i == 0 or last < earliest:
                 earliest = last
-        self.purge_at = earliest + expire if lasts else 0
+        self.purge_at = earliest + expire if count else 0
 
     def measure(self, now: int, n: int, w: int) -> tuple[float, int]:
         """Rate.measure and Rate.windowSize at `now`: (rate per second, window in ms).
@@ -180,11 +202,10 @@ class Rate:
         return total / (window / 1000.0), window
 
     def window_after_purge(self, now: int, n: int, w: int) -> int:
-        starts = self.starts
-        if not starts:
+        if not self.values:
             self._new_sample(now, n)
             self.cur_last = now
-        elapsed = now - min(starts)
+        elapsed = now - self._oldest_start()
         full = elapsed // w
         if full < n - 1:
             elapsed += (n - 1 - full) * w
