@@ -109,7 +109,8 @@ METRIC_NAMES = (
     "quota_streams_config_late_total", "quota_streams_config_missed_total",
     "quota_streams_config_refused_total",
     "quota_streams_config_watermark_age_seconds", "quota_streams_clock_seeds_total",
-    "quota_streams_windows_expired_total",
+    "quota_streams_windows_expired_total", "quota_streams_samples_path_total",
+    "quota_streams_kafka_requests_total",
 )
 
 
