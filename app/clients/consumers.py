@@ -15,6 +15,9 @@ from app.clients.report import Reporter
 from app.clients.security import AuthenticationFailed
 from app.kafka.security import KafkaSecurity
 
+#: how long kafka-python's consumer loop rests after a poll that came back empty
+POLL_YIELD_S = 0.01
+
 
 def consume(library: str, bootstrap: str, topic: str, client_id: str, group: str,
             seconds: float, fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
@@ -73,7 +76,14 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
     try:
         while time.monotonic() < deadline:
             batches = consumer.poll(timeout_ms=200, max_records=500)
-            _count(reporter, [r.value for records in batches.values() for r in records])
+            values = [r.value for records in batches.values() for r in records]
+            _count(reporter, values)
+            if not values:
+                # kafka-python 3's network thread needs the client's lock to handle a group
+                # answer (a JoinGroup, an OffsetFetch); polls asked back to back kept taking it
+                # first, and the answer waited for as long as the loop ran (44-46 s seen, no
+                # record consumed)
+                time.sleep(POLL_YIELD_S)
     finally:
         consumer.close()
 
