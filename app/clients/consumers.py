@@ -16,7 +16,7 @@ from app.clients.security import AuthenticationFailed
 from app.kafka.security import KafkaSecurity
 
 #: how long kafka-python's consumer loop rests after a poll that came back empty
-POLL_YIELD_S = 0.01
+POLL_YIELD_S = 0.02
 
 
 def consume(library: str, bootstrap: str, topic: str, client_id: str, group: str,
@@ -75,14 +75,15 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
-            batches = consumer.poll(timeout_ms=200, max_records=500)
+            # poll(0): what the network thread has fetched, without waiting in `poll`.
+            # kafka-python 3's network thread needs the client's lock to handle a group answer
+            # (a JoinGroup, an OffsetFetch); a `poll` that waits takes that lock again and again
+            # while it waits, and such an answer waited for as long as the loop ran (44-46 s
+            # seen, no record consumed). Resting outside `poll` leaves the lock free.
+            batches = consumer.poll(timeout_ms=0, max_records=500)
             values = [r.value for records in batches.values() for r in records]
             _count(reporter, values)
             if not values:
-                # kafka-python 3's network thread needs the client's lock to handle a group
-                # answer (a JoinGroup, an OffsetFetch); polls asked back to back kept taking it
-                # first, and the answer waited for as long as the loop ran (44-46 s seen, no
-                # record consumed)
                 time.sleep(POLL_YIELD_S)
     finally:
         consumer.close()
