@@ -78,8 +78,8 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
             # poll(0): what the network thread has fetched, without waiting in `poll`.
             # kafka-python 3's network thread needs the client's lock to handle a group answer
             # (a JoinGroup, an OffsetFetch); a `poll` that waits takes that lock again and again
-            # while it waits, and such an answer waited for as long as the loop ran (44-46 s
-            # seen, no record consumed). Resting outside `poll` leaves the lock free.
+            # while it waits, and such an answer could wait for as long as the loop ran, the
+            # consumer assigned nothing. Resting outside `poll` leaves the lock free.
             batches = consumer.poll(timeout_ms=0, max_records=500)
             values = [r.value for records in batches.values() for r in records]
             _count(reporter, values)

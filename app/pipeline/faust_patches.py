@@ -8,10 +8,11 @@ Installed once per app by `install` (the worker calls it before declaring its ta
    the next fetch, which waits for the one in flight: with nothing else arriving, that is the
    broker holding it for the whole wait. Directives are sent when decided, so the wait adds to
    the event -> directive latency; an idle worker then polls 100 times a second, a small cost.
-   With aiokafka's default of one byte, a busy worker fetched as often as the loop came round
-   (~450 fetches a second for 3,000 small gateway records), each fetch's decoding and hand-over
-   to the agents' thread costing more than the records in it; waiting for 16 KiB (or the 10 ms)
-   cut the worker's CPU by a quarter at the same latency (bench/bench_gateway_shape.py).
+   With aiokafka's default of one byte, a busy worker fetched as often as the loop came round,
+   one or two small gateway records a fetch, and each fetch's decoding and hand-over to the
+   agents' thread cost more than the records in it; waiting for 16 KiB (or the 10 ms) makes a
+   fetch carry more records as load rises, at the same latency (bench/bench_gateway_shape.py
+   prints the worker's CPU and requests per record).
 
 2. Committed offsets only from a coordinator that has the group loaded (`OffsetFetchGuard`).
    An OffsetFetch answer (v2 on) carries a group-level error code besides the per-partition

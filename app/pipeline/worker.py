@@ -69,7 +69,7 @@ SESSION_TIMEOUT_S = 6.0
 QUIET_MARGIN_MS = 1000
 #: records acked at once after a flush, between which the agents run: a flush acks every source
 #: record taken since the last one (thousands a second from many small gateway records), and
-#: acking them in one go held the loop for tens of ms, the event -> directive p99
+#: acking them in one go would hold the loop for tens of ms (the event -> directive p99)
 ACK_SLICE = 256
 #: how long a seek back may wait for the consumer's thread before it is given up (and asked
 #: again by `Continuity.due`, whose RESEEK_S it stays under)
