@@ -37,9 +37,9 @@ class Rate:
     samples through `samples()`.
 
     Packed: the samples' start and last times (read only when a sample starts, by a purge and
-    after a reset) are one `array` of 64-bit ints, two per slot, instead of two lists of Python
-    ints; the values, which every measure sums, stay a list for the compiled hot path. A window
-    of one sample is 6 heap blocks instead of 11, of twelve 18 instead of 40.
+    after a reset) are one `array` of 64-bit ints, two per slot: two heap blocks whatever the
+    number of samples, where Python ints would be one object each. The values, which every
+    measure sums, stay a list for the compiled hot path.
     """
 
     __slots__ = ("values", "times", "current", "cur_value", "cur_last", "cur_start",
