@@ -9,7 +9,8 @@ tests/unit/project/test_architecture.py holds every package to it):
 - `kafka`: the Kafka I/O the components share; `tables` (top level): the worker's state;
 - `subscriber`, `usage`, `enforcement`: what a broker or the gateway embeds to obey directives,
   measure usage and decide throttles;
-- the drivers: `pipeline` (the worker), `gateway`, `audit` (Spark), `sim`;
+- the drivers: `pipeline` (the worker), `gateway`, `audit` (Spark), `sim`; `console` (the
+  workers' web console);
 - the tools: `admin`, `clients`, `demo`, `commands` (one per CLI command), `devstack` (a local
   Kafka and the launcher that starts the product on it).
 

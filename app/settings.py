@@ -13,6 +13,7 @@ connections' security (`Settings.kafka_security`) and the control records' keys
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -127,6 +128,12 @@ def _flag(raw: str) -> bool:
     return value in ("1", "true", "yes")
 
 
+def _console_token(raw: str) -> str:
+    if raw and len(raw) < 16:
+        raise ValueError("must be at least 16 characters (or empty: no editing)")
+    return raw
+
+
 def _log_level(raw: str) -> str:
     level = raw.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -166,7 +173,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_STATE_DIR", "./state", "directory of the RocksDB tables (a persistent volume in production)"),
     Setting("QS_STANDBY_REPLICAS", "0", "Faust table standby replicas", _non_negative_int),
     Setting("QS_WEB_HOST", "127.0.0.1", "address the HTTP server binds (0.0.0.0 in containers)"),
-    Setting("QS_WEB_PORT", "6066", "HTTP port for /metrics and /ready", _port),
+    Setting("QS_WEB_PORT", "6066", "HTTP port for /metrics, /ready and the console (/console)", _port),
+    Setting("QS_WEB_ADVERTISED_HOST", "", "the host other workers reach this one's web port at, announced in the group's assignment (the console's cluster-wide pages); empty: QS_WEB_HOST, or this machine's hostname when that is 0.0.0.0 (in Kubernetes: the pod's IP)"),
+    Setting("QS_CONSOLE_EDIT", "false", "whether the console may alter and delete quotas (it then also needs QS_CONSOLE_TOKEN); off: read-only", _flag),
+    Setting("QS_CONSOLE_TOKEN", "", "the bearer token the console's quota editing requires (a secret; at least 16 characters)", _console_token, secret=True),
+    Setting("QS_CONSOLE_HISTORY_WINDOWS", "1000", "windows whose per-second rate the console keeps for 15 minutes (the busiest by utilization, and those opened in it); bounds the history's memory: about 7 kB each, 3.6 kB more per enforcer with allocations", _non_negative_int),
     Setting("QS_EVENT_FORMAT", "json", "how the gateway and the simulator write request events: `json` batches, or `columnar` batches (half the bytes, decoded several times faster by the workers: docs/contract.md); workers read both", _choice("json", "columnar")),
     Setting("QS_EVENT_RECORD_BYTES", "524288", "largest usage record the gateway and the simulator write (its encoded value): a flush is one record per event kind, split only past this; keep it below the event topics' max.message.bytes (65536-1000000)", _record_bytes),
     Setting("QS_INGEST_LINGER_MS", "10", "how long the ingest gathers source records to route them together (fewer engine steps and internal records; adds up to this much latency)", _positive_int),
@@ -218,6 +229,10 @@ class Settings:
     standby_replicas: int
     web_host: str
     web_port: int
+    web_advertised_host: str
+    console_edit: bool
+    console_token: str = field(repr=False)
+    console_history_windows: int
     event_format: str
     event_record_bytes: int
     ingest_linger_ms: int
@@ -233,6 +248,15 @@ class Settings:
     def local_cluster(self) -> bool:
         """True when no cluster is configured: the demo and the simulator start their own."""
         return not self.kafka_bootstrap_servers
+
+    @property
+    def advertised_web_host(self) -> str:
+        """The host other workers reach this one's web port at (`QS_WEB_ADVERTISED_HOST`)."""
+        if self.web_advertised_host:
+            return self.web_advertised_host
+        if self.web_host in ("0.0.0.0", "::", ""):
+            return socket.gethostname()
+        return self.web_host
 
     def engine(self) -> EngineSettings:
         """The engine's settings, the workers' own: every driver that decides as they do takes
@@ -286,6 +310,9 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
                 reason = "must be an integer"
             shown = "<hidden>" if setting.secret else repr(raw)  # a secret is never printed
             raise SettingsError(f"{setting.env}={shown}: {reason}") from None
+    if values["console_edit"] and not values["console_token"]:
+        raise SettingsError("QS_CONSOLE_EDIT=true needs QS_CONSOLE_TOKEN: quota editing is "
+                            "never open without authentication")
     return Settings(**values)
 
 

@@ -305,12 +305,15 @@ def render(x: Explanation, settings: EngineSettings) -> str:
                      "no quota configured for it)")
         return "\n".join(lines)
     for wkey in sorted(x.windows, key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2])):
-        lines += _window_text(x, wkey, settings)
+        lines += window_text(x, wkey, settings)
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSettings) -> list[str]:
+def window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSettings,
+                at_label: str = "at --at") -> list[str]:
+    """One window's explanation; `at_label` names the time `x.at` (the console's: now). A
+    snapshot without its event (the console's, from a live window) names none."""
     snap = x.windows[wkey]
     d = snap.decision
     quota, broker, name = wkey
@@ -322,7 +325,8 @@ def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSet
     checked = "  >  ".join(f"{path} = {'-' if v is None else _num(v)}" for path, v in snap.configs)
     if checked:
         out.append(f"  precedence {checked}")
-    out.append(f"  decision   at {format_ms(d.ts)} ({d.ts}) for {_event_text(snap.event)}")
+    what = "its latest sample" if snap.event is None else _event_text(snap.event)
+    out.append(f"  decision   at {format_ms(d.ts)} ({d.ts}) for {what}")
     state = snap.state
     if isinstance(state, Rate):
         n, w = (settings.window_num, settings.window_ms)
@@ -352,7 +356,8 @@ def _window_text(x: Explanation, wkey: tuple[str, Any, str], settings: EngineSet
         if isinstance(live, Rate):
             probe = copy.deepcopy(live)
             rate, window = probe.measure(max(x.at, probe.clock), n, w)
-            out.append(f"  at --at    rate {_num(rate)} {unit} over {window / 1000:.3f} s (no new sample)")
+            out.append(f"  {at_label:<10} rate {_num(rate)} {unit} over {window / 1000:.3f} s "
+                       "(no new sample)")
     elif isinstance(state, TokenBucket):
         n, w = settings.controller_window_num, settings.controller_window_ms
         burst = n * (w / 1000.0) * d.limit
@@ -412,6 +417,8 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
 
 def _after_adjustment(snap: Snapshot, quota: str) -> str:
     event = snap.event
+    if event is None:
+        return ""
     if quota == cfg.FETCH and snap.event_throttled:
         return f"the throttled fetch's {event.bytes:,} bytes were taken back (empty response)"
     if quota == cfg.REQUEST and getattr(event, "network_ms", 0):

@@ -85,10 +85,14 @@ def run(args: argparse.Namespace) -> int:
             gateways = [cluster.start_gateway().bootstrap for _ in range(spec.gateways)]
         except RuntimeError as exc:
             raise UserError(f"{exc} (logs in {cluster.work_dir})") from None
+        console = (f"http://127.0.0.1:{cluster.ports[min(cluster.procs)]}/console"
+                   if cluster.procs else None)
         view = DemoView(spec, pipeline.bootstrap, pipeline.workers, gateways, cluster.local,
-                        tty=tty, colour=colour)
+                        tty=tty, colour=colour, console=console)
         stderr_log(f"demo running: {len(spec.clients)} clients through {', '.join(gateways)}"
                    + ("; Ctrl-C stops it" if args.duration is None else f" for {args.duration:g} s"))
+        if console:
+            stderr_log(f"console: {console}")
         probe = LagProbe([cluster.ports[i] for i in sorted(cluster.procs)]) \
             if cluster.procs else None
         cpu = CpuMeter({"workers": [p.pid for p in cluster.procs.values()],

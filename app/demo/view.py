@@ -75,7 +75,8 @@ class DemoView:
 
     def __init__(self, spec: DemoSpec, broker: str, workers: int, gateways: list[str],
                  local: bool, *, tty: bool, colour: bool, out: TextIO | None = None,
-                 line_every_s: int = 5) -> None:
+                 line_every_s: int = 5, console: str | None = None) -> None:
+        """`console`: the URL of a worker's console page, shown in every frame."""
         self.spec = spec
         self.broker = broker
         self.workers = workers
@@ -85,6 +86,7 @@ class DemoView:
         self.colour = colour
         self.out = out
         self.line_every_s = line_every_s
+        self.console = console
         self.configs = spec.quota_configs()
         self.window_s = spec.window_num * spec.window_ms // 1000 or 1
         self.charges = {c.name: charge_of(c, self.configs) for c in spec.clients}
@@ -122,7 +124,9 @@ class DemoView:
             f"{dim}broker {self.broker}{' (local)' if self.local else ''}  workers "
             f"{self.workers}  gateways {' '.join(self.gateways)}  directives/s "
             f"{w.per_second(int(now_ms)):.1f} (total {w.total})  event->directive "
-            f"{'-' if latency is None else f'{latency:.0f} ms'}{reset}", "",
+            f"{'-' if latency is None else f'{latency:.0f} ms'}{reset}",
+            *([f"console {self.console}  (who is throttled, why, and the quotas)"]
+              if self.console else []), "",
             f"{bold}quota entities{reset}  rates per second over the last {last - first} s "
             f"(the quota window is {self.window_s} s: quota.window.num {spec.window_num} x "
             f"{spec.window_ms} ms)",

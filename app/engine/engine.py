@@ -298,6 +298,10 @@ class QuotaEngine:
         self._idle = s.idle_expiry_ms
         self._sweeps = Cadence(s.sweep_every_ms)
         self._principals: dict[tuple[int, int, str, str], tuple[Window | None, ...]] = {}
+        #: the windows `_principals` shares by state key: the principals of one entity (a
+        #: user's client ids under a user quota) check one `Window`, so its `observed` is
+        #: the window's latest check whichever principal made it
+        self._windows: dict[str, Window] = {}
         #: the configs of the event being processed, and the snapshot `_principals` was built on
         self._configs: QuotaConfigs = self.timeline.at(0).configs
         self._snapshot_id: tuple[int, int, int] = (-1, -1, -1)
@@ -330,14 +334,14 @@ class QuotaEngine:
         if snapshot.id != self._snapshot_id:
             self._snapshot_id = snapshot.id
             self._configs = snapshot.configs
-            self._principals.clear()
+            self._forget_windows()
         limits = self.limits
         if limits is None:
             return
         limits.at(ts)
         if limits.version != self._limits_version:
             self._limits_version = limits.version
-            self._principals.clear()
+            self._forget_windows()
 
     def process(self, event: Event | ConfigUpdate, arrival: int = FOREVER,
                 only: int = ALL_QUOTAS) -> tuple[list[Decision], list[dict[str, Any]]]:
@@ -378,7 +382,11 @@ class QuotaEngine:
 
     def forget_states(self) -> None:
         """Drop every reference the engine keeps to state objects (and so to their stores)."""
+        self._forget_windows()
+
+    def _forget_windows(self) -> None:
         self._principals.clear()
+        self._windows.clear()
 
     def expire(self, now: int) -> list[str]:
         """Drop from the store every state idle at event time `now` (one that would start
@@ -480,11 +488,15 @@ class QuotaEngine:
             if limits is not None and quota in ALLOCATED:
                 limit = limits.limit(quota, res.user, res.client_id, enforcer, res.limit)
                 w, where, split = self._aw, enforcer, limits.split(res.limit)
-            windows.append(Window(
-                quota, self._key(KEY_CODE[quota], where, res.user, res.client_id),
-                {"user": res.user, "client_id": res.client_id}, limit, res.level, w, split))
+            key = self._key(KEY_CODE[quota], where, res.user, res.client_id)
+            window = self._windows.get(key)
+            if window is None:
+                window = self._windows[key] = Window(
+                    quota, key, {"user": res.user, "client_id": res.client_id}, limit,
+                    res.level, w, split)
+            windows.append(window)
         if len(self._principals) >= cfg.MAX_RESOLVED:
-            self._principals.clear()
+            self._forget_windows()
         cached = self._principals[pk] = tuple(windows)
         return cached
 

@@ -201,6 +201,31 @@ class Rate:
         window = self.window_after_purge(now, n, w)
         return total / (window / 1000.0), window
 
+    def peek(self, now: int, n: int, w: int) -> float:
+        """What `measure(now)` would return, leaving the state as it is: a reader's view (the
+        console) must not purge or start samples, which would move later decisions."""
+        values = self.values
+        if not values:
+            return 0.0
+        expire = n * w
+        times = self.times
+        c = self.current
+        total = 0.0
+        oldest = now
+        for i in range(len(values)):
+            last = self.cur_last if i == c else times[2 * i + 1]
+            if now - last >= expire:
+                continue  # purged: value 0, starting at `now`
+            total += self.cur_value if i == c else values[i]
+            start = times[2 * i]
+            if start < oldest:
+                oldest = start
+        elapsed = now - oldest
+        full = elapsed // w
+        if full < n - 1:
+            elapsed += (n - 1 - full) * w
+        return total / ((elapsed if elapsed > 1 else 1) / 1000.0)
+
     def window_after_purge(self, now: int, n: int, w: int) -> int:
         if not self.values:
             self._new_sample(now, n)

@@ -7,7 +7,6 @@ removed, so a million client ids never become a million series.
 
 from __future__ import annotations
 
-import heapq
 import re
 from typing import Any
 
@@ -115,24 +114,15 @@ METRIC_NAMES = (
 
 
 class TopEntities:
-    """Keeps the latest (observed, limit) per entity and exports only the N highest ratios."""
+    """Exports per-entity gauges for the N windows with the highest observed / limit only."""
 
     def __init__(self, top_n: int) -> None:
         self.top_n = top_n
-        #: latest decision per window (anything with quota, entity, observed, limit); labels
-        #: are only built for the top N at export, never per sample
-        self.latest: dict[str, Any] = {}
         self._exported: set[tuple[str, str]] = set()
 
-    def observe(self, key: str, decision: Any) -> None:
-        self.latest[key] = decision
-
-    def export(self) -> None:
-        """Publish the top N and drop every series that fell out of it."""
-        def ratio(d: Any) -> float:
-            return d.observed / d.limit if d.limit else 0.0
-
-        top = heapq.nlargest(self.top_n, self.latest.values(), key=ratio)
+    def export(self, top: list[Any], throttled: int) -> None:
+        """Publish `top` (latest checks: anything with quota, entity, observed, limit) and drop
+        every series that fell out of it; `throttled`: windows over their limit."""
         labelled = {(d.quota, entity_label(d.entity)): d for d in top}
         for key in self._exported - labelled.keys():
             ENTITY_OBSERVED.remove(*key)
@@ -140,9 +130,8 @@ class TopEntities:
         for (quota, entity), d in labelled.items():
             ENTITY_OBSERVED.labels(quota, entity).set(d.observed)
             ENTITY_LIMIT.labels(quota, entity).set(d.limit)
-        THROTTLED_ENTITIES.set(sum(1 for d in self.latest.values() if d.observed > d.limit))
+        THROTTLED_ENTITIES.set(throttled)
         self._exported = set(labelled)
-        self.latest.clear()
 
 
 def reason_label(reason: str) -> str:

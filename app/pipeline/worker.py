@@ -29,6 +29,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from typing import Any, cast
 
 import faust
@@ -36,7 +37,12 @@ import orjson
 from faust.types import TP
 from mode import CrashingSupervisor
 
-from app.engine.engine import QuotaEngine
+from app.console import web as console_web
+from app.console.index import ConsoleIndex, limit_or_none
+from app.console.service import Console, ConsoleAccess, config_writer
+from app.engine.allocation import Shares
+from app.engine.engine import SEP, SHARES_CODE, QuotaEngine
+from app.engine.stats import Rate
 from app.intake.clock import StreamClock
 from app.intake.deadletter import encode_deadletter
 from app.intake.records import Decoded, decode_source
@@ -88,7 +94,7 @@ class Worker:
         self.settings = settings
         self.security = security = settings.kafka_security()
         self.signing = settings.signing()
-        bootstrap = settings.kafka_bootstrap_servers or "127.0.0.1:9092"
+        self.bootstrap = bootstrap = settings.kafka_bootstrap_servers or "127.0.0.1:9092"
         partitions = settings.partitions
         self.app = app = faust.App(
             settings.app_id,
@@ -105,8 +111,11 @@ class Worker:
             producer_acks=-1,
             web_bind=settings.web_host,
             web_port=settings.web_port,
+            # the URL the group's assignment announces: the console's pages ask the other
+            # workers there (`app.console.service`)
+            web_host=settings.advertised_web_host,
             # Faust's own pages would dump table rows (user names, usage) and the partition of
-            # any key: the worker serves /metrics and /ready only.
+            # any key: the worker serves /metrics, /ready and the console only.
             web_tables_enabled=False,
             web_router_enabled=False,
             web_graph_enabled=False,
@@ -140,6 +149,9 @@ class Worker:
                                        supervision=Supervision(give_up=app.crash))
         self.hold_max_s = settings.config_hold_max_ms / 1000.0
         self.top_entities = metrics.TopEntities(settings.metrics_top_n)
+        #: each window's latest check (filled by the engine step), for the console and the
+        #: top entities' gauges
+        self.windows = ConsoleIndex(settings.console_history_windows)
         self.caches: dict[int, PartitionCache] = {}
         #: per samples partition, the internal records applied since its last flush
         self.pending: dict[int, list[Any]] = defaultdict(list)
@@ -190,6 +202,37 @@ class Worker:
 
         app.page("/metrics")(metrics_page)
         app.page("/ready")(ready_page)
+        console_web.install(app, self.console())
+
+    def console(self) -> Console:
+        """The console over this worker's windows, asking the others the group's assignment
+        names (Faust's table metadata) for theirs."""
+        settings = self.settings
+        app = self.app
+
+        def peers() -> list[str]:
+            try:
+                hosts = app.router.table_metadata(TABLE_NAME)
+            except Exception:  # no assignment yet
+                return []
+            return sorted(str(host).rstrip("/") for host in hosts)
+
+        async def fetch(url: str, path: str, params: Mapping[str, str]) -> Any:
+            async with app.http_client.get(url + path, params=dict(params)) as response:
+                response.raise_for_status()
+                return await response.json(loads=orjson.loads)
+
+        write = config_writer(self.bootstrap, settings.topic_configs, self.signing,
+                              self.security)
+        return Console(self.windows, self.state_of, lambda: self.engine.configs,
+                       self.engine_settings,
+                       ConsoleAccess(settings.console_edit, settings.console_token),
+                       str(app.conf.canonical_url).rstrip("/"), peers, fetch, write)
+
+    def state_of(self, partition: int, key: str) -> Any:
+        """A window's state (or a companion's: shares, debt) in the partition holding it."""
+        cache = self.caches.get(partition)
+        return None if cache is None else cache.get(key)
 
     # -- the ingest ----------------------------------------------------------------------------
 
@@ -447,12 +490,13 @@ class Worker:
             cache = self.caches[partition] = self.partition_cache(partition)
         engine = self.engine
         engine.store = cache
-        out = apply_record(engine, batch, rows, self.top_entities.latest)
+        out = apply_record(engine, batch, rows, self.windows.checks(partition))
         self.stats["samples"] += len(rows) if batch is None else len(batch)
         self.stats["records"] += 1
         now = codec.latest(batch, rows)[0]
         if cache.sweeps.due(now):
             expired = engine.expire(now)
+            self.windows.forget(partition, expired)
             self.stats["expired"] += len(expired)
             metrics.WINDOWS_EXPIRED.inc(len(expired))
         cache.mark(engine.drain_touched())
@@ -472,6 +516,7 @@ class Worker:
     async def publish(self, directive: dict[str, Any], appended_ms: int) -> None:
         self.stats["directives"] += 1
         key = directive_key(directive)
+        self.windows.published_record(directive)
         name = self.directives_name
         await self.produce(name, self.signing.seal(name, key, orjson.dumps(directive)), key=key)
         if directive.get("kind") == "allocation":  # cluster scope: no throttle of its own
@@ -549,9 +594,10 @@ class Worker:
                             tp, offset)
                 self.seek_back(tp, offset)
             self.export_lag()
+            self.chart_windows()
             elapsed = time.monotonic() - exported
             if elapsed >= 10.0:
-                self.top_entities.export()
+                self.export_windows(elapsed)
                 exported = time.monotonic()
                 delta = self.stats - last
                 last = self.stats.copy()
@@ -559,6 +605,41 @@ class Worker:
                          "%d directives, %d windows written, %d expired", elapsed,
                          delta["samples"], delta["samples"] / elapsed, delta["records"],
                          delta["directives"], delta["windows_written"], delta["expired"])
+
+    def chart_windows(self) -> None:
+        """A point a second on the console's charted windows: each one's rate now (read, not
+        measured: the window is left as it is) and, with allocations, per enforcer."""
+        n, w = self.engine_settings.window_num, self.engine_settings.window_ms
+        now_ms = int(time.time() * 1000)
+
+        def reading(key: str) -> tuple[float, float | None, dict[int, float]] | None:
+            found = self.windows.locate(key)
+            if found is None:
+                return None
+            partition, check = found
+            state = self.state_of(partition, key)
+            if not isinstance(state, Rate):
+                return (check.observed, limit_or_none(check.limit), {})
+            shares = self.state_of(partition, SHARES_CODE + SEP + key)
+            parts = {} if not isinstance(shares, Shares) else dict(zip(
+                shares.enforcers, shares.rates(max(now_ms, shares.clock),
+                                               self.engine_settings.allocation_span_ms)))
+            return (state.peek(max(now_ms, state.clock), n, w), limit_or_none(check.limit),
+                    parts)
+
+        self.windows.history.record(now_ms // 1000, reading)
+
+    def export_windows(self, elapsed_s: float) -> None:
+        """The top entities' gauges, and the console's choice of windows to chart, from the
+        windows checked over the last `elapsed_s`."""
+        now_ms = int(time.time() * 1000)
+        since = now_ms - int(elapsed_s * 1000)
+        windows = self.windows
+        busiest, over = windows.busiest(max(self.top_entities.top_n, windows.history.capacity),
+                                        since)
+        self.top_entities.export([check for _, check in busiest[:self.top_entities.top_n]], over)
+        windows.history.choose([key for key, _ in busiest], now_ms // 1000)
+        windows.prune(now_ms)
 
     def export_lag(self) -> None:
         """Records behind the last fetch's high watermark, and how long records waited to be
@@ -589,6 +670,7 @@ class Worker:
                 self.continuity.forget(tp)
                 if tp.topic == self.samples_name:
                     self.caches.pop(tp.partition, None)
+                    self.windows.forget_partition(tp.partition)
                     self.pending.pop(tp.partition, None)
             self.engine.forget_states()  # the engine's references to the dropped caches' states
 

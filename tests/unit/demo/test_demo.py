@@ -95,9 +95,11 @@ def test_the_view_and_the_summary_give_the_same_rates_over_the_same_window(tmp_p
         for t in range(20):
             client.record({"t": t, "bytes": 1000 if client.spec.name == "p" else 200,
                            "accepted": 3, "attempts": 9, "closed": 6})
-    view = DemoView(spec, "127.0.0.1:9092", 1, ["gw0", "gw1"], True, tty=False, colour=False)
+    view = DemoView(spec, "127.0.0.1:9092", 1, ["gw0", "gw1"], True, tty=False, colour=False,
+                    console="http://127.0.0.1:6066/console")
     frame = view.frame(run, _NoDirectives(), 0)
     assert "over the last 11 s (the quota window is 11 s" in frame
+    assert "console http://127.0.0.1:6066/console" in frame
     assert "xLIMIT: RATE / LIMIT" in frame and "LEFT: until the throttle ends" in frame
     (p_row,) = [line for line in frame.splitlines() if line.startswith("client_id=p ")]
     assert "1.00x" in p_row and "/config/clients/p" in p_row

@@ -24,6 +24,7 @@ ENGINE, INTAKE, KAFKA, TABLES = "app.engine", "app.intake", "app.kafka", "tables
 CONTRACT = "app.contract"
 SUBSCRIBER, USAGE, ENFORCEMENT = "app.subscriber", "app.usage", "app.enforcement"
 PIPELINE, GATEWAY, AUDIT, SIM = "app.pipeline", "app.gateway", "app.audit", "app.sim"
+CONSOLE = "app.console"
 ADMIN, CLIENTS, DEMO, DEVSTACK = "app.admin", "app.clients", "app.demo", "app.devstack"
 COMMANDS, CLI = "app.commands", "app.cli"
 ERRORS, SIGNING, SETTINGS = "app.errors", "app.signing", "app.settings"
@@ -50,7 +51,11 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     USAGE: {ENGINE, INTAKE, CONTRACT, KAFKA, ERRORS},
     ENFORCEMENT: {ENGINE, CONTRACT, SUBSCRIBER, USAGE},
     # the drivers
-    PIPELINE: {ENGINE, INTAKE, CONTRACT, KAFKA, TABLES, SETTINGS, SIGNING, ERRORS, GC_TUNING},
+    PIPELINE: {ENGINE, INTAKE, CONTRACT, KAFKA, TABLES, CONSOLE, SETTINGS, SIGNING, ERRORS,
+               GC_TUNING},
+    # the workers' web console: their windows, quota admin through the admin tools' code, and
+    # the explanation `explain` gives
+    CONSOLE: {ENGINE, ADMIN, AUDIT, KAFKA, SIGNING, ERRORS},
     GATEWAY: {ENGINE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, SETTINGS, SIGNING, ERRORS},
     AUDIT: {ENGINE, INTAKE, CONTRACT, KAFKA, SETTINGS, SIGNING, ERRORS},
     # the tools
@@ -78,7 +83,8 @@ NARROWER: dict[str, tuple[str, ...]] = {
 }
 
 #: the product: what a deployment runs or embeds, which never needs the dev stack
-PRODUCT = (ENGINE, INTAKE, CONTRACT, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY, AUDIT)
+PRODUCT = (ENGINE, INTAKE, CONTRACT, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY, AUDIT,
+           CONSOLE)
 #: what drives the engine or a tool: app.kafka serves them and imports none of them
 DRIVERS = (PIPELINE, GATEWAY, AUDIT, SIM, ADMIN, COMMANDS, CLI, DEMO, CLIENTS, DEVSTACK)
 

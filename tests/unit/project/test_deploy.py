@@ -308,8 +308,8 @@ def test_the_worker_takes_secret_settings_from_a_secret(pod_spec: dict[str, Any]
     secrets = [e["secretRef"] for e in worker["envFrom"] if "secretRef" in e]
     assert secrets == [{"name": "quota-streams-kafka-credentials", "optional": True}]
     # the ones the Secret holds (statefulset.yaml's comment names them)
-    assert [n for n, s in SETTINGS_BY_ENV.items() if s.secret] == ["KAFKA_SASL_PASSWORD",
-                                                                   "QS_SIGNING_KEYS"]
+    assert [n for n, s in SETTINGS_BY_ENV.items() if s.secret] == [
+        "KAFKA_SASL_PASSWORD", "QS_SIGNING_KEYS", "QS_CONSOLE_TOKEN"]
 
 
 def test_compose_env_is_exactly_the_settings(compose: dict[str, Any]) -> None:
@@ -975,14 +975,14 @@ def test_gateway_network_policies(
     (monitoring,) = opened[gateway_args.metrics_port]
     assert monitoring["namespaceSelector"]["matchLabels"]
 
-    # the workers take only scrapes of their web port
+    # the workers take only scrapes of their web port, and each other's console questions
     workers = k8s["NetworkPolicy"]["spec"]
     assert workers["podSelector"]["matchLabels"].items() <= (
         k8s["StatefulSet"]["spec"]["template"]["metadata"]["labels"].items())
     (rule,) = workers["ingress"]
     assert [p["port"] for p in rule["ports"]] == [
         p["containerPort"] for p in worker_container["ports"] if p["name"] == "web"]
-    assert rule["from"] == [monitoring]
+    assert rule["from"] == [monitoring, {"podSelector": workers["podSelector"]}]
 
     # the brokers (their own namespace) accept only themselves and quota-streams' own pods
     (brokers,) = load_yaml_docs(K8S / "kafka-networkpolicy.yaml")

@@ -134,3 +134,19 @@ def test_the_engine_settings_are_the_settings_windows_scope_and_allocations() ->
     # a gateway's own quota managers: the same windows, decided as one broker decides
     assert broker_settings(settings.engine()) == dataclasses.replace(
         workers, scope="broker", accounting="kafka", allocations=False)
+
+
+def test_console_editing_is_never_open_without_a_token() -> None:
+    with pytest.raises(SettingsError, match="QS_CONSOLE_EDIT=true needs QS_CONSOLE_TOKEN"):
+        load({"QS_CONSOLE_EDIT": "true"})
+    with pytest.raises(SettingsError, match=r"QS_CONSOLE_TOKEN=<hidden>: must be at least 16"):
+        load({"QS_CONSOLE_EDIT": "true", "QS_CONSOLE_TOKEN": "short"})
+    settings = load({"QS_CONSOLE_EDIT": "true", "QS_CONSOLE_TOKEN": "x" * 16})
+    assert settings.console_edit and "x" * 16 not in repr(settings)
+
+
+def test_the_advertised_web_host_is_one_the_other_workers_can_reach() -> None:
+    assert load({}).advertised_web_host == "127.0.0.1"
+    assert load({"QS_WEB_HOST": "0.0.0.0"}).advertised_web_host == socket.gethostname()
+    assert load({"QS_WEB_HOST": "0.0.0.0", "QS_WEB_ADVERTISED_HOST": "10.1.2.3"}
+                ).advertised_web_host == "10.1.2.3"

@@ -1,0 +1,88 @@
+"""An entity's page, as one worker knows it: its windows, their explanation (the text
+`quota-streams explain` prints, from the live window instead of a replay), the configs in force
+with where they come from, and the charted history."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.audit.explain import Explanation, Snapshot, window_text
+from app.console.index import ConsoleIndex, check_broker, entity_label
+from app.console.query import StateOf, window_row
+from app.engine.configs import REQUEST, QuotaConfigs
+from app.engine.engine import Decision, EngineSettings
+from app.engine.kafka_math import UNLIMITED, bounded_throttle_time_ms, throttle_time_ms
+from app.engine.stats import Rate
+
+#: the longest entity parameter a page may send (JSON text)
+MAX_ENTITY_BYTES = 10_000
+
+
+class EntityError(ValueError):
+    """An entity parameter the page cannot use."""
+
+
+def parse_entity(value: Any) -> dict[str, Any]:
+    """The contract entity a page names: a JSON object of user/client_id/ip/broker/listener."""
+    if not isinstance(value, dict) or not value or len(value) > 3:
+        raise EntityError("entity must be a JSON object such as {\"user\": \"alice\"}")
+    allowed = {"user", "client_id", "ip", "broker", "listener"}
+    if not set(value) <= allowed:
+        raise EntityError(f"entity fields are {', '.join(sorted(allowed))}")
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (str, int)):
+            raise EntityError(f"entity field {k} must be a string or a broker id")
+    return dict(value)
+
+
+def as_decision(check: Any, settings: EngineSettings) -> Decision:
+    """A live window's latest check as the decision it made (a `Window` keeps the rate its
+    check measured and the window it was measured over; its throttle follows from them, capped
+    at one sample for request time as ClientRequestQuotaManager caps it)."""
+    if type(check) is Decision:
+        return check
+    rate: Rate = check.rate
+    window_ms = rate.window or settings.window_num * check.w
+    throttle = 0
+    if check.limit < UNLIMITED and check.observed > check.limit:
+        throttle = (bounded_throttle_time_ms(check.observed, check.limit, window_ms, check.w)
+                    if check.quota == REQUEST else
+                    throttle_time_ms(check.observed, check.limit, window_ms))
+    return Decision(check.quota, check.entity, throttle, "throttle" if throttle else "none",
+                    check.observed, check.limit, window_ms, check.level, check.key,
+                    rate.clock, check_broker(check))
+
+
+def entity_windows(index: ConsoleIndex, entity: Mapping[str, Any], state_of: StateOf,
+                   configs: QuotaConfigs, settings: EngineSettings, now_ms: int, worker: str
+                   ) -> list[dict[str, Any]]:
+    """Every window of `entity` this worker holds, with its explanation and history."""
+    label = entity_label(entity)
+    out = []
+    now_s = now_ms // 1000
+    for partition, key, check in list(index.items()):
+        if index.label(key, check) != label or dict(check.entity) != dict(entity):
+            continue
+        index.history.pin(key, now_s)
+        row = window_row(index, partition, key, check, state_of, now_ms, worker)
+        state = state_of(partition, key)
+        decision = as_decision(check, settings)
+        wkey = (check.quota, decision.broker, label)
+        x = Explanation(dict(entity), now_ms, "live")
+        allocation = index.in_force(check.quota, label, now_ms)
+        directive = allocation if allocation and allocation.get("kind") != "allocation" else None
+        x.windows[wkey] = Snapshot(
+            decision, None, state, directive, decision.throttle_time_ms > 0,
+            configs.resolution_view(check.quota, check.entity),
+            allocation if allocation and allocation.get("kind") == "allocation" else None)
+        x.state_at[wkey] = state
+        row["explanation"] = "\n".join(window_text(x, wkey, settings, at_label="now"))
+        row["precedence"] = [{"level": level, "value": None if v is None else v}
+                             for level, v in configs.resolution_view(check.quota, check.entity)]
+        series = index.history.series.get(key)
+        row["history"] = None if series is None else series.points(now_s)
+        marks = index.marks.get((check.quota, label))
+        row["throttles"] = [] if marks is None else [list(m) for m in marks]
+        out.append(row)
+    return out
