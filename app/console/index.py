@@ -19,6 +19,7 @@ from typing import Any
 from app.engine.configs import MUTATION
 from app.engine.engine import SEP, Decision
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
+from app.engine.stats import Rate
 
 #: how long an entity chart goes back, in seconds (one point a second)
 HISTORY_S = 900
@@ -69,9 +70,24 @@ def usage(check: Any) -> tuple[float | None, float | None]:
     return check.observed, (check.observed / limit if limit else None)
 
 
+def chart_reading(check: Any, state: Any, now_ms: int, n: int, w: int, elapsed_s: int
+                  ) -> tuple[float, float | None, dict[int, float]]:
+    """One history point of a charted window: its rate now (read without changing the window),
+    its limit, and its usage per source over the last `elapsed_s` seconds, which the engine's
+    checks summed into `Window.sources`; the sums start afresh (the first point has none)."""
+    parts: dict[int, float] = {}
+    if type(check) is not Decision:  # a Window: the engine counts its usage per source
+        if check.sources is not None:
+            parts = {source: used / elapsed_s for source, used in check.sources.items()}
+        check.sources = {}
+    rate = state.peek(max(now_ms, state.clock), n, w) if isinstance(state, Rate) \
+        else check.observed
+    return rate, limit_or_none(check.limit), parts
+
+
 class Series:
-    """One window's rate, a point a second for HISTORY_S, and per enforcer where the engine
-    keeps usage per enforcer (allocations); points are float32 in a ring."""
+    """One window's rate, a point a second for HISTORY_S, with its usage per source (broker
+    or gateway) over each second; points are float32 in a ring."""
 
     __slots__ = ("total", "parts", "limit")
 
@@ -122,6 +138,13 @@ class History:
         #: key -> the second until which an opened window stays charted
         self.pinned: dict[str, int] = {}
         self.last_s = -1
+        #: windows no longer charted since the last `take_dropped` (their per-source counting
+        #: is to be stopped)
+        self.dropped: list[str] = []
+
+    def take_dropped(self) -> list[str]:
+        dropped, self.dropped = self.dropped, []
+        return dropped
 
     def pin(self, key: str, now_s: int) -> None:
         """Chart `key` from now on, for HISTORY_S (someone opened it), in place of the least
@@ -137,6 +160,7 @@ class History:
                 del self.pinned[key]
                 return
             del self.series[spare]
+            self.dropped.append(spare)
         self.series[key] = Series()
 
     def choose(self, busiest: list[str], now_s: int) -> None:
@@ -155,6 +179,7 @@ class History:
         wanted = set(keep)
         for key in [k for k in self.series if k not in wanted]:
             del self.series[key]
+            self.dropped.append(key)
         for key in keep:
             if key not in self.series:
                 self.series[key] = Series()

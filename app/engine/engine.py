@@ -203,7 +203,7 @@ class Window:
     """
 
     __slots__ = ("quota", "key", "entity", "limit", "level", "w", "split", "rate", "store",
-                 "drain", "shares", "debt", "observed")
+                 "drain", "shares", "debt", "observed", "sources")
 
     def __init__(self, quota: str, key: str, entity: dict[str, Any], limit: float,
                  level: str | None, w: int, split: float = 0.0) -> None:
@@ -226,6 +226,10 @@ class Window:
         self.debt: TokenBucket | None = None
         #: the rate its last check measured (what the metrics' top entities show)
         self.observed = 0.0
+        #: None, or the usage its checks recorded per broker (broker scope) or enforcer
+        #: (cluster scope) since a driver last took the dict: set by a driver that charts the
+        #: window per source (the console), read and replaced by it, never by the engine
+        self.sources: dict[int, float] | None = None
 
 
 class Decision:
@@ -590,6 +594,9 @@ class QuotaEngine:
                 action = "throttle"
             self._throttled = True
         window.observed = observed
+        sources = window.sources
+        if sources is not None:
+            sources[where] = sources.get(where, 0.0) + value
         if throttle > 0 or not self._quiet:
             decisions.append(Decision(window.quota, window.entity, throttle, action, observed,
                                       limit, rate.window, window.level, window.key, t,
@@ -702,6 +709,9 @@ class QuotaEngine:
                                count, decisions)
         if network_ns:
             rate.record(network_ns * NANOS_TO_PERCENT, t, self._n, window.w)
+            sources = window.sources
+            if sources is not None:
+                sources[where] = sources.get(where, 0.0) + network_ns * NANOS_TO_PERCENT
             if window.debt is not None:
                 window.debt.record(network_ns * NANOS_TO_PERCENT, t, window.limit,
                                    burst(window.limit, self._n, window.w))

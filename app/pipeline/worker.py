@@ -38,11 +38,9 @@ from faust.types import TP
 from mode import CrashingSupervisor
 
 from app.console import web as console_web
-from app.console.index import ConsoleIndex, limit_or_none
+from app.console.index import ConsoleIndex, chart_reading
 from app.console.service import Console, ConsoleAccess, config_writer
-from app.engine.allocation import Shares
-from app.engine.engine import SEP, SHARES_CODE, QuotaEngine
-from app.engine.stats import Rate
+from app.engine.engine import QuotaEngine, Window
 from app.intake.clock import StreamClock
 from app.intake.deadletter import encode_deadletter
 from app.intake.records import Decoded, decode_source
@@ -608,26 +606,25 @@ class Worker:
 
     def chart_windows(self) -> None:
         """A point a second on the console's charted windows: each one's rate now (read, not
-        measured: the window is left as it is) and, with allocations, per enforcer."""
+        measured: the window is left as it is) and its usage per source since the last point
+        (counted by the engine's checks on a charted `Window`: `Window.sources`)."""
         n, w = self.engine_settings.window_num, self.engine_settings.window_ms
         now_ms = int(time.time() * 1000)
+        history = self.windows.history
+        for key in history.take_dropped():
+            found = self.windows.locate(key)
+            if found is not None and isinstance(found[1], Window):
+                found[1].sources = None
+        elapsed_s = max(1, now_ms // 1000 - history.last_s)
 
         def reading(key: str) -> tuple[float, float | None, dict[int, float]] | None:
             found = self.windows.locate(key)
             if found is None:
                 return None
             partition, check = found
-            state = self.state_of(partition, key)
-            if not isinstance(state, Rate):
-                return (check.observed, limit_or_none(check.limit), {})
-            shares = self.state_of(partition, SHARES_CODE + SEP + key)
-            parts = {} if not isinstance(shares, Shares) else dict(zip(
-                shares.enforcers, shares.rates(max(now_ms, shares.clock),
-                                               self.engine_settings.allocation_span_ms)))
-            return (state.peek(max(now_ms, state.clock), n, w), limit_or_none(check.limit),
-                    parts)
+            return chart_reading(check, self.state_of(partition, key), now_ms, n, w, elapsed_s)
 
-        self.windows.history.record(now_ms // 1000, reading)
+        history.record(now_ms // 1000, reading)
 
     def export_windows(self, elapsed_s: float) -> None:
         """The top entities' gauges, and the console's choice of windows to chart, from the

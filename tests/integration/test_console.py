@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover
 pytestmark = pytest.mark.integration
 
 HOSTILE = "<img src=x onerror=window.__pwned=1>"
-WIDE = "Ünïcødé-名前-" * 120  # ~2 kB of non-ASCII in a user name
+WIDE = ("Ünïcødé-名前-" * 100)[:1024]  # the longest name an event may carry, 2.3 kB of UTF-8
 TOKEN = secrets.token_hex(16)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
@@ -169,6 +169,12 @@ def test_the_console_shows_the_workers_windows_in_a_browser(
                 assert not errors, errors
             shown = page.locator("#entities tbody tr").count()
             assert shown == min(50, len(rows))
+            # the page shows the windows' numbers: each row's utilization is its window's
+            for i in range(5):
+                line = page.locator("#entities tbody tr").nth(i)
+                row = rows[str(line.get_attribute("data-key"))]
+                shown_pct = line.get_by_test_id("utilization").inner_text().strip()
+                assert shown_pct == f"{row['utilization'] * 100:.1f}%", (row, shown_pct)
             assert "2 worker(s)" in page.get_by_test_id("status").inner_text()
 
             # the hostile client id is text: no image element, no script ran
@@ -177,6 +183,8 @@ def test_the_console_shows_the_workers_windows_in_a_browser(
             expect(page.locator("#entities tbody tr").first).to_contain_text(HOSTILE)
             assert page.locator("#entities img").count() == 0
             assert page.evaluate("window.__pwned") is None
+            page.get_by_test_id("filter").fill("名前")
+            expect(page.locator("#entities tbody tr").first).to_contain_text(WIDE)
 
             # a click reaches the entity's windows, chart and explanation
             page.get_by_test_id("filter").fill("user=alice")

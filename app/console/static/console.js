@@ -191,9 +191,15 @@ function chart(w, unit) {
     root.append(svg("path", { d: d + "Z", fill: COLORS[k % COLORS.length], "fill-opacity": 0.55, "data-series": name }));
     upper.forEach((v, i) => { base[i] = v; });
   });
-  let limit = "";
-  h.limit.forEach((v, i) => { if (v !== null) limit += (limit ? "L" : "M") + x(i).toFixed(1) + "," + y(v).toFixed(1); });
+  const line = (values) => {
+    let d = "";
+    values.forEach((v, i) => { if (v !== null) d += (d ? "L" : "M") + x(i).toFixed(1) + "," + y(v).toFixed(1); });
+    return d;
+  };
+  const limit = line(h.limit);
   if (limit) root.append(svg("path", { class: "limit", d: limit }));
+  const rate = parts.length ? line(h.total) : "";
+  if (rate) root.append(svg("path", { class: "rate", d: rate }));
   const startMs = h.start_s * 1000;
   for (const [ts] of w.throttles) {
     const i = (ts - startMs) / 1000;
@@ -203,9 +209,11 @@ function chart(w, unit) {
   series.forEach(([name], k) => {
     const swatch = el("i");
     swatch.style.background = COLORS[k % COLORS.length];
-    legend.append(el("span", {}, swatch, parts.length ? "enforcer " + name : "rate"));
+    legend.append(el("span", {}, swatch, parts.length ? "broker or gateway " + name : "rate"));
   });
-  legend.append(el("span", { class: "muted" }, "dashed: quota · red ticks: throttles"));
+  legend.append(el("span", { class: "muted" }, (parts.length
+    ? "areas: usage per second by source · line: the rate over the quota window · " : "")
+    + "dashed: quota · red ticks: throttles"));
   return el("div", {}, root, legend);
 }
 

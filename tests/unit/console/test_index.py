@@ -95,3 +95,35 @@ def test_the_busiest_are_the_most_utilized_recent_windows() -> None:
     assert over == sum(1 for _, _, c in index.items() if c.observed > c.limit) > 0
     assert index.busiest(3, since_ms=T0 + 10**9) == ([], 0)
     assert len(USERS) <= len(index)
+
+
+def test_a_charted_window_counts_its_usage_per_source_and_no_other_does() -> None:
+    """Cluster scope, two gateways: the chart's areas are each gateway's bytes per second
+    since the last point; a window not charted counts nothing."""
+    from app.engine.engine import EngineSettings, QuotaEngine
+    from app.engine.events import parse_event
+    from app.console.index import chart_reading
+    from tests.unit.console.engine_windows import configs
+
+    engine = QuotaEngine(EngineSettings(scope="cluster"), configs())
+
+    def produce(ts: int, user: str, gateway: int, nbytes: int) -> None:
+        engine.process(parse_event({"v": 1, "type": "request", "ts": ts, "broker": 1,
+                                    "gateway": gateway, "user": user, "client_id": "app",
+                                    "api": "Produce", "bytes": nbytes}))
+
+    produce(T0, "alice", 1, 100)
+    produce(T0, "bob", 1, 100)
+    windows = engine.drain_windows()
+    alice = next(w for w in windows.values() if w.entity["user"] == "alice")
+    bob = next(w for w in windows.values() if w.entity["user"] == "bob")
+    first = chart_reading(alice, engine.store[alice.key], T0, 11, 1000, 1)
+    assert first[2] == {} and alice.sources == {}  # counting starts now
+    for i in range(4):
+        produce(T0 + 100 * i, "alice", 1, 1_000)
+        produce(T0 + 100 * i, "alice", 2, 3_000)
+        produce(T0 + 100 * i, "bob", 2, 3_000)
+    rate, limit, parts = chart_reading(alice, engine.store[alice.key], T0 + 2_000, 11, 1000, 2)
+    assert parts == {1: 2_000.0, 2: 6_000.0} and limit == 20_000
+    assert rate == engine.store[alice.key].peek(T0 + 2_000, 11, 1000) > 0
+    assert alice.sources == {} and bob.sources is None
