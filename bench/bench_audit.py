@@ -1,4 +1,4 @@
-"""Benchmark: audit throughput (events/s) on a local Spark, end to end against a Kafka broker.
+"""Benchmark: audit throughput (events/s) on Spark, end to end against a Kafka broker.
 
 What is timed: `run_audit` on N events already in Kafka, i.e. reading the event topics with the
 `quota_kafka` source, step 1 (validate, skew clock, route), the shuffle and sort by route key,
@@ -17,7 +17,12 @@ mutations, configs); the control topic gets the directives the in-process recomp
 minus 5 and with 5 changed, so the diff has known answers (checked).
 
     python bench/bench_audit.py                       # 1M events, local[2]
+    python bench/bench_audit.py --standalone 2        # the same on a standalone cluster of
+                                                      # two one-core workers (own JVMs)
     python bench/bench_audit.py --events 200000 --profile
+
+With --standalone the CPU columns add up the cluster's processes too: its master and worker
+JVMs, the executors they start and the executors' Python workers.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -51,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated: summaries (the default output), decisions "
                    "(--decisions: also a row per decision); each run audits each mode")
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--standalone", type=int, default=0, metavar="WORKERS",
+                   help="start a Spark standalone cluster of WORKERS one-core workers on "
+                   "loopback (app/devstack/spark.py) and audit on it instead of --master")
     p.add_argument("--route-partitions", type=int, default=None,
                    help="step-2 partitions (default: the audit's default)")
     p.add_argument("--driver-memory", default="2g")
@@ -277,12 +286,14 @@ def diagnose(spark, opts) -> None:  # type: ignore[no-untyped-def]
         previous = (took, jvm, python)
 
 
-def spark_cpu() -> tuple[float, float]:
-    """CPU seconds used so far by this process's descendants: (the JVM, Spark's Python workers).
+def spark_cpu(cluster: tuple[int, ...] = ()) -> tuple[float, float]:
+    """CPU seconds used so far by this process's descendants and by the `cluster` processes
+    (a standalone cluster's master and workers) with theirs: (JVMs, Spark's Python workers).
 
     On a shared box wall time depends on the neighbours; CPU seconds much less. Linux /proc
     only (zeros elsewhere). Exited workers count once their parent has reaped them. A child in
-    a session of its own (the local Kafka's nodes) is not Spark's and is left out.
+    a session of its own (the local Kafka's nodes) is not Spark's and is left out, unless it
+    is one of `cluster`.
     """
     proc = Path("/proc")
     children: dict[int, list[int]] = {}
@@ -294,12 +305,11 @@ def spark_cpu() -> tuple[float, float]:
         except OSError:
             continue
         fields = rest.split()
-        if fields[3] == entry.name:  # a session leader: started apart, not by Spark
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
         stats[int(entry.name)] = (name.split("(", 1)[1], sum(map(int, fields[11:15])) / tick)
+        if fields[3] != entry.name:  # a session leader: started apart, not by Spark
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     jvm = python = 0.0
-    todo = list(children.get(os.getpid(), []))
+    todo = list(children.get(os.getpid(), [])) + [p for p in cluster if p in stats]
     while todo:
         pid = todo.pop()
         comm, cpu = stats[pid]
@@ -311,7 +321,40 @@ def spark_cpu() -> tuple[float, float]:
     return jvm, python
 
 
-def cpu_progress():  # type: ignore[no-untyped-def]
+#: (role, what its Java command line names) of the Spark processes `peak_memory` reports
+SPARK_ROLES = (("driver (JVM)", "org.apache.spark.deploy.SparkSubmit"),
+               ("executor (JVM)", "CoarseGrainedExecutorBackend"),
+               ("standalone master and workers (JVM)", "org.apache.spark.deploy."))
+
+
+def peak_memory() -> dict[str, list[float]]:
+    """Memory (MB) by role: the resident memory now of this process (the driver's Python; the
+    input it built was freed before the audit, and its peak is the input's), and the peak
+    resident memory so far (Linux's VmHWM) of every Spark JVM on the machine."""
+    def status(pid: str, field: str) -> float:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def hwm(pid: str) -> float:
+        return status(pid, "VmHWM:")
+
+    gc.collect()
+    out: dict[str, list[float]] = {"this process now (the driver's Python, which built the input)": [
+        status(str(os.getpid()), "VmRSS:")]}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = entry.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode()
+            role = next((r for r, marker in SPARK_ROLES if marker in cmdline), None)
+            if role is not None:
+                out.setdefault(role, []).append(hwm(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return out
+
+
+def cpu_progress(cluster: tuple[int, ...]):  # type: ignore[no-untyped-def]
     """A quiet `Progress` that also records (JVM, Python) CPU seconds per step."""
     from app.audit.session import Progress
 
@@ -322,7 +365,7 @@ def cpu_progress():  # type: ignore[no-untyped-def]
             self._at: tuple[str, tuple[float, float]] | None = None
 
         def step(self, name: str) -> None:
-            now = spark_cpu()
+            now = spark_cpu(cluster)
             if self._at is not None:
                 step, before = self._at
                 self.cpu[step] = (now[0] - before[0], now[1] - before[1])
@@ -343,11 +386,13 @@ def main(argv: list[str] | None = None) -> int:
     from app.audit.options import AuditOptions
     from app.audit.session import build_session
     from app.devstack.kafka import KafkaCluster
+    from app.devstack.spark import SparkStandalone, loopback_env
     from app.engine.engine import EngineSettings
     from app.kafka.security import PLAINTEXT
     from app.signing import Signing
 
     broker = None
+    standalone: SparkStandalone | None = None
     bootstrap = args.bootstrap
     if not bootstrap:
         broker = KafkaCluster().start()
@@ -359,11 +404,17 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(produce(bootstrap, by_topic, partitions))
         records = sum(len(v) for v in by_topic.values())
         print(f"produced {records:,} records in {time.perf_counter() - started:.1f}s", flush=True)
+        del by_topic
         if args.profile:
             profile(local, configs, streams)
         del local
 
         started = time.perf_counter()
+        if args.standalone:
+            standalone = SparkStandalone(Path(args.out) / "spark", workers=args.standalone,
+                                         cores=1, memory="2g").start()
+            os.environ.update(loopback_env())
+            args.master = standalone.url
         spark = build_session(args.master, args.driver_memory, None, "bench-audit",
                               args.jvm_options)
         print(f"Spark session ({args.master}) in {time.perf_counter() - started:.1f}s "
@@ -376,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
                                 settings=EngineSettings(), topics=topics, bootstrap=bootstrap,
                                 partitions=args.route_partitions, report=False,
                                 decisions=mode == "decisions")
-            progress = cpu_progress()
+            progress = cpu_progress(tuple(p.pid for p in standalone.procs) if standalone else ())
             summary = run_audit(spark, opts, progress)
             jvm, python = (sum(c[k] for name, c in progress.cpu.items()
                                if not name.startswith("usage")) for k in (0, 1))
@@ -410,11 +461,17 @@ def main(argv: list[str] | None = None) -> int:
               "+ diff (the driver's own Python is not counted)")
         if args.runs > 1:
             print("* first run includes Python worker start-up")
+        peaks = peak_memory()
+        print("memory: " + "; ".join(
+            f"{role} {', '.join(f'{mb:,.0f} MB' for mb in values)}"
+            for role, values in peaks.items() if values))
         if args.diagnose:
             diagnose(spark, opts)
         spark.stop()
         return 0 if all(r[9] for r in rows) else 1
     finally:
+        if standalone is not None:
+            standalone.stop()
         if broker is not None:
             broker.stop()
 

@@ -51,7 +51,8 @@ HISTOGRAMS = frozenset(
         "quota_streams_event_to_directive_latency_seconds",
     }
 )
-PROMETHEUS_BUILTINS = frozenset({"up"})
+#: metrics Prometheus has of itself (`up`) and of kube-state-metrics (the audit Job's status)
+PROMETHEUS_BUILTINS = frozenset({"up", "kube_job_status_failed"})
 
 
 def exported_metrics() -> frozenset[str]:
@@ -1098,3 +1099,78 @@ def test_compose_gateway_health_and_stop(compose: dict[str, Any]) -> None:
     assert f"127.0.0.1:{args.metrics_port}/ready" in " ".join(gateway["healthcheck"]["test"])
     grace = int(gateway["stop_grace_period"].removesuffix("s"))
     assert grace >= args.drain_timeout_ms / 1000 + 5
+
+
+# --------------------------------------------------------------------------- the scheduled audit
+
+
+def audit_argv(cronjob: dict[str, Any], configmap: dict[str, str]) -> list[str]:
+    """The CronJob's `quota-streams audit` command line, as its shell would run it at
+    2026-11-28 01:30 UTC with the ConfigMap's environment."""
+    (container,) = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    shell, flag, script = container["command"]
+    assert (shell, flag) == ("/bin/sh", "-c")
+    env = {**configmap, "PATH": "/usr/bin:/bin"}
+    fake_date = ("date() { case \"$*\" in *'- 25 hours'*) echo 2026-11-27T00:00:00Z;; "
+                 "*'- 1 hour'*) echo 2026-11-28T00:00:00Z;; *%H%MZ*) echo 2026-11-28T0130Z;; "
+                 "*) echo 2026-11-28T01:00:00Z;; esac; }; ")
+    script = fake_date + script.replace("exec quota-streams", "printf '%s\\n' quota-streams")
+    done = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True,
+                          check=True)
+    argv = done.stdout.splitlines()
+    assert argv[0] == "quota-streams"
+    return argv[1:]
+
+
+def test_the_scheduled_audit_audits_the_last_day_as_the_workers_decided(
+    k8s: dict[str, dict[str, Any]], configmap: dict[str, str]
+) -> None:
+    from app.cli import build_parser
+    from app.settings import load
+
+    cronjob = k8s["CronJob"]
+    argv = audit_argv(cronjob, configmap)
+    args = build_parser().parse_args(argv)
+    assert argv[0] == "audit"
+    assert (args.time_from, args.time_to) == ("2026-11-27T00:00:00Z", "2026-11-28T00:00:00Z")
+    assert args.input == ["kafka"] and args.master.startswith("local[")
+    assert args.tolerance == "0" and not args.no_report
+    # the engine's settings are the workers' (the same ConfigMap)
+    workers = load(configmap).engine()
+    assert (args.scope, args.accounting) == (workers.scope, workers.accounting)
+    assert (args.window_num, args.window_ms) == (workers.window_num, workers.window_ms)
+    assert (args.controller_window_num, args.controller_window_ms) == (
+        workers.controller_window_num, workers.controller_window_ms)
+    assert (args.config_grace_ms, args.idle_expiry_ms) == (workers.config_grace_ms,
+                                                           workers.idle_expiry_ms)
+    assert args.allocations == workers.allocations
+    # the topics: the CLI's defaults are QS_TOPIC_*, which the ConfigMap gives the pod
+    spec = cronjob["spec"]
+    job = spec["jobTemplate"]["spec"]
+    pod = job["template"]["spec"]
+    (container,) = pod["containers"]
+    assert spec["concurrencyPolicy"] == "Forbid" and job["backoffLimit"] == 0
+    assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"]
+    assert container["image"].startswith("quota-streams-audit")
+    # reports land on the volume, one directory per run
+    (mount,) = container["volumeMounts"]
+    assert args.out.startswith(mount["mountPath"] + "/")
+    (volume,) = pod["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == k8s["PersistentVolumeClaim"][
+        "metadata"]["name"]
+    # read-only credentials of their own, not the workers'
+    refs = container["envFrom"]
+    assert {"configMapRef": {"name": k8s["ConfigMap"]["metadata"]["name"]}} in refs
+    secrets = [r["secretRef"] for r in refs if "secretRef" in r]
+    assert secrets == [{"name": "quota-streams-audit-credentials", "optional": True}]
+
+
+def test_the_audit_image_installs_the_audit_extra() -> None:
+    lines = [line.strip() for line in (ROOT / "Dockerfile.audit").read_text().splitlines()]
+    assert "RUN pip wheel --no-deps --wheel-dir /wheels ." in lines
+    assert any("[audit]" in line and line.startswith("RUN pip install") for line in lines)
+    assert any("jre" in line for line in lines)
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users and users[-1].split(":")[0] == "10001"
+    (entrypoint,) = [line for line in lines if line.startswith("ENTRYPOINT")]
+    assert json.loads(entrypoint.removeprefix("ENTRYPOINT")) == ["quota-streams"]
