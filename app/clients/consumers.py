@@ -17,6 +17,9 @@ from app.kafka.security import KafkaSecurity
 
 #: how long kafka-python's consumer loop rests after a poll that came back empty
 POLL_YIELD_S = 0.02
+#: how long kafka-python's consumer may wait for its group to assign it partitions; its run
+#: (and its clock) starts once it has them
+JOIN_WAIT_S = 60.0
 
 
 def consume(library: str, bootstrap: str, topic: str, client_id: str, group: str,
@@ -72,8 +75,24 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
         auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=1000,
         max_partition_fetch_bytes=fetch_bytes, bootstrap_timeout_ms=timeout_ms,
         **security.kafka_python()))
-    deadline = time.monotonic() + seconds
     try:
+        # On a loaded two-core box kafka-python's group join has taken up to ~45 s (its network
+        # thread and the poll loop share one lock and the GIL); the other libraries join in a
+        # few seconds. Its run starts once the group assigned it partitions, so its seconds
+        # measure consuming, and how long the join took is in its last line.
+        joining = time.monotonic()
+        first: list[bytes | None] = []
+        while not consumer.assignment():
+            batches = consumer.poll(timeout_ms=0, max_records=500)
+            first = [r.value for records in batches.values() for r in records]
+            if time.monotonic() - joining > JOIN_WAIT_S:
+                raise RuntimeError(f"no partitions assigned after {JOIN_WAIT_S:.0f} s")
+            if not first:
+                time.sleep(POLL_YIELD_S)
+        reporter.notes["joined_s"] = round(time.monotonic() - joining, 1)
+        reporter.restart()
+        _count(reporter, first)
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             # poll(0): what the network thread has fetched, without waiting in `poll`.
             # kafka-python 3's network thread needs the client's lock to handle a group answer

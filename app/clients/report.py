@@ -43,6 +43,15 @@ class Reporter:
         self.second = 0
         self.current: defaultdict[str, float] = defaultdict(float)
         self.totals: defaultdict[str, float] = defaultdict(float)
+        #: facts of the run for the last line (e.g. how long a consumer's group join took)
+        self.notes: dict[str, Any] = {}
+
+    def restart(self) -> None:
+        """Count from now: second 0 starts here (a client whose run begins later than its
+        process, e.g. a consumer once its group assigned it partitions)."""
+        self.start = time.monotonic()
+        self.second = 0
+        self.current = defaultdict(float)
 
     def add(self, counter: str, amount: float = 1) -> None:
         self.tick()
@@ -59,7 +68,8 @@ class Reporter:
 
     def finish(self, **extra: Any) -> None:
         self.tick()
-        self._line({"final": True, "seconds": time.monotonic() - self.start, **self.totals, **extra})
+        self._line({"final": True, "seconds": time.monotonic() - self.start, **self.totals,
+                    **self.notes, **extra})
 
     def _line(self, data: dict[str, Any]) -> None:
         self.out.write(json.dumps({"name": self.name, **data}) + "\n")

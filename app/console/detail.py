@@ -70,16 +70,15 @@ def entity_windows(index: ConsoleIndex, entity: Mapping[str, Any], state_of: Sta
         decision = as_decision(check, settings)
         wkey = (check.quota, decision.broker, label)
         x = Explanation(dict(entity), now_ms, "live")
-        allocation = index.in_force(check.quota, label, now_ms)
-        directive = allocation if allocation and allocation.get("kind") != "allocation" else None
+        published = index.in_force(check.quota, label, now_ms)
+        allocated = published is not None and published.get("kind") == "allocation"
+        precedence = configs.resolution_view(check.quota, check.entity)
         x.windows[wkey] = Snapshot(
-            decision, None, state, directive, decision.throttle_time_ms > 0,
-            configs.resolution_view(check.quota, check.entity),
-            allocation if allocation and allocation.get("kind") == "allocation" else None)
+            decision, None, state, None if allocated else published,
+            decision.throttle_time_ms > 0, precedence, published if allocated else None)
         x.state_at[wkey] = state
         row["explanation"] = "\n".join(window_text(x, wkey, settings, at_label="now"))
-        row["precedence"] = [{"level": level, "value": None if v is None else v}
-                             for level, v in configs.resolution_view(check.quota, check.entity)]
+        row["precedence"] = [{"level": level, "value": value} for level, value in precedence]
         series = index.history.series.get(key)
         row["history"] = None if series is None else series.points(now_s)
         marks = index.marks.get((check.quota, label))

@@ -345,7 +345,9 @@ def assert_gets_quota(lines: list[dict[str, Any]], client: str, warmup: float, s
     rate = rate_after(lines, warmup, seconds)
     got = per_second(lines)
     shown = [round(got.get(t, 0.0) / 1000) for t in range(int(seconds))]
-    assert GETS[0] * QUOTA <= rate <= GETS[1] * QUOTA, (client, rate / QUOTA, shown, detail)
+    final = next((line for line in lines if line.get("final")), {})
+    assert GETS[0] * QUOTA <= rate <= GETS[1] * QUOTA, (client, rate / QUOTA, shown, detail,
+                                                        final)
 
 
 @pytest.mark.slow
