@@ -38,7 +38,7 @@ def test_demo_runs_real_clients_through_gateways_and_stops_everything(tmp_path: 
     env = {k: v for k, v in os.environ.items()
            if k != "KAFKA_BOOTSTRAP_SERVERS" and not k.startswith("QS_")}
     env["NO_COLOR"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--duration", "20"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--duration", "30"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     err, out = proc.stderr, proc.stdout
