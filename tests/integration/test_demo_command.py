@@ -1,5 +1,5 @@
 """`quota-streams demo`, as the README's first command runs it: its own local Kafka, a worker,
-two gateways and the real clients of scenarios/demo.yaml, for 20 s, then everything stopped.
+two gateways and the real clients of scenarios/demo.yaml, for 30 s, then everything stopped.
 
 It runs alone: eight client processes, two gateways, a worker and a broker keep both cores busy.
 """
