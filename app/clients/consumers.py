@@ -76,9 +76,9 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
         max_partition_fetch_bytes=fetch_bytes, bootstrap_timeout_ms=timeout_ms,
         **security.kafka_python()))
     try:
-        # On a loaded two-core box kafka-python's group join has taken up to ~45 s (its network
-        # thread and the poll loop share one lock and the GIL); the other libraries join in a
-        # few seconds. Its run starts once the group assigned it partitions, so its seconds
+        # On a loaded two-core box kafka-python's group join can take tens of seconds (its
+        # network thread and the poll loop share one lock and the GIL); the other libraries
+        # join in a few seconds. Its run starts once the group assigned it partitions, so its seconds
         # measure consuming, and how long the join took is in its last line.
         joining = time.monotonic()
         first: list[bytes | None] = []

@@ -61,7 +61,7 @@ def entity_windows(index: ConsoleIndex, entity: Mapping[str, Any], state_of: Sta
     label = entity_label(entity)
     out = []
     now_s = now_ms // 1000
-    for partition, key, check in list(index.items()):
+    for partition, key, check in index.items():
         if index.label(key, check) != label or dict(check.entity) != dict(entity):
             continue
         index.history.pin(key, now_s)

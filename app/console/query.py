@@ -104,8 +104,7 @@ def row_order(sort: str) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     return key
 
 
-def throttled_until(partition: int, key: str, check: Any, state_of: StateOf,
-                    now_ms: int) -> int | None:
+def throttled_until(partition: int, key: str, state_of: StateOf, now_ms: int) -> int | None:
     """When the window's throttle ends, if it is throttled now: the last directive's end, or
     an allocated window's debt repaid (`QuotaEngine._allocated_throttle`)."""
     until = 0
@@ -129,8 +128,7 @@ def select(index: ConsoleIndex, query: Query, state_of: StateOf, now_ms: int,
             label = index.label(key, check)
             if text and text not in label.lower():
                 continue
-            if query.throttled and throttled_until(partition, key, check, state_of,
-                                                   now_ms) is None:
+            if query.throttled and throttled_until(partition, key, state_of, now_ms) is None:
                 continue
             observed, utilization = usage(check)
             yield (order_key(sort, check.quota, label, observed, limit_or_none(check.limit),
@@ -166,7 +164,7 @@ def window_row(index: ConsoleIndex, partition: int, key: str, check: Any, state_
         "tokens": check.observed if observed is None and limit is not None else None,
         "utilization": utilization,
         "checked_ms": check_time(check), "broker": check_broker(check),
-        "throttled_until": throttled_until(partition, key, check, state_of, now_ms),
+        "throttled_until": throttled_until(partition, key, state_of, now_ms),
         "in_force": None if in_force is None else summary(in_force),
         "enforcers": [] if shares is None else list(shares.enforcers),
         "worker": worker,
