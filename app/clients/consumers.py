@@ -76,29 +76,31 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
         max_partition_fetch_bytes=fetch_bytes, bootstrap_timeout_ms=timeout_ms,
         **security.kafka_python()))
     try:
-        # On a loaded two-core box kafka-python's group join can take tens of seconds (its
-        # network thread and the poll loop share one lock and the GIL); the other libraries
-        # join in a few seconds. Its run starts once the group assigned it partitions, so its seconds
+        # The join is one poll that may wait for all of it. kafka-python 3.0 gives up on its
+        # JoinGroup/SyncGroup task when a poll's timeout ends, and its next poll replaces a task
+        # that completed in between with a new JoinGroup: polled with a zero timeout it rejoined
+        # generation after generation (86 in 3 s alone; assigned nothing for a minute in a
+        # loaded suite). Its run starts once the group assigned it partitions, so its seconds
         # measure consuming, and how long the join took is in its last line.
         joining = time.monotonic()
         first: list[bytes | None] = []
         while not consumer.assignment():
-            batches = consumer.poll(timeout_ms=0, max_records=500)
-            first = [r.value for records in batches.values() for r in records]
-            if time.monotonic() - joining > JOIN_WAIT_S:
+            left = joining + JOIN_WAIT_S - time.monotonic()
+            if left <= 0:
                 raise RuntimeError(f"no partitions assigned after {JOIN_WAIT_S:.0f} s")
-            if not first:
-                time.sleep(POLL_YIELD_S)
+            batches = consumer.poll(timeout_ms=int(left * 1000), max_records=500)
+            first = [r.value for records in batches.values() for r in records]
         reporter.notes["joined_s"] = round(time.monotonic() - joining, 1)
+        # the group's generation when it joined: 1 for a group it joined alone in one round
+        joined = consumer._coordinator.generation_if_stable()  # kafka-python exposes no other
+        reporter.notes["generation"] = joined.generation_id if joined else None
         reporter.restart()
         _count(reporter, first)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            # poll(0): what the network thread has fetched, without waiting in `poll`.
-            # kafka-python 3's network thread needs the client's lock to handle a group answer
-            # (a JoinGroup, an OffsetFetch); a `poll` that waits takes that lock again and again
-            # while it waits, and such an answer could wait for as long as the loop ran, the
-            # consumer assigned nothing. Resting outside `poll` leaves the lock free.
+            # poll(0): what the network thread has fetched, without waiting in `poll`; back-to-
+            # back waiting polls kept retaking the client's lock that kafka-python 3's network
+            # thread needs, so the loop rests outside `poll` when nothing came.
             batches = consumer.poll(timeout_ms=0, max_records=500)
             values = [r.value for records in batches.values() for r in records]
             _count(reporter, values)
