@@ -12,7 +12,8 @@ from app.commands.support import int_at_least, positive_float
 from app.gateway.limits import MAX_REQUEST_BYTES, PRE_AUTH_FRAME, Limits
 
 if TYPE_CHECKING:
-    from app.gateway.server import Gateway, GatewayConfig
+    from app.gateway.config import GatewayConfig
+    from app.gateway.server import Gateway
     from app.settings import Settings
 
 EPILOG = """\
@@ -251,7 +252,7 @@ def build_config(args: argparse.Namespace, settings: Settings) -> GatewayConfig:
     from app.enforcement.local import broker_settings
     from app.engine.events import MAX_ID
     from app.errors import UserError
-    from app.gateway.server import GatewayConfig
+    from app.gateway.config import GatewayConfig
     from app.gateway.tls import client_context, server_context
 
     host = args.advertised_host or args.listen[0]

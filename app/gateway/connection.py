@@ -56,8 +56,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from app.gateway import apis, messages
 from app.gateway.authentication import (
@@ -82,12 +83,15 @@ from app.gateway.limits import (
     PRE_AUTH_FRAME,
     PROXY_HEADER_TIMEOUT_S,
 )
-from app.gateway.messages import MessageError
+from app.enforcement.local import LocalQuotas
+from app.enforcement.mutations import MutationQuota
+from app.enforcement.requests import RequestQuota
+from app.gateway.config import GatewayConfig
+from app.gateway.messages import MessageError, Node
+from app.gateway.metrics import GatewayMetrics
 from app.gateway.mutations import MutationContext
 from app.gateway.proxy_protocol import ProxyHeaderError, ProxyHeaderReader
-
-if TYPE_CHECKING:
-    from app.gateway.server import Gateway
+from app.usage.recorder import UsageRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -174,10 +178,52 @@ class _Side(asyncio.Protocol):
         self.session.write_paused(self.upstream, False)
 
 
+class Host(Protocol):
+    """What a `Session` needs of the gateway instance it belongs to (`app.gateway.server.Gateway`):
+    its configuration and clocks, the quota decisions and usage it shares, its metrics, and the
+    connection bookkeeping a session reports to."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    def now_ms(self) -> int: ...
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+    @property
+    def listener(self) -> str: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def local(self) -> LocalQuotas | None: ...
+    @property
+    def usage(self) -> UsageRecorder: ...
+    @property
+    def request_quota(self) -> RequestQuota: ...
+    @property
+    def mutation_quota(self) -> MutationQuota: ...
+    # the brokers and their addresses through this gateway
+    @property
+    def metadata_version(self) -> int: ...
+    @property
+    def cluster_known(self) -> bool: ...
+    def learn(self, nodes: list[Node]) -> asyncio.Future[None] | None: ...
+    def client_address(self, node_id: int) -> tuple[str, int] | None: ...
+    # a session's connections
+    @property
+    def draining(self) -> bool: ...
+    def opened(self, session: Session) -> bool: ...
+    def admit(self, session: Session) -> None: ...
+    def connect(self, session: Session) -> None: ...
+    def lingering(self, session: Session) -> None: ...
+    def client_closed(self, session: Session) -> None: ...
+    def forget(self, session: Session) -> None: ...
+
+
 class Session:
     """The state of one client connection through the gateway."""
 
-    def __init__(self, core: Gateway, node_id: int, bootstrap: bool = False) -> None:
+    def __init__(self, core: Host, node_id: int, bootstrap: bool = False) -> None:
         self.core = core
         self.node_id = node_id
         self.bootstrap = bootstrap  # came in on the bootstrap port: goes to the upstream address
@@ -193,7 +239,7 @@ class Session:
         self.connecting: asyncio.Future[None] | None = None  # the broker connection being made
         self.opened_at = core.clock()
         self.active = self.opened_at  # when bytes last came from either side
-        self._max_request = core.limits.max_request_bytes
+        self._max_request = core.config.limits.max_request_bytes
         self._from_client = FrameReader(self.auth.frame_limit(self._max_request),
                                         held_keys=apis.AUTHENTICATOR_APIS,
                                         held_frame=PRE_AUTH_FRAME)

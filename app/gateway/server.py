@@ -40,8 +40,8 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.enforcement.connections import AcceptQueue, ConnectionQuota
@@ -49,84 +49,29 @@ from app.enforcement.local import LocalQuotas
 from app.enforcement.mutations import MutationQuota
 from app.enforcement.requests import RequestQuota
 from app.enforcement.sources import Directives, QuotaSources
-from app.engine.engine import EngineSettings
 from app.errors import reason
 from app.gateway import messages
 from app.gateway.connection import Session
 from app.gateway.frames import SIZE, frame
-from app.gateway.limits import ConnectionCounts, Limits
+from app.gateway.config import Address, GatewayConfig
+from app.gateway.limits import ConnectionCounts
 from app.gateway.messages import MessageError, Node
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.nodes import NodeMap, PortRule
-from app.kafka.security import KafkaSecurity
 from app.kafka.supervision import Supervised, Supervision
-from app.signing import Signing
 from app.subscriber.allocations import AllocatedLimits
 from app.usage.drops import Drops
 from app.usage.publisher import EventPublisher, Source
 from app.usage.recorder import UsageRecorder
-from app.usage.records import DEFAULT_RECORD_BYTES, RecordEncoder
+from app.usage.records import RecordEncoder
 
 if TYPE_CHECKING:
     from app.kafka.config_follower import ConfigFollower
 
 logger = logging.getLogger(__name__)
 
-Address = tuple[str, int]
-
-
 class GatewayError(RuntimeError):
     """The gateway cannot start; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    upstream: tuple[Address, ...]
-    listen: Address
-    advertised_host: str
-    kafka_bootstrap: str  # the gateway's own connection: events out, directives in
-    topics: Mapping[str, str]  # event kind -> topic
-    directives_topic: str
-    configs_topic: str = "quota.configs"
-    #: how the gateway's own connection authenticates and encrypts, and the keys the directives
-    #: and configs it reads must be sealed with: the settings' (`app.commands.gateway`)
-    kafka_security: KafkaSecurity = field(kw_only=True)
-    signing: Signing = field(kw_only=True)
-    #: the gateway's own quota decisions (`LocalQuotas`); None: directives only
-    local: EngineSettings | None = None
-    #: cluster scope with allocations: the local quotas enforce the allocations
-    allocations: bool = False
-    #: this gateway's id among the `gateways` instances in front of the cluster (None: unnamed).
-    #: Named, its usage events carry it and allocations are the gateways', not the brokers'
-    gateway_id: int | None = None
-    #: how many named gateways share the cluster (the static split of a quota when no
-    #: allocation is in force: quota / gateways)
-    gateways: int = 1
-    listener: str = "PLAINTEXT"
-    node_port_base: int | None = None  # default: listen port + 1
-    first_node_id: int | None = None  # default: the lowest node id at start
-    bootstrap_node_id: int | None = None  # default: the upstream address's node, else the lowest
-    max_nodes: int = 64
-    flush_ms: int = 5
-    aggregate: bool = False
-    #: request events as columnar batches (QS_EVENT_FORMAT=columnar), else JSON
-    columnar_events: bool = False
-    #: bound on a usage record's value (QS_EVENT_RECORD_BYTES)
-    max_record_bytes: int = DEFAULT_RECORD_BYTES
-    max_in_flight: int = 5  # requests of a connection without a quota at the broker at once
-    max_pending: int = 1_000_000
-    directives_timeout: float = 30.0
-    probe_timeout: float = 10.0
-    connect_timeout: float = 10.0  # to open a client's connection to its broker
-    #: the upstream listener requires SASL: nothing but ApiVersions and SASL is served (or
-    #: decoded) before a connection authenticates, and its frames are held to 512 KiB until then
-    upstream_sasl: bool = False
-    #: every client connection starts with a PROXY protocol header naming the client (a load
-    #: balancer's): its address is the one the caps, the quotas and the events see
-    proxy_protocol: bool = False
-    limits: Limits = field(default_factory=Limits)
-    client_tls: ssl.SSLContext | None = None
-    upstream_tls: ssl.SSLContext | None = None
 
 
 #: The node of a bootstrap connection accepted before the gateway knew which broker is there.

@@ -14,14 +14,30 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from app.sim.broker import Connection, SimBroker
 from app.sim.scenario import CONSUMER_KINDS, ClientSpec
 
-if TYPE_CHECKING:
-    from app.sim.world import World
+
+class Actor(Protocol):
+    """What the world wakes: `act(t)` does what is due at `t` and says when to wake it next."""
+
+    def act(self, t: float) -> float | None: ...
+
+
+class Stage(Protocol):
+    """What a client needs of the world it runs in (`app.sim.world.World`)."""
+
+    @property
+    def start_ms(self) -> float: ...
+
+    @property
+    def brokers(self) -> Mapping[int, SimBroker]: ...
+
+    def schedule(self, t: float, actor: Actor) -> None: ...
 
 
 @dataclass
@@ -71,7 +87,7 @@ class ClientStats:
 class Client:
     """Starts its actors at `start`; they stop scheduling themselves at `stop`."""
 
-    def __init__(self, spec: ClientSpec, world: World) -> None:
+    def __init__(self, spec: ClientSpec, world: Stage) -> None:
         self.spec = spec
         self.world = world
         self.stats = ClientStats()

@@ -10,21 +10,17 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from app.enforcement.local import LocalQuotas, broker_settings
 from app.engine.engine import EngineSettings
 from app.sim.broker import Directives, SimBroker
-from app.sim.clients import Client
+from app.sim.clients import Actor, Client
 from app.sim.meter import Meter
 from app.sim.scenario import Scenario
 from app.subscriber.allocations import AllocatedLimits
 from app.usage.drops import Drops
 from app.usage.recorder import Span
-
-
-class Actor(Protocol):
-    def act(self, t: float) -> float | None: ...
 
 
 class World:

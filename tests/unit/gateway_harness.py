@@ -18,7 +18,8 @@ from app.gateway.frames import SIZE, FrameReader, frame, request_header
 from app.gateway.limits import Limits
 from app.gateway.messages import Node
 from app.gateway.nodes import NodeMap, PortRule
-from app.gateway.server import Gateway, GatewayConfig
+from app.gateway.config import GatewayConfig
+from app.gateway.server import Gateway
 from app.kafka.security import PLAINTEXT
 from app.signing import Signing
 from app.subscriber.active_set import ActiveSet

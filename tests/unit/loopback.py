@@ -21,7 +21,8 @@ from app.gateway import apis
 from app.gateway.frames import FrameError, frame, request_header
 from app.gateway.limits import Limits
 from app.gateway.messages import Node
-from app.gateway.server import ClusterInfo, Gateway, GatewayConfig
+from app.gateway.config import GatewayConfig
+from app.gateway.server import ClusterInfo, Gateway
 from app.kafka.security import PLAINTEXT
 from app.signing import Signing
 from app.subscriber.active_set import ActiveSet

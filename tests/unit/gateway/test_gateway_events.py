@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.gateway.server import Gateway, GatewayConfig
+from app.gateway.config import GatewayConfig
+from app.gateway.server import Gateway
 from app.kafka.security import PLAINTEXT
 from app.signing import Signing
 from app.subscriber.active_set import ActiveSet

@@ -16,14 +16,9 @@ from kio.schema.errors import ErrorCode
 
 from app.devstack.launcher import free_ports
 from app.gateway import apis
+from app.gateway.config import GatewayConfig
 from app.gateway.frames import frame, request_header
-from app.gateway.server import (
-    UNKNOWN_NODE,
-    Gateway,
-    GatewayConfig,
-    GatewayError,
-    probe_cluster,
-)
+from app.gateway.server import UNKNOWN_NODE, Gateway, GatewayError, probe_cluster
 from app.kafka.security import PLAINTEXT
 from app.signing import Signing
 from app.subscriber.active_set import ActiveSet

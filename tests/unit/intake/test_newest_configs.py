@@ -12,7 +12,8 @@ from app.contract.keys import config_key
 from app.engine.configs import parse_config_record
 from app.engine.engine import EngineSettings
 from app.engine.timeline import ConfigTimeline
-from app.gateway.server import Gateway, GatewayConfig
+from app.gateway.config import GatewayConfig
+from app.gateway.server import Gateway
 from app.intake.newest_configs import NewestConfigs, identity
 from app.kafka.config_follower import ConfigFollower, refused_label
 from app.kafka.security import PLAINTEXT

@@ -14,7 +14,8 @@ from prometheus_client import generate_latest
 
 from app.contract.keys import directive_key
 from app.engine.timeline import ConfigTimeline
-from app.gateway.server import Gateway, GatewayConfig
+from app.gateway.config import GatewayConfig
+from app.gateway.server import Gateway
 from app.kafka.config_follower import ConfigFollower
 from app.kafka.security import PLAINTEXT
 from app.kafka.supervision import Supervised, Supervision

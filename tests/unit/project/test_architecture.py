@@ -165,6 +165,74 @@ def violations(module: str) -> list[str]:
     return found
 
 
+def imported_module(name: str) -> str | None:
+    """The project module an imported name lives in (`from a.b import C` names `a.b.C`)."""
+    while name not in MODULES and "." in name:
+        name = name.rpartition(".")[0]
+    return name if name in MODULES else None
+
+
+def unit_cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """Import cycles among the modules of one unit, each as the modules around it in order: those
+    a depth-first walk meets, so none exactly when there is no cycle.
+
+    Every import counts, those under `if TYPE_CHECKING:` and inside functions too: such a cycle
+    does not fail at import, but the two modules still cannot be read, tested or moved apart."""
+    graph: dict[str, list[str]] = {}
+    for module in modules:
+        found = (imported_module(name) for _, name in project_imports(module))
+        graph[module] = sorted({m for m in found if m is not None and m != module
+                                and unit(m) == unit(module)})
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+    for start in sorted(graph):  # depth first, each path's modules on `path`
+        path: list[str] = []
+        stack = [(start, iter(graph[start]))]
+        path.append(start)
+        while stack:
+            node, edges = stack[-1]
+            nxt = next(edges, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                done.add(node)
+            elif nxt in path:
+                cycle = path[path.index(nxt):]
+                first = cycle.index(min(cycle))
+                cycle = cycle[first:] + cycle[:first]
+                if cycle not in cycles:
+                    cycles.append(cycle)
+            elif nxt not in done:
+                path.append(nxt)
+                stack.append((nxt, iter(graph[nxt])))
+    return cycles
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    """A cycle is broken by the side that needs the other naming what it needs (a `Protocol`
+    in its own module, as `app.gateway.connection.Host` and `app.sim.clients.Stage` do)."""
+    assert unit_cycles(MODULES) == []
+
+
+def test_an_import_cycle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker itself: a cycle through a TYPE_CHECKING import and a function-level import is
+    found once, whichever module it is entered from; imports across units are not cycles."""
+    sources = {
+        "a": 'from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app.gateway.b import B\n',
+        "b": 'def f() -> None:\n    from app.gateway import c\n',
+        "c": 'from app.gateway.a import A\nfrom app.engine import stats\n',
+        "d": 'from app.gateway.a import A\n',
+    }
+    modules = {}
+    for name, text in sources.items():
+        path = tmp_path / "app" / "gateway" / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        modules[f"app.gateway.{name}"] = path
+        monkeypatch.setitem(MODULES, f"app.gateway.{name}", path)
+    assert unit_cycles(modules) == [["app.gateway.a", "app.gateway.b", "app.gateway.c"]]
+
+
 def test_every_unit_has_its_rule() -> None:
     missing = sorted({unit(m) for m in MODULES} - set(ALLOWED))
     assert not missing, f"add these to ALLOWED (and say it in their docstring): {missing}"
