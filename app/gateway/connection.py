@@ -72,6 +72,7 @@ from app.gateway.frames import (
     SIZE,
     FrameError,
     FrameReader,
+    ReadBuffers,
     Incomplete,
     RequestHeader,
     correlation_id,
@@ -149,8 +150,10 @@ class Pending:
     throttle_ms: int = 0
 
 
-class _Side(asyncio.Protocol):
-    """Adapts asyncio's callbacks for one socket to the `Session` methods."""
+class _Side(asyncio.BufferedProtocol):
+    """Adapts asyncio's callbacks for one socket to the `Session` methods. Its reads go where
+    the side's `FrameReader` says (`get_buffer`): a large frame's bytes straight into its own
+    buffer."""
 
     def __init__(self, session: Session, upstream: bool) -> None:
         self.session = session
@@ -162,11 +165,14 @@ class _Side(asyncio.Protocol):
         else:
             self.session.client_made(transport)  # type: ignore[arg-type]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.session.read_buffer(self.upstream)
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.upstream:
-            self.session.upstream_data(data)
+            self.session.upstream_read(nbytes)
         else:
-            self.session.client_data(data)
+            self.session.client_read(nbytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.session.lost(self.upstream, exc)
@@ -211,6 +217,8 @@ class Host(Protocol):
     def client_address(self, node_id: int) -> tuple[str, int] | None: ...
     # a session's connections
     @property
+    def read_buffers(self) -> ReadBuffers: ...
+    @property
     def draining(self) -> bool: ...
     def opened(self, session: Session) -> bool: ...
     def admit(self, session: Session) -> None: ...
@@ -242,8 +250,8 @@ class Session:
         self._max_request = core.config.limits.max_request_bytes
         self._from_client = FrameReader(self.auth.frame_limit(self._max_request),
                                         held_keys=apis.AUTHENTICATOR_APIS,
-                                        held_frame=PRE_AUTH_FRAME)
-        self._from_broker = FrameReader()
+                                        held_frame=PRE_AUTH_FRAME, buffers=core.read_buffers)
+        self._from_broker = FrameReader(buffers=core.read_buffers, eager=True)
         self._sasl_waiting = 0  # SASL requests and raw tokens at the broker (see _sasl_request)
         self._order: deque[Pending] = deque()  # every request, in order, until its response is written
         self._awaiting: deque[Pending] = deque()  # forwarded/internal, waiting for the broker
@@ -262,10 +270,10 @@ class Session:
 
     # ------------------------------------------------------------------------- lifecycle
 
-    def client_protocol(self) -> asyncio.Protocol:
+    def client_protocol(self) -> asyncio.BufferedProtocol:
         return _Side(self, upstream=False)
 
-    def broker_protocol(self) -> asyncio.Protocol:
+    def broker_protocol(self) -> asyncio.BufferedProtocol:
         return _Side(self, upstream=True)
 
     def client_made(self, transport: asyncio.Transport) -> None:
@@ -405,6 +413,19 @@ class Session:
             self._read_requests()
 
     # ------------------------------------------------------------------------- requests
+
+    def read_buffer(self, upstream: bool) -> memoryview:
+        """Where the next read of the broker's (`upstream`) or the client's socket goes."""
+        return (self._from_broker if upstream else self._from_client).get_buffer()
+
+    def client_read(self, nbytes: int) -> None:
+        """`nbytes` of the client's were read into `read_buffer(False)`."""
+        if self.closed or "drain" in self._pauses or self._proxy is not None:
+            self.client_data(self._from_client.unread(nbytes))
+            return
+        self.active = self.core.clock()
+        self._from_client.taken(nbytes)
+        self._read_requests()
 
     def client_data(self, data: bytes) -> None:
         if self.closed or "drain" in self._pauses:
@@ -744,11 +765,24 @@ class Session:
 
     # ------------------------------------------------------------------------- responses
 
+    def upstream_read(self, nbytes: int) -> None:
+        """`nbytes` of the broker's were read into `read_buffer(True)`."""
+        if self.closed:
+            self._from_broker.unread(nbytes)
+            return
+        self.active = self.core.clock()
+        self._from_broker.taken(nbytes)
+        self._responses()
+
     def upstream_data(self, data: bytes) -> None:
         if self.closed:
             return
         self.active = self.core.clock()
         self._from_broker.feed(data)
+        self._responses()
+
+    def _responses(self) -> None:
+        """Answer each complete response read from the broker."""
         while not self.closed:
             try:
                 payload = self._from_broker.next()

@@ -9,6 +9,7 @@ tagged fields. That is all the gateway reads of most frames; the rest passes thr
 from __future__ import annotations
 
 import struct
+import sys
 from collections import deque
 from dataclasses import dataclass
 
@@ -165,35 +166,161 @@ def frame(payload: bytes) -> bytes:
     return _I32.pack(len(payload)) + payload
 
 
+#: A frame at least this large is read straight into a buffer of its own (`FrameReader`).
+DIRECT_MIN = 64 * 1024
+#: The shared buffer smaller reads land in (`FrameReader.get_buffer`): asyncio's own read size.
+SCRATCH_BYTES = 256 * 1024
+
+
+class ReadBuffers:
+    """What the frame readers of one event loop read into: one scratch buffer for small reads
+    (the loop reads one socket at a time, and a read's bytes are copied out before the next), and
+    a few large frames' buffers, used again once nothing holds the frame read into them.
+
+    A fresh megabyte buffer costs more than the copy it saves (its pages are zeroed and faulted
+    in, in a gateway moving hundreds of megabytes a second); a frame's buffer goes to the
+    response or request handlers and to the transport, which may keep it (a write the socket
+    did not take whole), so it is used again only when CPython's reference count says the pool
+    is all that holds it. At most `slots` buffers of at most `largest` bytes each are kept.
+    """
+
+    __slots__ = ("_kept", "largest", "scratch", "slots")
+
+    def __init__(self, slots: int = 8, largest: int = 4 * 1024 * 1024) -> None:
+        self.scratch = memoryview(bytearray(SCRATCH_BYTES))
+        self.slots = slots
+        self.largest = largest
+        self._kept: list[bytearray] = []
+
+    def take(self, size: int) -> bytearray:
+        """A buffer of `size` bytes that nothing else holds (its content is not cleared)."""
+        if size > self.largest:
+            return bytearray(size)
+        for kept in self._kept:
+            # held by `_kept`, by `kept` and by getrefcount's argument, so by nothing else
+            if sys.getrefcount(kept) == 3:
+                if len(kept) < size:
+                    kept.extend(bytes(size - len(kept)))
+                else:
+                    del kept[size:]  # CPython keeps the allocation: growing back is free
+                return kept
+        fresh = bytearray(size)
+        if len(self._kept) < self.slots:
+            self._kept.append(fresh)
+        return fresh
+
+
 class FrameReader:
     """Splits a byte stream into frames (payloads without the size prefix).
 
-    `feed(data)` keeps what a socket read returned as it is; `next()` returns the next complete
-    frame or None. A frame is copied once, when it is joined out of the reads it arrived in (a
-    frame that is exactly one read is not copied at all): megabyte Produce requests and Fetch
-    responses are most of the gateway's bytes.
+    Two ways in. `feed(data)` keeps bytes a read returned as they are. As an asyncio
+    `BufferedProtocol`'s reader, `get_buffer()` says where the socket's next read goes and
+    `taken(n)` takes what it read (`unread(n)` hands it back as bytes instead). Reads land in
+    the scratch buffer of `buffers` (`ReadBuffers`, one per gateway) and are copied out of it;
+    but a frame of `DIRECT_MIN` bytes or more whose prefix was read gets a buffer of its own
+    (`ReadBuffers.take`), and the socket reads the rest of it straight into that buffer: megabyte
+    Produce requests and Fetch responses, most of the gateway's bytes, are then never copied
+    after the kernel's copy, and `next()` returns that buffer (a `bytearray`). With `eager`
+    (the broker's side) that buffer is allocated whole at once; without it (a client's side) it
+    grows as the bytes arrive, to at most twice what was read, so a size prefix alone never makes
+    the gateway allocate what the client has not sent.
 
-    A frame's size is checked on its prefix, before any of it is buffered: over `max_frame`, or
-    over `held_frame` for a request whose api key is in `held_keys` (read from the two bytes
-    after the prefix), it raises `FrameError`, and the stream cannot be read any further.
+    `next()` returns the next complete frame or None. A frame's size is checked on its prefix,
+    before any of it is buffered: over `max_frame`, or over `held_frame` for a request whose api
+    key is in `held_keys` (read from the two bytes after the prefix), it raises `FrameError`, and
+    the stream cannot be read any further.
     """
 
-    __slots__ = ("_chunks", "_first", "_need", "_size", "held_frame", "held_keys", "max_frame")
+    __slots__ = ("_buffers", "_chunks", "_eager", "_filled", "_first", "_frame", "_last", "_need",
+                 "_scratch", "_size", "held_frame", "held_keys", "max_frame")
 
     def __init__(self, max_frame: int = MAX_FRAME, held_keys: frozenset[int] = frozenset(),
-                 held_frame: int = MAX_FRAME) -> None:
+                 held_frame: int = MAX_FRAME, buffers: ReadBuffers | None = None,
+                 eager: bool = False) -> None:
         self._chunks: deque[bytes] = deque()
         self._first = 0  # bytes of the first chunk already taken
-        self._size = 0  # bytes buffered and not yet taken
+        self._size = 0  # bytes buffered in `_chunks` and not yet taken
         self._need = -1  # size of the frame being assembled, once its prefix was read
+        #: the frame read straight into its own buffer, and how much of it arrived
+        self._frame: bytearray | None = None
+        self._filled = 0
+        self._eager = eager
+        self._buffers = ReadBuffers(slots=1) if buffers is None else buffers
+        self._scratch = self._buffers.scratch
+        self._last: memoryview | None = None  # the buffer the last read went to
         self.max_frame = max_frame
         self.held_keys = held_keys
         self.held_frame = held_frame
 
     def feed(self, data: bytes) -> None:
+        frame = self._frame
+        if frame is not None and self._filled < self._need:  # the rest of a direct frame
+            take = min(len(data), self._need - self._filled)
+            self._reserve(self._filled + take)
+            frame = self._frame
+            assert frame is not None
+            frame[self._filled:self._filled + take] = data[:take]
+            self._filled += take
+            data = data[take:]
         if data:
             self._chunks.append(data)
             self._size += len(data)
+
+    # ------------------------------------------------------------------ as a BufferedProtocol's
+
+    def get_buffer(self) -> memoryview:
+        """Where the socket's next read goes: the rest of a large frame's own buffer, else the
+        shared scratch buffer. Raises nothing: a frame's prefix is checked by `next()`."""
+        self._last = None  # a read that ended the stream or failed took nothing
+        if self._frame is None and self._need >= DIRECT_MIN and self._size < self._need:
+            self._direct()
+        if self._frame is not None and self._filled < self._need:
+            if self._filled == len(self._frame):
+                self._reserve(self._filled + 1)
+            view = memoryview(self._frame)[self._filled:]
+        else:
+            view = self._scratch
+        self._last = view
+        return view
+
+    def taken(self, n: int) -> None:
+        """Take the `n` bytes the last read put in `get_buffer()`'s buffer."""
+        view, self._last = self._last, None
+        assert view is not None
+        if view is self._scratch:
+            self.feed(bytes(view[:n]))
+        else:
+            self._filled += n
+
+    def unread(self, n: int) -> bytes:
+        """The `n` bytes of the last read, left out of the stream (as bytes, for their reader)."""
+        view, self._last = self._last, None
+        assert view is not None
+        return bytes(view[:n])
+
+    def _direct(self) -> None:
+        """Move the frame being assembled (its start is all `_chunks` holds) into its own
+        buffer, which the socket then reads the rest of it into."""
+        size = self._need if self._eager else min(self._need, max(DIRECT_MIN, 2 * self._size))
+        frame = self._buffers.take(size)
+        at, start = 0, self._first
+        for chunk in self._chunks:
+            part = memoryview(chunk)[start:]
+            frame[at:at + len(part)] = part
+            at += len(part)
+            start = 0
+        self._chunks.clear()
+        self._first = 0
+        self._frame, self._filled, self._size = frame, at, 0
+
+    def _reserve(self, n: int) -> None:
+        """Make the direct frame's buffer hold at least `n` bytes: twice its size, up to the
+        frame's (no view of it may be held: a bytearray with one cannot change size)."""
+        frame = self._frame
+        assert frame is not None
+        if len(frame) < n:
+            self._last = None
+            frame.extend(bytes(min(self._need, max(n, 2 * len(frame))) - len(frame)))
 
     def _frame_size(self) -> int:
         """The size of the next frame (its prefix is consumed), or -1 before its prefix (and,
@@ -229,6 +356,14 @@ class FrameReader:
         return bytes(out)
 
     def next(self) -> bytes | None:
+        if self._frame is not None:
+            if self._need > self.max_frame:  # read before the limit was lowered
+                raise FrameError(f"frame of {self._need} bytes (limit {self.max_frame})",
+                                 self._need)
+            if self._filled < self._need:
+                return None
+            frame, self._frame, self._filled, self._need = self._frame, None, 0, -1
+            return frame  # type: ignore[return-value]  # a bytearray: read, never written to
         need = self._frame_size()
         if need < 0 or self._size < need:
             return None
@@ -238,12 +373,18 @@ class FrameReader:
     def head(self, n: int) -> tuple[int, bytes] | None:
         """(size, first bytes up to `n`) of the frame being assembled, once its prefix was read
         and while it is incomplete; None otherwise."""
+        if self._frame is not None:
+            if self._filled >= self._need:
+                return None
+            return self._need, bytes(self._frame[:min(n, self._filled)])
         if self._need < 0 or self._size >= self._need or not self._size:
             return None
         return self._need, self._peek(min(n, self._size))
 
     def complete(self) -> bool:
         """True when a whole frame is buffered."""
+        if self._frame is not None:
+            return self._filled >= self._need
         need = self._frame_size()
         return need >= 0 and self._size >= need
 
@@ -279,4 +420,4 @@ class FrameReader:
     @property
     def buffered(self) -> int:
         """Bytes received and not yet returned as frames (a frame's read prefix included)."""
-        return self._size + (4 if self._need >= 0 else 0)
+        return self._size + self._filled + (4 if self._need >= 0 else 0)

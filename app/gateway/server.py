@@ -52,7 +52,7 @@ from app.enforcement.sources import Directives, QuotaSources
 from app.errors import reason
 from app.gateway import messages
 from app.gateway.connection import Session
-from app.gateway.frames import SIZE, frame
+from app.gateway.frames import SIZE, ReadBuffers, frame
 from app.gateway.config import Address, GatewayConfig
 from app.gateway.limits import ConnectionCounts
 from app.gateway.messages import MessageError, Node
@@ -189,6 +189,8 @@ class Gateway:
             config.local, gateway=-1 if config.gateway_id is None else config.gateway_id)
         self._follower: Any = None
         self.listener = config.listener
+        #: what every session's frame readers read into
+        self.read_buffers = ReadBuffers()
         self.max_in_flight = config.max_in_flight
         self.limits = config.limits
         self.metrics = GatewayMetrics()

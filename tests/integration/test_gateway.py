@@ -340,11 +340,13 @@ def test_a_consumer_over_its_quota_gets_it(loop_results: dict[str, Any], library
 
 @pytest.mark.slow
 def test_kafka_pythons_consumer_joins_its_group_in_one_round(loop_results: dict[str, Any]) -> None:
-    """Alone in a new group, it is assigned in generation 1. Polled with a zero timeout while it
-    joins, kafka-python 3.0 replaces each completed join with a new JoinGroup, ran through dozens
-    of generations in seconds, and in a loaded suite was assigned nothing for a minute."""
+    """Alone in a new group, it is assigned in generation 1, or 2 when its first join came before
+    its metadata listed the topic's partitions (assigned nothing, it joins again once they are
+    known: kafka-python's rule after KAFKA-3949). Polled with a zero timeout while it joins,
+    kafka-python 3.0 replaces each completed join with a new JoinGroup: dozens of generations
+    in seconds, and in a loaded suite nothing assigned for a minute."""
     final = next(line for line in loop_results["c-kafka-python"] if line.get("final"))
-    assert final["generation"] == 1, final
+    assert final["generation"] <= 2, final
 
 
 def assert_gets_quota(lines: list[dict[str, Any]], client: str, warmup: float, seconds: float,
