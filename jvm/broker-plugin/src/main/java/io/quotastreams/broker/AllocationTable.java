@@ -1,8 +1,7 @@
 package io.quotastreams.broker;
 
-import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * The newest allocation per (quota, entity) and the limit it gives this broker.
@@ -14,7 +13,8 @@ import java.util.Map;
  * last one ended, then forgets the entity (its quota is taken to be gone). {@link #version}
  * changes whenever a limit may have changed, so Kafka is told to re-read them.
  *
- * <p>Thread-safe: the control-topic reader writes, the broker's request threads read.
+ * <p>Thread-safe: the control-topic reader writes (one writer at a time), the broker's request
+ * threads read without a lock, on every request.
  */
 public final class AllocationTable {
     /** Outcome of {@link #apply}, counted by the reader. */
@@ -23,7 +23,7 @@ public final class AllocationTable {
     private record Key(String quota, String user, String clientId) {}
 
     private final long failSafeMs;
-    private final Map<Key, Allocation> held = new HashMap<>();
+    private final Map<Key, Allocation> held = new ConcurrentHashMap<>();
     private volatile long version;
     private long nextChange = Long.MAX_VALUE;
 
@@ -35,7 +35,7 @@ public final class AllocationTable {
         return version;
     }
 
-    public synchronized int size() {
+    public int size() {
         return held.size();
     }
 
@@ -80,14 +80,12 @@ public final class AllocationTable {
      * Kafka's order of precedence (user and client id, user, client id), or null when no
      * allocation names one.
      */
-    public synchronized Allocation entityFor(String quota, String user, String clientId) {
-        for (Key key : List.of(new Key(quota, user, clientId), new Key(quota, user, ""), new Key(quota, "", clientId))) {
-            Allocation a = held.get(key);
-            if (a != null) {
-                return a;
-            }
+    public Allocation entityFor(String quota, String user, String clientId) {
+        Allocation a = held.get(new Key(quota, user, clientId));
+        if (a == null) {
+            a = held.get(new Key(quota, user, ""));
         }
-        return null;
+        return a != null ? a : held.get(new Key(quota, "", clientId));
     }
 
     /**
@@ -95,7 +93,7 @@ public final class AllocationTable {
      * while the allocation is valid, else the quota / {@code brokers}; null (unlimited) when no
      * allocation is held for it.
      */
-    public synchronized Double limit(String quota, String user, String clientId, long broker, int brokers, long now) {
+    public Double limit(String quota, String user, String clientId, long broker, int brokers, long now) {
         Allocation a = held.get(new Key(quota, user, clientId));
         if (a == null || a.validUntil() + failSafeMs <= now) {
             return null;

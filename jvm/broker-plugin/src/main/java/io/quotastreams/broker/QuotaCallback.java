@@ -1,7 +1,8 @@
 package io.quotastreams.broker;
 
-import java.util.EnumMap;
+import java.util.Arrays;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.function.LongSupplier;
 import org.apache.kafka.common.Cluster;
 import org.apache.kafka.common.security.auth.KafkaPrincipal;
@@ -28,7 +29,8 @@ public final class QuotaCallback implements ClientQuotaCallback {
 
     private final LongSupplier clock;
     private final KafkaQuotas kafkaQuotas = new KafkaQuotas();
-    private final Map<ClientQuotaType, Long> applied = new EnumMap<>(ClientQuotaType.class);
+    /** per quota type, the table's version Kafka last re-read the bounds at (-1: never) */
+    private final AtomicLongArray applied = newApplied();
     private Settings settings;
     private AllocationTable table;
     private ControlFollower follower;
@@ -93,13 +95,17 @@ public final class QuotaCallback implements ClientQuotaCallback {
         return allocated != null ? allocated : kafkaQuotas.limit(type, user, clientId);
     }
 
+    private static AtomicLongArray newApplied() {
+        long[] never = new long[ClientQuotaType.values().length];
+        Arrays.fill(never, -1);
+        return new AtomicLongArray(never);
+    }
+
+    /** Asked by Kafka on every request: lock-free, one atomic swap. */
     @Override
     public boolean quotaResetRequired(ClientQuotaType type) {
         long version = table.version();
-        synchronized (applied) {
-            Long seen = applied.put(type, version);
-            return seen == null || seen != version;
-        }
+        return applied.getAndSet(type.ordinal(), version) != version;
     }
 
     /** Kafka's own client quota configs: held per broker, as Kafka's default callback does. */

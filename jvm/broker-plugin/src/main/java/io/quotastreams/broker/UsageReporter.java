@@ -42,6 +42,8 @@ public final class UsageReporter implements MetricsReporter {
     static final String OWN_CLIENT_PREFIX = "quota-streams-plugin-";
 
     private final Map<MetricName, KafkaMetric> sensors = new ConcurrentHashMap<>();
+    /** the sensors read so far, by the reader thread alone */
+    private final Map<MetricName, UsageAggregator.Source> known = new HashMap<>();
     private final AtomicLong dropped = new AtomicLong();
     private final AtomicLong sent = new AtomicLong();
     private Settings settings;
@@ -60,6 +62,15 @@ public final class UsageReporter implements MetricsReporter {
 
     @Override
     public void configure(Map<String, ?> configs) {
+        if (prepare(configs)) {
+            running = true;
+            reader = daemon(this::readLoop, "quota-streams-usage-reader");
+            sender = daemon(this::sendLoop, "quota-streams-usage-sender");
+        }
+    }
+
+    /** The settings and the reflective access to Kafka's samples; false when that is missing. */
+    boolean prepare(Map<String, ?> configs) {
         settings = Settings.from(configs);
         aggregator = new UsageAggregator(settings.brokerId());
         queue = new ArrayBlockingQueue<>(settings.usageQueueRecords());
@@ -77,11 +88,9 @@ public final class UsageReporter implements MetricsReporter {
             }
         } catch (ReflectiveOperationException | RuntimeException e) {
             LOG.error("quota-streams: cannot read Kafka's quota samples ({}); no usage is written", e.toString());
-            return;
+            return false;
         }
-        running = true;
-        reader = daemon(this::readLoop, "quota-streams-usage-reader");
-        sender = daemon(this::sendLoop, "quota-streams-usage-sender");
+        return true;
     }
 
     private static Thread daemon(Runnable body, String name) {
@@ -147,7 +156,6 @@ public final class UsageReporter implements MetricsReporter {
     }
 
     private void readLoop() {
-        Map<MetricName, UsageAggregator.Source> known = new HashMap<>();
         long[] reportedDrops = {0, 0};
         while (running) {
             try {
@@ -155,32 +163,44 @@ public final class UsageReporter implements MetricsReporter {
             } catch (InterruptedException e) {
                 return;
             }
-            known.keySet().removeIf(name -> {
-                if (!sensors.containsKey(name)) {
-                    aggregator.forget(known.get(name));
-                    return true;
-                }
-                return false;
-            });
-            for (KafkaMetric metric : sensors.values()) {
-                UsageAggregator.Source source = known.computeIfAbsent(metric.metricName(), UsageReporter::source);
-                try {
-                    aggregator.observe(source, samples(metric));
-                } catch (ReflectiveOperationException e) {
-                    LOG.error("quota-streams: reading a quota sensor failed ({}); no usage is written", e.toString());
-                    running = false;
-                    return;
-                } catch (RuntimeException e) {  // this sensor this time; its gain is read next time
-                    LOG.warn("quota-streams: reading the sensor of {} failed ({})", source, e.toString());
-                }
+            List<byte[]> records;
+            try {
+                records = read();
+            } catch (ReflectiveOperationException e) {
+                LOG.error("quota-streams: reading a quota sensor failed ({}); no usage is written", e.toString());
+                running = false;
+                return;
             }
-            for (byte[] record : aggregator.drain()) {
+            for (byte[] record : records) {
                 if (!queue.offer(record)) {
                     dropped.incrementAndGet();
                 }
             }
             reportedDrops = reportDrops(reportedDrops);
         }
+    }
+
+    /**
+     * One look at every client's sensors: the records of the request events for what they gained
+     * since the last look (the reader thread's work each interval).
+     */
+    List<byte[]> read() throws ReflectiveOperationException {
+        known.keySet().removeIf(name -> {
+            if (!sensors.containsKey(name)) {
+                aggregator.forget(known.get(name));
+                return true;
+            }
+            return false;
+        });
+        for (KafkaMetric metric : sensors.values()) {
+            UsageAggregator.Source source = known.computeIfAbsent(metric.metricName(), UsageReporter::source);
+            try {
+                aggregator.observe(source, samples(metric));
+            } catch (RuntimeException e) {  // this sensor this time; its gain is read next time
+                LOG.warn("quota-streams: reading the sensor of {} failed ({})", source, e.toString());
+            }
+        }
+        return aggregator.drain();
     }
 
     /** Say in the broker's log, at most once a minute, how many usage records were lost. */
