@@ -1,9 +1,13 @@
 package io.quotastreams.broker;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
 import org.junit.jupiter.api.Test;
 
 class ControlFollowerTest {
@@ -45,5 +49,42 @@ class ControlFollowerTest {
         assertEquals(1L, counts.get("added"));
         assertEquals(1L, counts.get("directives_not_enforced"));
         assertEquals(1L, counts.get("bad.ts_in_future"));
+    }
+
+    /** A loopback port nothing listens on. */
+    private static int closedPort() throws IOException {
+        try (ServerSocket socket = new ServerSocket(0)) {
+            return socket.getLocalPort();
+        }
+    }
+
+    @Test
+    void withTheControlTopicUnreachableTheLastBoundsHoldThenTheStaticSplitAndFailuresAreCounted()
+            throws IOException, InterruptedException, BadRecord {
+        Settings settings = Settings.from(Map.of("node.id", "2", "quota.streams.brokers", "3",
+                "quota.streams.bootstrap.servers", "127.0.0.1:" + closedPort()));
+        AllocationTable table = new AllocationTable(60_000);
+        AtomicLong now = new AtomicLong(2000);
+        ControlFollower follower = new ControlFollower(settings, table, now::get);
+        follower.handle("quota.directives", null,
+                b(RecordsTest.allocation("producer_byte_rate", 1000, 6000, "600000", RecordsTest.THREE)), 2000);
+        Thread reader = new Thread(follower);
+        reader.start();
+        try {
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            while (follower.counts().getOrDefault("consumer_errors", 0L) == 0 && System.nanoTime() < deadline) {
+                Thread.sleep(100);
+            }
+            assertTrue(follower.counts().getOrDefault("consumer_errors", 0L) >= 1, follower.counts().toString());
+            // the allocation read before holds while it is valid: this broker's own share
+            assertEquals(250000.0, table.limit("producer_byte_rate", "", "loader", 2, 3, now.get()));
+            now.set(6000);  // it ended, and nothing newer can be read: the static split
+            table.tick(now.get());
+            assertEquals(200000.0, table.limit("producer_byte_rate", "", "loader", 2, 3, now.get()));
+        } finally {
+            follower.stop();
+            reader.interrupt();
+            reader.join(10_000);
+        }
     }
 }
