@@ -192,6 +192,11 @@ class ReadBuffers:
         self.largest = largest
         self._kept: list[bytearray] = []
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the buffers kept (at most `slots` x `largest`)."""
+        return sum(len(kept) for kept in self._kept)
+
     def take(self, size: int) -> bytearray:
         """A buffer of `size` bytes that nothing else holds (its content is not cleared)."""
         if size > self.largest:
@@ -315,12 +320,20 @@ class FrameReader:
 
     def _reserve(self, n: int) -> None:
         """Make the direct frame's buffer hold at least `n` bytes: twice its size, up to the
-        frame's (no view of it may be held: a bytearray with one cannot change size)."""
+        frame's (no view of it may be held: a bytearray with one cannot change size). A buffer
+        that would grow past what `ReadBuffers` keeps is copied into one of its own instead, so
+        a kept buffer never grows past `largest`."""
         frame = self._frame
         assert frame is not None
         if len(frame) < n:
             self._last = None
-            frame.extend(bytes(min(self._need, max(n, 2 * len(frame))) - len(frame)))
+            size = min(self._need, max(n, 2 * len(frame)))
+            if size > self._buffers.largest:  # past what the pool keeps: a buffer of its own
+                grown = bytearray(size)
+                grown[:self._filled] = memoryview(frame)[:self._filled]
+                self._frame = grown
+            else:
+                frame.extend(bytes(size - len(frame)))
 
     def _frame_size(self) -> int:
         """The size of the next frame (its prefix is consumed), or -1 before its prefix (and,

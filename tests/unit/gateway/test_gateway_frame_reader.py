@@ -117,3 +117,17 @@ def test_a_frame_buffer_is_used_again_only_once_nothing_holds_it() -> None:
     big[:4] = b"MARK"
     del big
     assert buffers.take(2000)[:4] == bytes(4)
+
+
+def test_a_kept_buffer_never_grows_past_what_the_pool_keeps() -> None:
+    """A client's large request grows its buffer as it arrives; past `largest` it moves to a
+    buffer of its own, and the pool's stay small."""
+    buffers = ReadBuffers(slots=2, largest=2 * DIRECT_MIN)
+    data = memoryview(frame(b"q" * (16 * DIRECT_MIN)))
+    reader, at = FrameReader(max_frame=32 * DIRECT_MIN, buffers=buffers), 0
+    while at < len(data):
+        at += read(reader, data[at:], DIRECT_MIN // 2)
+        assert buffers.held_bytes <= 2 * 2 * DIRECT_MIN
+        if (got := reader.next()) is not None:
+            assert got == data[4:]
+    assert reader.buffered == 0
