@@ -78,10 +78,9 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
     try:
         # The join is one poll that may wait for all of it. kafka-python 3.0 gives up on its
         # JoinGroup/SyncGroup task when a poll's timeout ends, and its next poll replaces a task
-        # that completed in between with a new JoinGroup: polled with a zero timeout it rejoined
-        # generation after generation (86 in 3 s alone; assigned nothing for a minute in a
-        # loaded suite). Its run starts once the group assigned it partitions, so its seconds
-        # measure consuming, and how long the join took is in its last line.
+        # that completed in between with a new JoinGroup: polled with short timeouts it rejoins
+        # generation after generation. Its run starts once the group assigned it partitions, so
+        # its seconds measure consuming, and how long the join took is in its last line.
         joining = time.monotonic()
         first: list[bytes | None] = []
         while not consumer.assignment():
@@ -98,9 +97,8 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
         _count(reporter, first)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            # poll(0): what the network thread has fetched, without waiting in `poll`; back-to-
-            # back waiting polls kept retaking the client's lock that kafka-python 3's network
-            # thread needs, so the loop rests outside `poll` when nothing came.
+            # poll(0): what the network thread has fetched, without waiting in `poll`; the loop
+            # rests outside `poll` when nothing came.
             batches = consumer.poll(timeout_ms=0, max_records=500)
             values = [r.value for records in batches.values() for r in records]
             _count(reporter, values)
