@@ -157,7 +157,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_CLUSTER_ENFORCEMENT", "directives", "cluster scope: `directives` (every broker throttles an entity over its cluster-wide quota until one time) or `allocations` (each broker gets a share of the quota by its recent usage and enforces it per request: docs/allocations.md)", _enforcement),
     Setting("QS_ALLOCATION_VALIDITY_MS", "5000", "how long a broker keeps an allocation without a newer one; then it enforces quota / live brokers", _int_at_least(MIN_VALIDITY_MS)),
     Setting("QS_ALLOCATION_SAMPLE_MS", "100", "enforcers of allocations (gateways): the sample length of the windows an allocation is held over, quota.window.num samples (short: an allocation that moves throttles briefly)", _positive_int),
-    Setting("QS_ALLOCATION_SPAN_MS", "1000", "how long each enforcer's usage is measured over when a quota is divided: longer than its throttles can hide a client (gateways: 1000; brokers with the broker plugin, which throttle with Kafka's formula over whole-second samples: several of their windows, e.g. 4000); set audit/replay --allocation-span-ms the same", _positive_int),
+    Setting("QS_ALLOCATION_SPAN_MS", "1000", "how long each enforcer's usage is measured over when a quota is divided (set audit/replay --allocation-span-ms the same)", _positive_int),
+    Setting("QS_ENFORCER_WINDOW_MS", "11000", "the window the enforcers hold their allocations over: no allocation falls faster than it drains. Brokers running the broker plugin: quota.window.num x quota.window.size.seconds (Kafka's default: 11000); named gateways: QS_QUOTA_WINDOW_NUM x QS_ALLOCATION_SAMPLE_MS (1100) (set audit/replay --enforcer-window-ms the same)", _positive_int),
     Setting("QS_ACCOUNTING", "kafka", "`kafka`: take back what Kafka would have refused (exact); `served`: count every reported event, for closed-loop enforcement", _accounting),
     Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
     Setting("QS_QUOTA_WINDOW_SIZE_MS", "1000", "quota.window.size.seconds, in ms", _positive_int),
@@ -213,6 +214,7 @@ class Settings:
     allocation_validity_ms: int
     allocation_sample_ms: int
     allocation_span_ms: int
+    enforcer_window_ms: int
     accounting: str
     quota_window_num: int
     quota_window_size_ms: int
@@ -271,7 +273,8 @@ class Settings:
             allocations=self.scope == "cluster" and self.cluster_enforcement == "allocations",
             allocation_validity_ms=self.allocation_validity_ms,
             allocation_sample_ms=self.allocation_sample_ms,
-            allocation_span_ms=self.allocation_span_ms)
+            allocation_span_ms=self.allocation_span_ms,
+            enforcer_window_ms=self.enforcer_window_ms)
 
     def kafka_security(self) -> KafkaSecurity:
         """How every Kafka connection of this process authenticates and encrypts; a combination

@@ -391,25 +391,29 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
     (allocations), and why."""
     if record is None:
         return [f"  allocation none published yet: enforcers hold quota / live enforcers (the "
-                f"first waits for {settings.allocation_span_ms} ms of usage); no directive for this quota"]
+                f"first waits for {2 * settings.allocation_span_ms} ms of usage); no directive "
+                "for this quota"]
     out = [f"  allocation published at {format_ms(record['ts'])}, valid until "
            f"{format_ms(record['valid_until'])}; enforcers hold it per request (no directive: "
            "the throttle above is the cluster-wide window's, for reference):"]
     for e in record["enforcers"]:
-        state = "saturated: shares the rest" if e["saturated"] else \
-            f"unsaturated: usage x {allocation.HEADROOM:g}"
+        state = "saturated (throttling, or using about all of it): shares the rest" \
+            if e["saturated"] else f"unsaturated: usage x {allocation.HEADROOM:g}"
+        trim = e.get("trim", 1.0)
+        trimmed = "" if trim == 1.0 else f", its bound {trim:.0%} of its allocation (what it " \
+            "admits was more than it)"
         out.append(f"             enforcer {e['enforcer']}: {_num(e['limit'])} {unit} "
                    f"({e['limit'] / record['limit']:.0%}); used {_num(e['usage'])} {unit} over "
-                   f"the last {settings.allocation_span_ms} ms, {state}")
+                   f"the last {settings.allocation_span_ms} ms, {state}{trimmed}")
     out.append(f"             other enforcers: {_num(record['others'])} {unit} (the floor, "
                f"{allocation.FLOOR_SHARE:.0%} of the quota)")
     out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; an enforcer using under "
                f"{allocation.SATURATED:.0%} of its allocation, and more than one of its mean "
-               f"requests short of it, gets its usage x "
+               f"requests short of it, and throttling nobody, gets its usage x "
                f"{allocation.HEADROOM:g}; the saturated split the rest equally, plus up to "
                f"{allocation.LEND:.0%} of the quota lent from what the unsaturated do not use; "
-               f"one still used "
-               f"loses at most half per {settings.allocation_span_ms} ms; published on a move over "
+               f"none falls below what its {settings.enforcer_window_ms} ms window holds over "
+               f"that window and the time since; published on a move over "
                f"{allocation.THRESHOLD:.0%} of the quota, or every "
                f"{settings.allocation_validity_ms // 2} ms")
     return out

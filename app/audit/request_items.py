@@ -25,14 +25,14 @@ def request_payload(batch: RequestColumns, i: int) -> tuple[Any, ...]:
     return (batch.ts[i], batch.broker[i], batch.gateway[i], names[batch.listener[i]],
             names[batch.user[i]], names[batch.client_id[i]], names[batch.ip[i]],
             names[batch.api[i]], batch.bytes[i], batch.thread_ns[i], batch.network_ns[i],
-            batch.exempt[i], batch.count[i])
+            batch.exempt[i], batch.count[i], batch.throttle_ms[i])
 
 
 def append_request(batch: RequestColumns, payload: tuple[Any, ...], arrival: int) -> None:
     """A request item's payload back as a row of `batch`."""
     batch.append(payload[0], payload[1], payload[2], payload[3], payload[4], payload[5],
                  payload[6], payload[7], payload[8], payload[9], payload[10], payload[11] != 0,
-                 payload[12], arrival, 0)
+                 payload[12], arrival, 0, payload[13])
 
 
 Key = tuple[int, int, int, int]

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.sim.scenario import ENFORCEMENTS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -32,9 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "in-process, in simulated time, with a fixed loop latency (--latency-ms)")
     p.add_argument("--latency-ms", type=int, default=100, metavar="MS",
                    help="--offline: time from a flush to its directives reaching the brokers (default %(default)s)")
-    p.add_argument("--enforcement", choices=("directives", "allocations"),
+    p.add_argument("--enforcement", choices=ENFORCEMENTS,
                    help="cluster scope: how the cluster-wide quota is enforced (default: the "
-                   "scenario's; docs/allocations.md)")
+                   "scenario's; docs/allocations.md; plugin: by brokers running the broker "
+                   "plugin, docs/broker-plugin.md)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--no-color", action="store_true", help="no colour even on a terminal")
     p.set_defaults(run=run)

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import IO, Callable, Iterable, Iterator, TypeVar
 
-from app.engine.allocation import MIN_VALIDITY_MS, SPAN_MS
+from app.engine.allocation import MIN_VALIDITY_MS, SPAN_MS, WINDOW_MS
 
 from app.engine.engine import EngineSettings
 from app.errors import reason
@@ -52,6 +52,8 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
                    help="QS_ALLOCATION_VALIDITY_MS of the workers (default %(default)s)")
     g.add_argument("--allocation-span-ms", type=_positive, default=SPAN_MS,
                    help="QS_ALLOCATION_SPAN_MS of the workers (default %(default)s)")
+    g.add_argument("--enforcer-window-ms", type=_positive, default=WINDOW_MS,
+                   help="QS_ENFORCER_WINDOW_MS of the workers (default %(default)s)")
     g.add_argument("--idle-expiry-ms", type=int_at_least(0), default=3_600_000,
                    help="QS_IDLE_EXPIRY_MS of the workers: a window idle longer than this starts "
                    "afresh, as Kafka expires an inactive quota sensor (default %(default)s; "
@@ -94,6 +96,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         allocations=args.allocations and args.scope == "cluster",
         allocation_validity_ms=args.allocation_validity_ms,
         allocation_span_ms=args.allocation_span_ms,
+        enforcer_window_ms=args.enforcer_window_ms,
     )
 
 

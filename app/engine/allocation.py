@@ -14,32 +14,36 @@ How a window's quota `Q` is divided among the enforcers it was used on recently 
   entity dried up can still admit a returning client; an enforcer not listed at all also gets
   the floor (the record's `others`) until the next allocation lists it;
 - an enforcer using clearly less than it was allocated (below `SATURATED` of it, and more than
-  one of its mean requests short of it) is *unsaturated*: it gets what it uses plus `HEADROOM`,
-  so its usage share sets its allocation. A quota charges whole requests, so over a span an
-  enforcer admits its allocation give or take one request: one request short is all a held
-  client can show, whatever its request size (`is_saturated`);
-- the rest goes to the *saturated* enforcers (using about all of their allocation), split
-  equally: their real demand is hidden by throttling, and the same usage share would hold any
-  split forever, so max-min fairness is what moves unused share to where it is needed. With no
-  saturated enforcer the rest is split by usage share among all;
+  one of its mean requests short of it) and that throttled nobody of the entity within the
+  span is *unsaturated*: it gets what it uses plus `HEADROOM`, so its usage share sets its
+  allocation. A quota charges whole requests, so over a span an enforcer admits its allocation
+  give or take one request: one request short is all a held client can show, whatever its
+  request size (`is_saturated`);
+- the rest goes to the *saturated* enforcers (using about all of their allocation, or
+  throttling: a muted client uses nothing, so an enforcer that throttled reads as idle by its
+  usage alone), split equally: their real demand is hidden by throttling, and the same usage
+  share would hold any split forever, so max-min fairness is what moves unused share to where
+  it is needed. With no saturated enforcer the rest is split by usage share among all;
+- no enforcer falls below what its own window still holds, spread over that window and the
+  time since the last allocation (`kept`): a limit that falls faster than the enforcer's
+  window drains makes its throttles long (Kafka's formula answers what the window holds, not
+  the last second), and a client muted for long reads as idle;
 - the listed allocations add up to Q, plus what the unsaturated enforcers hold and do not use,
   lent to the saturated ones: at most `LEND` x Q (`lend`).
 
 Usage is measured per enforcer over the last span (`Shares`; `SPAN_MS`, or
-`EngineSettings.allocation_span_ms`); an enforcer stays listed until two spans passed without its
-usage. A span must cover what an enforcer's throttle can hide: a client muted for a whole span
-reads as idle there, and an idle enforcer's allocation shrinks to what it uses. Gateways throttle
-an allocated window for a fraction of a second (its debt, `QuotaEngine`), so one second will do;
-brokers throttle with Kafka's own unbounded formula over windows of whole seconds (the broker
-plugin), so their span is several of those windows. Enforcers hold allocations over windows of short samples
-(`EngineSettings.allocation_sample_ms`), so one whose allocation drops under what its window
-holds is throttled for a fraction of a second, not for the tens of seconds Kafka's formula gives
-over a full 11-second window. The first allocation of a window waits until its usage was seen
-for one span (enforcers use the static split, quota / live enforcers, until then: the one that
-reported first must not take the whole quota). Allocations are re-computed at most every
-`CHECK_MS` of event time and published only when an enforcer's allocation moved by more than
-`THRESHOLD` x Q, the set of enforcers changed, the quota changed, or half of the last one's
-validity passed.
+`EngineSettings.allocation_span_ms`), and kept for as long as the enforcers' window
+(`WINDOW_MS`, or `EngineSettings.enforcer_window_ms`): Kafka's 11 x 1 s for brokers running
+the broker plugin, `quota.window.num` x `allocation_sample_ms` for gateways, whose throttles
+repay a debt at the allocation and stay short whatever the window. An enforcer stays listed
+while its window holds usage of the entity or it mutes the entity's clients. The first
+allocation of a window waits until its usage was seen for one span (enforcers use the static
+split, quota / live enforcers, until then: the one that reported first must not take the
+whole quota). Allocations are re-computed at most every `CHECK_MS` of event time, before the
+usage that made the check due is counted (a broker's usage comes as one event per second:
+the check at a second's first event sees the last second whole), and published only when an
+enforcer's allocation moved by more than `THRESHOLD` x Q, the set of enforcers changed, the
+quota changed, or half of the last one's validity passed.
 
 Pure, driven by event time, like the rest of the engine.
 """
@@ -58,15 +62,18 @@ HEADROOM: Final = 1.25
 #: the unsaturated ones hold and do not use (`lend`): the listed limits add up to at most
 #: (1 + LEND) x Q
 LEND: Final = 0.1
+#: the least an enforcer's bound is of its allocation (`trimmed`)
+TRIM_MIN: Final = 0.1
+#: how far a trim moves per window, as a share of the error between what an enforcer admits and
+#: its allocation (`trimmed`)
+TRIM_GAIN: Final = 0.5
 #: republish when some enforcer's allocation moves by more than this share of the quota
 THRESHOLD: Final = 0.1
 #: usage is measured over the last span (ms of event time), unless the engine is given another
 SPAN_MS: Final = 1000
-#: an enforcer still using its allocation keeps at least half of it per span (`SPAN_MS` by
-#: default), and no more than its usage with headroom: a limit that falls faster than the
-#: enforcer's window empties throttles for longer than that window, and a muted client reads as
-#: idle, which would cut its allocation further
-HALVING_MS: Final = SPAN_MS
+#: the window an enforcer holds its allocation over (ms), unless the engine is given another:
+#: Kafka's default quota window, 11 samples of 1 s, as brokers running the broker plugin hold it
+WINDOW_MS: Final = 11_000
 #: allocations are re-computed at most this often (ms of event time)
 CHECK_MS: Final = 100
 #: most enforcers one window's usage is tracked for (beyond: they share `others`)
@@ -75,110 +82,201 @@ MAX_ENFORCERS: Final = 1024
 MIN_VALIDITY_MS: Final = 2 * CHECK_MS
 
 
+#: one enforcer's part of a `Shares`, as `Shares.rows` gives it: (enforcer, cur, allocated,
+#: trim, cur_n, prev_n, muted, past spans)
+Row = tuple[int, float, float, float, float, float, int, tuple[float, ...]]
+
+
 class Shares:
     """One cluster-scope window's recent usage per enforcer and the allocation last published.
 
-    Usage is a sliding estimate over the last span (`span`, `SPAN_MS` by default) from two
-    fixed spans. `clock` and
-    `until` (the last allocation's validity) play the same part as in `Rate`: an idle state
-    with no allocation in force may be dropped.
+    Usage is kept per enforcer in spans of `span` ms (`SPAN_MS` by default): the current one
+    (`cur`) and the `depth` before it (`past`, newest first), enough to cover what the
+    enforcer's own window still holds (`held`). The last span gives the usage rate the quota
+    is divided by (`rates`, a sliding estimate from the current and the last span). `muted`
+    is when the throttles the enforcer answered the entity's requests with end (event time):
+    a muted client uses nothing, and this is what tells a throttled enforcer from an idle one.
+    `clock` and `until` (the last allocation's validity) play the same part as in `Rate`: an
+    idle state with no allocation in force may be dropped.
     """
 
-    __slots__ = ("clock", "until", "since", "start", "enforcers", "cur", "prev", "cur_n",
-                 "prev_n", "allocated", "limit", "next_check")
+    __slots__ = ("clock", "until", "since", "start", "depth", "enforcers", "cur", "past",
+                 "cur_n", "prev_n", "muted", "allocated", "trim", "limit", "checked")
 
     def __init__(self) -> None:
         self.clock = 0
         self.until = 0
         self.since = -1  # when the first usage was counted
         self.start = 0  # of the current span
+        #: spans kept per enforcer before the current one
+        self.depth = 1
         self.enforcers: list[int] = []
         self.cur: list[float] = []
-        self.prev: list[float] = []
-        #: requests counted in `cur` and `prev` (`grains`)
+        #: enforcer i's past spans at [i * depth, (i + 1) * depth), the last span first
+        self.past: list[float] = []
+        #: requests counted in `cur` and in the last span (`grains`)
         self.cur_n: list[float] = []
         self.prev_n: list[float] = []
-        #: the last published allocation per enforcer (0.0: not in it)
+        #: per enforcer, when the throttles it answered with end (event time; 0: none)
+        self.muted: list[int] = []
+        #: the last allocation per enforcer (0.0: not in it), before its trim
         self.allocated: list[float] = []
+        #: per enforcer, what its bound is of its allocation (`trimmed`): published limits are
+        #: `allocated` x `trim`
+        self.trim: list[float] = []
         #: the quota the last allocation divided (0.0: none published, or it must be republished)
         self.limit = 0.0
-        self.next_check = 0
+        #: when the allocation was last checked (event time; -1: never)
+        self.checked = -1
 
     def record(self, enforcer: int, value: float, t: int, span: int = SPAN_MS,
-               count: int = 1) -> None:
+               count: int = 1, throttle_ms: int = 0, depth: int = 1) -> None:
         """Count `value` used by `count` requests on `enforcer` at `t` (event time; earlier
-        times count as the latest), in spans of `span` ms."""
+        times count as the latest), answered with `throttle_ms` in all, in spans of `span` ms
+        keeping `depth` past spans (`advance`, then `add`)."""
+        self.add(enforcer, value, self.advance(t, span, depth), count, throttle_ms)
+
+    def advance(self, t: int, span: int, depth: int) -> int:
+        """Move the clock to `t` (never back) and start the span holding it; returns the time
+        the usage at `t` counts at."""
         if t < self.clock:
             t = self.clock
         self.clock = t
         if self.since < 0:
             self.since = t
+        if depth != self.depth:
+            self._resize(depth)
         if t >= self.start + span:
             self._roll(t, span)
+        return t
+
+    def add(self, enforcer: int, value: float, t: int, count: int, throttle_ms: int) -> None:
+        """Count usage in the current span (after `advance` to `t`)."""
         enforcers = self.enforcers
         if enforcer in enforcers:
             i = enforcers.index(enforcer)
-            self.cur[i] += value
-            self.cur_n[i] += count
         elif len(enforcers) < MAX_ENFORCERS:
+            i = len(enforcers)
             enforcers.append(enforcer)
-            self.cur.append(value)
-            self.prev.append(0.0)
-            self.cur_n.append(float(count))
+            self.cur.append(0.0)
+            self.past.extend([0.0] * self.depth)
+            self.cur_n.append(0.0)
             self.prev_n.append(0.0)
+            self.muted.append(0)
             self.allocated.append(0.0)
+            self.trim.append(1.0)
+        else:
+            return
+        self.cur[i] += value
+        self.cur_n[i] += count
+        if throttle_ms and t + throttle_ms > self.muted[i]:
+            self.muted[i] = t + throttle_ms
+
+    def _resize(self, depth: int) -> None:
+        """Keep `depth` past spans per enforcer (the settings changed since the state was
+        written): the newest ones, or zeros for the oldest."""
+        old, past = self.depth, self.past
+        self.past = [past[i * old + k] if k < old else 0.0
+                     for i in range(len(self.enforcers)) for k in range(depth)]
+        self.depth = depth
 
     def _roll(self, t: int, span: int) -> None:
-        """Start the span holding `t`; enforcers with no usage in the last two spans are dropped
-        (an enforcer's window is far shorter: theirs is empty, they lose nothing)."""
-        adjacent = t < self.start + 2 * span
-        keep = [i for i, v in enumerate(self.cur) if v > 0.0 or (adjacent and self.prev[i] > 0.0)]
-        if len(keep) < len(self.cur):
-            if any(self.allocated[i] > 0.0 for i in range(len(self.cur)) if i not in keep):
+        """Start the span holding `t`. The current span becomes the last one (with empty
+        spans between them if `t` skipped some); an enforcer whose spans hold no usage and
+        that mutes nobody is dropped: its window is empty."""
+        start = t - t % span
+        gap = (start - self.start) // span  # >= 1
+        depth, past, cur = self.depth, self.past, self.cur
+        rolled: list[float] = []
+        keep: list[int] = []
+        for i in range(len(self.enforcers)):
+            ring = ([cur[i]] + [0.0] * (gap - 1) + past[i * depth:(i + 1) * depth])[:depth]
+            if any(v > 0.0 for v in ring) or self.muted[i] > start - span:
+                keep.append(i)
+                rolled.extend(ring)
+        if len(keep) < len(self.enforcers):
+            if any(self.allocated[i] > 0.0 for i in range(len(self.enforcers)) if i not in keep):
                 self.limit = 0.0  # a published enforcer left: the next check publishes
             self.enforcers = [self.enforcers[i] for i in keep]
             self.allocated = [self.allocated[i] for i in keep]
-        self.prev = [self.cur[i] if adjacent else 0.0 for i in keep]
-        self.prev_n = [self.cur_n[i] if adjacent else 0.0 for i in keep]
+            self.trim = [self.trim[i] for i in keep]
+            self.muted = [self.muted[i] for i in keep]
+        self.past = rolled
+        self.prev_n = [self.cur_n[i] if gap == 1 else 0.0 for i in keep]
         self.cur = [0.0] * len(keep)
         self.cur_n = [0.0] * len(keep)
-        self.start = t - t % span
+        self.start = start
 
     def rates(self, t: int, span: int = SPAN_MS) -> list[float]:
         """Usage per second over the last `span` ms, per enforcer (in `enforcers` order): the
-        older span weighted by how much of it is still inside."""
+        last span weighted by how much of it is still inside."""
         inside = max(0.0, 1.0 - (t - self.start) / span)
         scale = 1000.0 / span
-        return [(p * inside + c) * scale for p, c in zip(self.prev, self.cur)]
+        depth, past = self.depth, self.past
+        return [(past[i * depth] * inside + c) * scale for i, c in enumerate(self.cur)]
 
     def grains(self, t: int, span: int = SPAN_MS) -> list[float]:
         """What one mean request adds to `rates` over the last `span` ms, per enforcer: the
         least its usage can move by (0.0 with no request counted)."""
         inside = max(0.0, 1.0 - (t - self.start) / span)
         scale = 1000.0 / span
+        depth, past = self.depth, self.past
         out = []
-        for p, c, pn, cn in zip(self.prev, self.cur, self.prev_n, self.cur_n):
+        for i, (c, pn, cn) in enumerate(zip(self.cur, self.prev_n, self.cur_n)):
             n = pn * inside + cn
-            out.append((p * inside + c) / n * scale if n > 0.0 else 0.0)
+            out.append((past[i * depth] * inside + c) / n * scale if n > 0.0 else 0.0)
         return out
 
-    def restore(self, head: tuple[int, int, int, int, float, int],
-                rows: list[tuple[int, float, float, float, float, float]]) -> None:
+    def held(self, t: int, window: int, span: int = SPAN_MS) -> list[float]:
+        """Usage within the last `window` ms, per enforcer: what an enforcer's own window of
+        that length still holds (each past span counted for the part of it inside)."""
+        low = t - window
+        depth, past, start = self.depth, self.past, self.start
+        out = []
+        for i, c in enumerate(self.cur):
+            total = c
+            for k in range(depth):
+                end = start - k * span  # span k covers [end - span, end)
+                inside = end - max(low, end - span)
+                if inside <= 0:
+                    break
+                total += past[i * depth + k] * min(1.0, inside / span)
+            out.append(total)
+        return out
+
+    def throttled(self, t: int, span: int = SPAN_MS) -> list[bool]:
+        """Per enforcer, whether it muted the entity's clients within the last span. A mute
+        counts from its request's `ts`, which a per-second usage event (the broker plugin's)
+        places at the start of its second: one span more covers where it really ended."""
+        since = t - 2 * span
+        return [m > since for m in self.muted]
+
+    def published(self) -> list[float]:
+        """The limits the last allocation gave the enforcers (their trimmed allocations)."""
+        return [a * k for a, k in zip(self.allocated, self.trim)]
+
+    def restore(self, head: tuple[int, int, int, int, float, int, int], rows: list[Row]) -> None:
         """Set the state from `head()` and `rows()`."""
-        self.clock, self.until, self.since, self.start, self.limit, self.next_check = head
+        (self.clock, self.until, self.since, self.start, self.limit, self.checked,
+         self.depth) = head
         self.enforcers = [r[0] for r in rows]
         self.cur = [r[1] for r in rows]
-        self.prev = [r[2] for r in rows]
-        self.allocated = [r[3] for r in rows]
+        self.allocated = [r[2] for r in rows]
+        self.trim = [r[3] for r in rows]
         self.cur_n = [r[4] for r in rows]
         self.prev_n = [r[5] for r in rows]
+        self.muted = [r[6] for r in rows]
+        self.past = [v for r in rows for v in r[7]]
 
-    def head(self) -> tuple[int, int, int, int, float, int]:
-        return self.clock, self.until, self.since, self.start, self.limit, self.next_check
+    def head(self) -> tuple[int, int, int, int, float, int, int]:
+        return (self.clock, self.until, self.since, self.start, self.limit, self.checked,
+                self.depth)
 
-    def rows(self) -> list[tuple[int, float, float, float, float, float]]:
-        return list(zip(self.enforcers, self.cur, self.prev, self.allocated, self.cur_n,
-                        self.prev_n))
+    def rows(self) -> list[Row]:
+        depth = self.depth
+        return [(e, self.cur[i], self.allocated[i], self.trim[i], self.cur_n[i],
+                 self.prev_n[i], self.muted[i], tuple(self.past[i * depth:(i + 1) * depth]))
+                for i, e in enumerate(self.enforcers)]
 
 
 def is_saturated(rate: float, allocated: float, grain: float = 0.0) -> bool:
@@ -190,26 +288,80 @@ def is_saturated(rate: float, allocated: float, grain: float = 0.0) -> bool:
     return allocated <= 0.0 or rate >= SATURATED * allocated or rate + grain >= allocated
 
 
-def saturation(rates: list[float], allocated: list[float], grains: list[float] | None = None
-               ) -> list[bool]:
-    """`is_saturated` per enforcer (`grains` None: requests of no size)."""
+def saturation(rates: list[float], allocated: list[float], grains: list[float] | None = None,
+               throttled: list[bool] | None = None) -> list[bool]:
+    """`is_saturated` per enforcer (`grains` None: requests of no size); an enforcer that
+    throttled the entity within the span (`throttled`, `Shares.throttled`) is saturated
+    whatever it used: its clients were muted, their demand hidden."""
     if grains is None:
         grains = [0.0] * len(rates)
-    return [is_saturated(r, a, g) for r, a, g in zip(rates, allocated, grains)]
+    out = [is_saturated(r, a, g) for r, a, g in zip(rates, allocated, grains)]
+    if throttled is not None:
+        out = [s or m for s, m in zip(out, throttled)]
+    return out
 
 
-def allocate(limit: float, rates: list[float], allocated: list[float], elapsed_ms: int,
-             halving_ms: int = HALVING_MS, saturated: list[bool] | None = None) -> list[float]:
+def kept(held: list[float], allocated: list[float], window_ms: int, elapsed_ms: int
+         ) -> list[float]:
+    """The least each enforcer keeps of its allocation, `elapsed_ms` after the last one: what
+    its window still holds (`Shares.held`, over the enforcers' window of `window_ms`) spread
+    over that window and the time since, and never more than it was allocated.
+
+    An enforcer measures a rate as what its window holds over the window: O = C/W. Kafka's
+    formula answers O over a limit A with X = (O - A)/A x W = C/A - W, so an allocation that
+    falls to A = C/(W + e) throttles for e, the time since the last allocation, and a client
+    that comes back to an enforcer whose window still holds its past usage is throttled for
+    no longer either. Falls faster than the window drains would mute for far longer (a third
+    of a quota cut to the floor over Kafka's 11 s window: 62 s), and a muted client uses
+    nothing, which reads as less demand still. An enforcer whose traffic left is released as
+    its window drains, linearly over the window.
+
+    Example: a broker held 300 kB/s over Kafka's 11 x 1 s window (C = 3.3 MB): 1 s later it
+    keeps at least 3.3 MB / 12 s = 275 kB/s, a throttle of 1 s at most."""
+    scale = 1000.0 / (window_ms + max(elapsed_ms, 0))
+    return [min(a, h * scale) for h, a in zip(held, allocated)]
+
+
+def trimmed(trim: list[float], held: list[float], allocated: list[float],
+            saturated: list[bool], window_ms: int, elapsed_ms: int) -> list[float]:
+    """Each enforcer's bound as a share of its allocation, so that what it admits is its
+    allocation: while it is saturated, moved by `TRIM_GAIN` x (allocation - admitted) /
+    allocation per window (admitted: what its window holds per second), else back towards 1
+    at that pace; never below `TRIM_MIN`.
+
+    Kafka's formula holds a bound over its window for one connection: X = (O - T)/T x W mutes
+    the connection that sent the request, and the next request on it comes after the window
+    admitted the bound. A client with several connections to one broker (two producers of one
+    client id, say) sends on the others meanwhile, each muted alone; with requests that are a
+    large part of what the window holds (a backlog of 1 MB requests against 350 kB/s: a
+    quarter of an 11 s window), the broker admits 1.1-1.7x its bound. The workers see what it
+    admits and lower the bound until it admits its allocation. The step follows the error, not
+    the ratio: what an enforcer admits is lumpy (a request at a time), and a ratio's average
+    would settle above the allocation.
+
+    Example: an enforcer allocated 175 kB/s admits 250 kB/s over its 11 s window: a window
+    later its bound is 175 x (1 + 0.5 x (175 - 250) / 175) = 137.5 kB/s."""
+    step = TRIM_GAIN * min(1.0, max(elapsed_ms, 0) / window_ms)
+    scale = 1000.0 / window_ms
+    out = []
+    for k, h, a, sat in zip(trim, held, allocated, saturated):
+        if sat and a > 0.0:
+            k *= 1.0 + step * min(1.0, max(-0.5, (a - h * scale) / a))
+        else:
+            k += (1.0 - k) * step
+        out.append(min(1.0, max(TRIM_MIN, k)))
+    return out
+
+
+def allocate(limit: float, rates: list[float], allocated: list[float], keep: list[float],
+             saturated: list[bool] | None = None) -> list[float]:
     """Divide `limit` among enforcers by their usage `rates` and their last `allocated` limits
-    (0.0: none yet; scaled to `limit` if the quota changed since), published `elapsed_ms` ago,
-    an enforcer still using its allocation losing at most half of it per `halving_ms`; the
-    result gives every enforcer at least the floor and adds up to `limit`, plus what `lend`
-    lends (module docstring). `saturated`: `saturation`'s verdicts (None: with requests of no
-    size)."""
+    (0.0: none yet), each keeping at least `keep` (`kept`); the result gives every enforcer
+    at least the floor and adds up to `limit`, plus what `lend` lends (module docstring).
+    `saturated`: `saturation`'s verdicts (None: with requests of no size)."""
     if saturated is None:
         saturated = saturation(rates, allocated)
-    return lend(limit, rates, saturated,
-                _bounded(limit, rates, allocated, saturated, elapsed_ms, halving_ms))
+    return lend(limit, rates, saturated, _bounded(limit, rates, keep, saturated))
 
 
 def lend(limit: float, rates: list[float], saturated: list[bool], out: list[float]
@@ -233,23 +385,21 @@ def lend(limit: float, rates: list[float], saturated: list[bool], out: list[floa
     return [o + lent if sat else o for o, sat in zip(out, saturated)]
 
 
-def _bounded(limit: float, rates: list[float], allocated: list[float], saturated: list[bool],
-             elapsed_ms: int, halving_ms: int) -> list[float]:
-    """The division (`_divide`) with decreases bounded by halving per `halving_ms`; adds up
-    to `limit`."""
+def _bounded(limit: float, rates: list[float], keep: list[float], saturated: list[bool]
+             ) -> list[float]:
+    """The division (`_divide`) with every enforcer keeping at least `keep`; adds up to
+    `limit`."""
     target = _divide(limit, rates, saturated)
-    keep = 0.5 ** (max(0, elapsed_ms) / halving_ms)
-    low = [min(a * keep, r * HEADROOM) for a, r in zip(allocated, rates)]
-    held = [x < low[i] for i, x in enumerate(target)]
+    held = [x < keep[i] for i, x in enumerate(target)]
     if not any(held):
         return target
     floor = limit * FLOOR_SHARE
     others = [i for i, h in enumerate(held) if not h]
-    kept = sum(lo for lo, h in zip(low, held) if h)
+    kept_sum = sum(k for k, h in zip(keep, held) if h)
     budget = limit - floor * len(others)  # the others keep their floor whatever happens
-    shrink = min(1.0, budget / kept)
-    out = [lo * shrink if h else 0.0 for lo, h in zip(low, held)]
-    rest = limit - kept * shrink - floor * len(others)  # above the others' floors
+    shrink = min(1.0, budget / kept_sum)
+    out = [k * shrink if h else 0.0 for k, h in zip(keep, held)]
+    rest = limit - kept_sum * shrink - floor * len(others)  # above the others' floors
     above = sum(target[i] - floor for i in others)
     for i in others:
         out[i] = floor + (rest * (target[i] - floor) / above if above > 0.0 else rest / len(others))
@@ -294,15 +444,16 @@ def moved(limit: float, published_limit: float, new: list[float], old: list[floa
 
 def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
                       window_ms: int, level: str | None, valid_until: int, enforcers: list[int],
-                      limits: list[float], rates: list[float], saturated: list[bool]
-                      ) -> dict[str, Any]:
-    """The control-topic record of one allocation (docs/contract.md, "Allocations")."""
+                      limits: list[float], rates: list[float], saturated: list[bool],
+                      trims: list[float]) -> dict[str, Any]:
+    """The control-topic record of one allocation (docs/contract.md, "Allocations"): each
+    enforcer's `limit` is the bound it holds, its allocation x its `trim`."""
     return {
         "v": 1, "kind": "allocation", "ts": ts, "scope": "cluster", "entity": entity,
         "quota": quota, "limit": limit, "window_ms": window_ms, "config_level": level,
         "valid_until": valid_until, "others": limit * FLOOR_SHARE,
         "enforcers": [
-            {"enforcer": e, "limit": a, "usage": r, "saturated": s}
-            for e, a, r, s in zip(enforcers, limits, rates, saturated)
+            {"enforcer": e, "limit": a * k, "usage": r, "saturated": s, "trim": k}
+            for e, a, r, s, k in zip(enforcers, limits, rates, saturated, trims)
         ],
     }

@@ -25,7 +25,7 @@ def _one(i: int) -> Callable[[list[int]], tuple[int]]:
 
 #: every column's name
 COLUMNS = ("ts", "broker", "gateway", "listener", "user", "client_id", "ip", "api", "bytes",
-           "thread_ns", "network_ns", "exempt", "count", "arrival", "only")
+           "thread_ns", "network_ns", "exempt", "count", "throttle_ms", "arrival", "only")
 
 
 class RequestColumns:
@@ -37,8 +37,8 @@ class RequestColumns:
     """
 
     __slots__ = ("names", "ts", "broker", "gateway", "listener", "user", "client_id", "ip",
-                 "api", "bytes", "thread_ns", "network_ns", "exempt", "count", "arrival",
-                 "only", "_index")
+                 "api", "bytes", "thread_ns", "network_ns", "exempt", "count", "throttle_ms",
+                 "arrival", "only", "_index")
 
     def __init__(self, names: list[str] | None = None) -> None:
         self.names: list[str] = [] if names is None else names
@@ -55,6 +55,8 @@ class RequestColumns:
         self.network_ns: list[int] = []
         self.exempt: list[int] = []
         self.count: list[int] = []
+        #: the throttle each row was answered with (ms, summed over its `count` requests)
+        self.throttle_ms: list[int] = []
         self.arrival: list[int] = []
         self.only: list[int] = []
         #: name -> index in `names`, built on the first `name` call
@@ -82,7 +84,8 @@ class RequestColumns:
 
     def append(self, ts: int, broker: int, gateway: int, listener: str, user: str,
                client_id: str, ip: str, api: str, nbytes: int, thread_ns: int,
-               network_ns: int, exempt: bool, count: int, arrival: int, only: int) -> None:
+               network_ns: int, exempt: bool, count: int, arrival: int, only: int,
+               throttle_ms: int = 0) -> None:
         self.ts.append(ts)
         self.broker.append(broker)
         self.gateway.append(gateway)
@@ -96,6 +99,7 @@ class RequestColumns:
         self.network_ns.append(network_ns)
         self.exempt.append(1 if exempt else 0)
         self.count.append(count)
+        self.throttle_ms.append(throttle_ms)
         self.arrival.append(arrival)
         self.only.append(only)
 
@@ -125,7 +129,8 @@ class RequestColumns:
                              (self.gateway, source.gateway), (self.bytes, source.bytes),
                              (self.thread_ns, source.thread_ns),
                              (self.network_ns, source.network_ns), (self.exempt, source.exempt),
-                             (self.count, source.count), (self.arrival, source.arrival)):
+                             (self.count, source.count), (self.throttle_ms, source.throttle_ms),
+                             (self.arrival, source.arrival)):
             mine.extend(pick(theirs))
         self.only.extend([0] * len(rows) if only is None else only)
 
@@ -137,4 +142,4 @@ class RequestColumns:
                             names[self.user[i]], names[self.client_id[i]], names[self.ip[i]],
                             names[self.api[i]], self.bytes[i], self.thread_ns[i] / 1e6,
                             self.network_ns[i] / 1e6, self.exempt[i] != 0, self.count[i],
-                            self.gateway[i])
+                            self.gateway[i], self.throttle_ms[i])

@@ -125,9 +125,12 @@ class EngineSettings:
     #: window with a throttle of up to (window/new limit) x what it holds; short samples keep
     #: that, and the bursts a greedy client makes each time a sample leaves, short too
     allocation_sample_ms: int = 100
-    #: how long (event time) each enforcer's usage is measured over when a quota is divided:
-    #: longer than what an enforcer's throttle can hide (`app.engine.allocation`)
+    #: how long (event time) each enforcer's usage is measured over when a quota is divided
+    #: (`app.engine.allocation`)
     allocation_span_ms: int = allocation.SPAN_MS
+    #: the window the enforcers hold their allocations over: no allocation falls faster than
+    #: that window drains (`allocation.kept`); Kafka's 11 x 1 s for the broker plugin
+    enforcer_window_ms: int = allocation.WINDOW_MS
 
     def __post_init__(self) -> None:
         if self.scope not in ("broker", "cluster"):
@@ -135,7 +138,7 @@ class EngineSettings:
         if self.accounting not in ("kafka", "served"):
             raise ValueError("accounting must be 'kafka' or 'served'")
         for name in ("window_num", "window_ms", "controller_window_num", "controller_window_ms",
-                     "allocation_sample_ms", "allocation_span_ms"):
+                     "allocation_sample_ms", "allocation_span_ms", "enforcer_window_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.config_grace_ms < 0:
@@ -179,11 +182,17 @@ class Cadence:
 class Limits(Protocol):
     """Where an enforcer's windows take their limits from instead of the configs alone (the
     allocations of `app.subscriber.allocations`); `version` changes when any limit may have.
-    An engine with limits holds its `ALLOCATED` windows over samples of
-    `EngineSettings.allocation_sample_ms`, keyed by the enforcer (`RequestEvent.enforcer`)."""
+    An engine with limits holds its `ALLOCATED` windows keyed by the enforcer
+    (`RequestEvent.enforcer`), over samples of `EngineSettings.allocation_sample_ms` with a
+    debt as the throttle (`QuotaEngine._allocated_throttle`: a gateway's), or, with
+    `kafka_formula`, over the engine's own windows with Kafka's formula: what a broker running
+    the broker plugin does, Kafka's quota manager with the allocation as its bound."""
 
     @property
     def version(self) -> int: ...
+
+    @property
+    def kafka_formula(self) -> bool: ...
 
     def at(self, now: int) -> None:
         """Let limits whose validity ended by `now` (event time) go."""
@@ -297,6 +306,11 @@ class QuotaEngine:
         self._n, self._w = s.window_num, s.window_ms
         self._aw = s.allocation_sample_ms
         self._span = s.allocation_span_ms
+        self._ew = s.enforcer_window_ms
+        #: past spans a window's `Shares` keeps per enforcer: enough to cover its window
+        self._depth = -(-s.enforcer_window_ms // s.allocation_span_ms)
+        #: the throttle the enforcer answered the request row being processed with (`_share`)
+        self._row_throttle = 0
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
         self._idle = s.idle_expiry_ms
@@ -491,7 +505,9 @@ class QuotaEngine:
             limit, w, where, split = res.limit, self._w, broker, 0.0
             if limits is not None and quota in ALLOCATED:
                 limit = limits.limit(quota, res.user, res.client_id, enforcer, res.limit)
-                w, where, split = self._aw, enforcer, limits.split(res.limit)
+                where = enforcer
+                if not limits.kafka_formula:
+                    w, split = self._aw, limits.split(res.limit)
             key = self._key(KEY_CODE[quota], where, res.user, res.client_id)
             window = self._windows.get(key)
             if window is None:
@@ -564,7 +580,8 @@ class QuotaEngine:
         limit, w, limits = res.limit, self._w, self.limits
         if limits is not None and quota in ALLOCATED:
             limit = limits.limit(quota, res.user, res.client_id, enforcer, res.limit)
-            w = self._aw
+            if not limits.kafka_formula:
+                w = self._aw
         if limit >= UNLIMITED:
             return None
         return limit * (self._n - 1) * w / 1000.0
@@ -608,8 +625,9 @@ class QuotaEngine:
     # -- allocations (cluster scope) -------------------------------------------------------------
 
     def _share(self, window: Window, enforcer: int, value: float, t: int, count: int) -> None:
-        """Count a cluster window's usage by `count` requests on `enforcer`; re-divide its quota
-        when a check is due."""
+        """Count a cluster window's usage by `count` requests on `enforcer`, answered with the
+        row's throttle; re-divide its quota first when a check is due (so a check at a span's
+        first usage sees the last span whole)."""
         key = SHARES_CODE + SEP + window.key
         shares = window.shares
         if shares is None:
@@ -619,51 +637,61 @@ class QuotaEngine:
                 self.store[key] = state
             shares = window.shares = state
         self.touched.add(key)
-        shares.record(enforcer, value, t, self._span, count)
-        if shares.clock >= shares.next_check:
-            shares.next_check = shares.clock + allocation.CHECK_MS
-            self._reallocate(window, shares, shares.clock)
+        t = shares.advance(t, self._span, self._depth)
+        if t >= shares.checked + allocation.CHECK_MS:
+            self._reallocate(window, shares, t)
+        shares.add(enforcer, value, t, count, self._row_throttle)
 
     def _reallocate(self, window: Window, shares: Shares, t: int) -> None:
         """Publish the window's allocation when it moved enough or is half way through its
         validity (`app.engine.allocation`)."""
         limit = window.limit
-        span = self._span
-        if limit >= UNLIMITED or t < shares.since + span:
+        span, ew = self._span, self._ew
+        shares.checked = t
+        if limit >= UNLIMITED or t < shares.since + 2 * span or not shares.enforcers:
             return
         rates = shares.rates(t, span)
         before = shares.allocated
         if 0.0 < shares.limit != limit:  # the quota changed: enforcers scaled theirs already
             before = [a * limit / shares.limit for a in before]
-        saturated = allocation.saturation(rates, before, shares.grains(t, span))
-        new = allocation.allocate(limit, rates, before, t - (shares.until - self._validity),
-                                  span, saturated)
+        elif not any(before):  # none published yet: the enforcers hold the static split
+            before = [limit / len(before)] * len(before)
+        saturated = allocation.saturation(rates, before, shares.grains(t, span),
+                                          shares.throttled(t, span))
+        held = shares.held(t, ew, span)
+        # since the last allocation (before the first: the static split, since the first usage)
+        elapsed = t - (shares.until - self._validity if shares.until else shares.since)
+        keep = allocation.kept(held, before, ew, elapsed)
+        new = allocation.allocate(limit, rates, before, keep, saturated)
+        trims = allocation.trimmed(shares.trim, held, before, saturated, ew, elapsed)
+        bounds = [a * k for a, k in zip(new, trims)]
         refresh = t >= shares.until - self._validity // 2
-        if not refresh and not allocation.moved(limit, shares.limit, new, shares.allocated):
+        if not refresh and not allocation.moved(limit, shares.limit, bounds, shares.published()):
             return
         valid_until = t + self._validity
         self._allocs.append(allocation.allocation_record(
             t, window.entity, window.quota, limit, self._n * self._w, window.level, valid_until,
-            list(shares.enforcers), new, rates, saturated))
-        shares.allocated, shares.limit, shares.until = new, limit, valid_until
+            list(shares.enforcers), new, rates, saturated, trims))
+        shares.allocated, shares.trim, shares.limit, shares.until = new, trims, limit, valid_until
 
     def _request_event(self, event: RequestEvent, only: int, decisions: list[Decision]) -> None:
         enforcer = event.enforcer
         self._request_row(event.ts, event.broker, enforcer,
                           self._principal(event.broker, enforcer, event.user, event.client_id),
                           event.api, event.bytes, nanos(event.thread_ms), nanos(event.network_ms),
-                          event.exempt, event.count, only, decisions)
+                          event.exempt, event.count, event.throttle_ms, only, decisions)
 
     def _request_row(self, ts: int, broker: int, enforcer: int,
                      windows: tuple[Window | None, ...], api: str, nbytes: int, thread_ns: int,
-                     network_ns: int, exempt: bool, count: int, only: int,
+                     network_ns: int, exempt: bool, count: int, throttle_ms: int, only: int,
                      decisions: list[Decision]) -> None:
         """One request sample on its principal's `windows` (`_principal`); `only`: the quota
-        types to process (`PRODUCE_BIT`...).
+        types to process (`PRODUCE_BIT`...); `throttle_ms`: what its enforcer answered it with.
 
         `where` is the broker a decision names (broker scope), or the enforcer its usage counts
         on (cluster scope: allocations)."""
         where = enforcer if self.cluster else broker
+        self._row_throttle = throttle_ms
         produce, fetch, request, _ = windows
         if only != ALL_QUOTAS:
             produce = produce if only & PRODUCE_BIT else None
@@ -740,6 +768,7 @@ class QuotaEngine:
         user_col, client_col, api_col = batch.user, batch.client_id, batch.api
         bytes_col, thread_col, network_col = batch.bytes, batch.thread_ns, batch.network_ns
         exempt_col, count_col, arrival_col, only_col = batch.exempt, batch.count, batch.arrival, batch.only
+        throttle_col = batch.throttle_ms
         # the configs are looked up again only when a row leaves the stretch of the timeline
         # they are in force for (rarely); an enforcer's limits may change at any row
         per_row = self.limits is not None
@@ -794,7 +823,7 @@ class QuotaEngine:
                 row = []
             self._request_row(ts, broker, enforcer, windows, names[api_col[i]],
                               bytes_col[i], thread_col[i], network_col[i], exempt_col[i] != 0,
-                              count_col[i], only if only else ALL_QUOTAS, row)
+                              count_col[i], throttle_col[i], only if only else ALL_QUOTAS, row)
             if decisions is not None:
                 decisions.append(row)
             if self._throttled or self._allocs:

@@ -23,6 +23,9 @@ MAX_AMOUNT = 10**15
 MAX_TIME_MS = 9_000_000_000_000
 #: Largest broker or gateway id: Kafka's node ids are 32-bit, and allocation state holds them so.
 MAX_ID = 2**31 - 1
+#: Largest `throttle_ms` an event may carry (an unsigned 32-bit column; a writer that sums the
+#: throttles of many requests clamps to it)
+MAX_THROTTLE_MS = 2**32 - 1
 
 #: First request version whose controller mutation quota is strict (reject, not throttle).
 STRICT_SINCE = {"CreateTopics": 6, "DeleteTopics": 5, "CreatePartitions": 3}
@@ -32,16 +35,18 @@ class RequestEvent:
     """Usage of one (pre-aggregated) request: bytes and thread/network time.
 
     `gateway` is the gateway instance that measured it (-1: none named): with gateways named,
-    a gateway, not a broker, is what enforces an allocation (`enforcer`).
+    a gateway, not a broker, is what enforces an allocation (`enforcer`). `throttle_ms` is the
+    throttle its enforcer answered it with (summed over the requests `count` sums): a muted
+    client uses nothing, and this is how the workers tell a throttled enforcer from an idle one.
     """
 
     __slots__ = ("ts", "broker", "listener", "user", "client_id", "ip", "api", "bytes",
-                 "thread_ms", "network_ms", "exempt", "count", "gateway")
+                 "thread_ms", "network_ms", "exempt", "count", "gateway", "throttle_ms")
     type = "request"
 
     def __init__(self, ts: int, broker: int, listener: str, user: str, client_id: str, ip: str,
                  api: str, bytes: int, thread_ms: float, network_ms: float, exempt: bool,
-                 count: int, gateway: int = -1) -> None:
+                 count: int, gateway: int = -1, throttle_ms: int = 0) -> None:
         self.ts = ts
         self.broker = broker
         self.listener = listener
@@ -55,6 +60,7 @@ class RequestEvent:
         self.exempt = exempt
         self.count = count
         self.gateway = gateway
+        self.throttle_ms = throttle_ms
 
     @property
     def enforcer(self) -> int:
@@ -189,6 +195,7 @@ def parse_event(d: Any, default_broker: int | None = None) -> Parsed:
                 _num(d, "thread_time_ms", 0.0, MAX_TIME_MS), _num(d, "network_time_ms", 0.0, MAX_TIME_MS),
                 _bool(d, "exempt"), _int(d, "count", minimum=0, default=1, maximum=MAX_AMOUNT),
                 -1 if d.get("gateway") is None else _int(d, "gateway", maximum=MAX_ID),
+                _int(d, "throttle_ms", default=0, maximum=MAX_THROTTLE_MS),
             )
         if kind == "connection":
             ts, broker = _common(d, default_broker)

@@ -3,30 +3,35 @@
 Layout (little-endian), version 1:
   Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
   TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
-  Shares:      b"\x01S\x01" clock:q until:q since:q start:q limit:d next_check:q
-               count:H then per enforcer enforcer:i cur:d prev:d allocated:d cur_n:d prev_n:d
+  Shares:      b"\x01S\x02" clock:q until:q since:q start:q limit:d checked:q depth:H
+               count:H then per enforcer enforcer:i cur:d allocated:d trim:d cur_n:d prev_n:d
+               muted:q and its `depth` past spans, the last first, d each
 
 The leading version byte means a changed layout never misreads old bytes: an unknown version
 raises `StateDecodeError` and the caller starts that window afresh and counts it. The byte after
-a kind is its layout: Shares written before request counts (b"\x01S\x00", rows without the two
-counts) read with counts of zero, which tell no request size.
+a kind is its layout. Older Shares layouts kept one past span (`prev`), no mutes and no trims,
+and read as depth 1 with no mute and a trim of 1 (their `next_check` as when last checked): b"\x01S\x01" (no depth; rows enforcer:i cur:d prev:d allocated:d
+cur_n:d prev_n:d) and b"\x01S\x00" (rows without the two counts, read as zero: no request
+size).
 """
 
 from __future__ import annotations
 
 import struct
 
-from app.engine.allocation import Shares
+from app.engine.allocation import Row, Shares
 from app.engine.stats import Rate, TokenBucket
 
 VERSION = 1
 _HEAD = struct.Struct("<2sqqBB")
 _BUCKET = struct.Struct("<2sqqdq")
 _SAMPLE = struct.Struct("<dqq")
-_SHARES = struct.Struct("<2sqqqqdqH")
-#: a Shares row by its kind's layout byte
-_SHARE_ROWS = {0: struct.Struct("<iddd"), 1: struct.Struct("<iddddd")}
-_SHARES_LAYOUT = 1
+_SHARES = struct.Struct("<2sqqqqdqHH")
+_SHARE_ROW = struct.Struct("<idddddq")
+#: the layouts before depth and mutes: their head, and their rows by layout byte
+_SHARES_V1 = struct.Struct("<2sqqqqdqH")
+_SHARE_ROWS_V1 = {0: struct.Struct("<iddd"), 1: struct.Struct("<iddddd")}
+_SHARES_LAYOUT = 2
 
 
 class StateDecodeError(ValueError):
@@ -37,8 +42,9 @@ def encode(state: Rate | TokenBucket | Shares) -> bytes:
     if isinstance(state, Shares):
         rows = state.rows()
         head = _SHARES.pack(bytes([ord("S"), _SHARES_LAYOUT]), *state.head(), len(rows))
-        row = _SHARE_ROWS[_SHARES_LAYOUT]
-        return bytes([VERSION]) + head + b"".join(row.pack(*r) for r in rows)
+        past = struct.Struct(f"<{state.depth}d")
+        return bytes([VERSION]) + head + b"".join(
+            _SHARE_ROW.pack(*r[:7]) + past.pack(*r[7]) for r in rows)
     if isinstance(state, TokenBucket):
         return bytes([VERSION]) + _BUCKET.pack(b"T\x00", state.clock, state.until, state.tokens, state.last)
     samples = state.samples()
@@ -49,18 +55,44 @@ def encode(state: Rate | TokenBucket | Shares) -> bytes:
 
 
 def _shares(body: memoryview) -> Shares:
+    layout = body[1]
+    if layout != _SHARES_LAYOUT:
+        return _shares_v1(body, layout)
     fields = _SHARES.unpack_from(body)
-    row = _SHARE_ROWS.get(fields[0][1])
-    if row is None:
-        raise StateDecodeError(f"shares: unknown layout {fields[0][1]}")
-    count = fields[-1]
-    if _SHARES.size + count * row.size != len(body):
+    depth, count = fields[-2], fields[-1]
+    if depth < 1:
+        raise StateDecodeError("shares: depth 0")
+    past = struct.Struct(f"<{depth}d")
+    size = _SHARE_ROW.size + past.size
+    if _SHARES.size + count * size != len(body):
         raise StateDecodeError("shares: length does not match the enforcer count")
-    rows = [row.unpack_from(body, _SHARES.size + i * row.size) for i in range(count)]
-    if row.size < _SHARE_ROWS[_SHARES_LAYOUT].size:
-        rows = [(*r, 0.0, 0.0) for r in rows]
+    rows = []
+    for i in range(count):
+        at = _SHARES.size + i * size
+        rows.append((*_SHARE_ROW.unpack_from(body, at),
+                     past.unpack_from(body, at + _SHARE_ROW.size)))
     shares = Shares()
     shares.restore(fields[1:-1], rows)
+    return shares
+
+
+def _shares_v1(body: memoryview, layout: int) -> Shares:
+    """A Shares of a layout before depth and mutes: one past span, no mute."""
+    row = _SHARE_ROWS_V1.get(layout)
+    if row is None:
+        raise StateDecodeError(f"shares: unknown layout {layout}")
+    fields = _SHARES_V1.unpack_from(body)
+    count = fields[-1]
+    if _SHARES_V1.size + count * row.size != len(body):
+        raise StateDecodeError("shares: length does not match the enforcer count")
+    rows: list[Row] = []
+    for i in range(count):
+        r = row.unpack_from(body, _SHARES_V1.size + i * row.size)
+        enforcer, cur, prev, allocated = r[:4]
+        cur_n, prev_n = (r[4], r[5]) if len(r) > 4 else (0.0, 0.0)
+        rows.append((enforcer, cur, allocated, 1.0, cur_n, prev_n, 0, (prev,)))
+    shares = Shares()
+    shares.restore((*fields[1:-1], 1), rows)
     return shares
 
 

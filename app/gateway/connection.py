@@ -696,11 +696,12 @@ class Session:
         if not self.auth.charged(apis.PRODUCE):
             return 0
         core, now = self.core, self.core.now_ms()
+        ms = core.request_quota.throttle(self.node_id, now, core.listener, self.user,
+                                         header.client_id, self.ip, "Produce", nbytes, 0.0,
+                                         exempt=exempt).ms
         core.usage.request(self.node_id, now, core.listener, self.user, header.client_id, self.ip,
-                           "Produce", nbytes, 0.0, 0.0, exempt=exempt)
-        return core.request_quota.throttle(self.node_id, now, core.listener, self.user,
-                                           header.client_id, self.ip, "Produce", nbytes, 0.0,
-                                           exempt=exempt).ms
+                           "Produce", nbytes, 0.0, 0.0, exempt=exempt, throttle_ms=ms)
+        return ms
 
     def _mutation(self, header: RequestHeader, context: MutationContext) -> None:
         """Plan the request's topics against the mutation quota (after looking up the partition
@@ -916,6 +917,7 @@ class Session:
                                                           self.user, client_id, self.ip, name,
                                                           nbytes, thread_ms, fetch is not None,
                                                           count=count)
+        decided = throttle  # this answer's own, as its usage reports it
         throttle = max(throttle, pending.throttle_ms)
         if mutation is not None and mutation.plan is not None:
             throttle = max(throttle, mutation.throttle_until - now,
@@ -939,7 +941,8 @@ class Session:
             if fetch is not None:
                 nbytes = len(payload)  # what the client got: an empty response if throttled
             core.usage.request(self.node_id, now, core.listener, self.user, client_id, self.ip,
-                               name, nbytes, round(thread_ms, 3), 0.0, count=count)
+                               name, nbytes, round(thread_ms, 3), 0.0, count=count,
+                               throttle_ms=decided)
         if self.closed or self._client_gone:
             return  # charged; nobody to answer
         if unrewritten:  # charged, but never passed on

@@ -6,7 +6,7 @@ little-endian; columns follow each other with no padding:
 
     offset  size        field
     0       4           magic b"QSCB"
-    4       1           version (1)
+    4       1           version (2; version 1 lacks throttle_ms, read as 0)
     5       1           flags: bit 0 = internal (the arrival and only columns follow)
     6       2           reserved, 0
     8       4  u32      rows
@@ -16,7 +16,8 @@ little-endian; columns follow each other with no padding:
     then, rows values each: ts i64, broker i32, gateway i32 (-1: none), listener u32,
     user u32, client_id u32, ip u32, api u32 (the five are indices into the names),
     bytes i64, thread_ns i64, network_ns i64 (request times in whole nanoseconds),
-    count i64, exempt u8 (0/1); internal records add arrival i64 and only u8.
+    count i64, throttle_ms u32 (version 2), exempt u8 (0/1); internal records add arrival i64
+    and only u8.
 
 Why not Arrow IPC: the worker would need pyarrow (~100 MB) for five integer widths and a
 dictionary; `array.frombytes` reads each column at memory speed, and a 300-row batch is about
@@ -47,15 +48,18 @@ from app.engine.events import (
 )
 
 MAGIC = b"QSCB"
-VERSION = 1
+VERSION = 2
 INTERNAL = 1
 _HEADER = struct.Struct("<4sBBHII")
-#: (column, array typecode) in record order; "only" and "arrival" only in internal records
-_SOURCE_LAYOUT = (("ts", "q"), ("broker", "i"), ("gateway", "i"), ("listener", "I"),
-                  ("user", "I"), ("client_id", "I"), ("ip", "I"), ("api", "I"),
-                  ("bytes", "q"), ("thread_ns", "q"), ("network_ns", "q"), ("count", "q"),
-                  ("exempt", "B"))
-_INTERNAL_LAYOUT = _SOURCE_LAYOUT + (("arrival", "q"), ("only", "B"))
+_HEAD_LAYOUT = (("ts", "q"), ("broker", "i"), ("gateway", "i"), ("listener", "I"),
+                ("user", "I"), ("client_id", "I"), ("ip", "I"), ("api", "I"),
+                ("bytes", "q"), ("thread_ns", "q"), ("network_ns", "q"), ("count", "q"))
+#: (column, array typecode) in record order, by version; "only" and "arrival" only in internal
+#: records
+_SOURCE_LAYOUTS = {1: _HEAD_LAYOUT + (("exempt", "B"),),
+                   2: _HEAD_LAYOUT + (("throttle_ms", "I"), ("exempt", "B"))}
+_SOURCE_LAYOUT = _SOURCE_LAYOUTS[VERSION]
+_INTERNAL = (("arrival", "q"), ("only", "B"))
 _NAME_COLUMNS = ("listener", "user", "client_id", "ip", "api")
 _SWAP = sys.byteorder != "little"
 #: bytes of a source record before its names: the header
@@ -81,7 +85,7 @@ def encode(batch: RequestColumns, internal: bool = False) -> bytes:
     names = [n.encode() for n in batch.names]
     parts = [_HEADER.pack(MAGIC, VERSION, INTERNAL if internal else 0, 0, len(batch), len(names)),
              _array("I", [len(n) for n in names]), b"".join(names)]
-    for name, code in _INTERNAL_LAYOUT if internal else _SOURCE_LAYOUT:
+    for name, code in _SOURCE_LAYOUT + _INTERNAL if internal else _SOURCE_LAYOUT:
         parts.append(_array(code, batch.column(name)))
     return b"".join(parts)
 
@@ -92,7 +96,8 @@ def encode_events(events: Sequence[RequestEvent]) -> bytes:
     batch = RequestColumns()
     for e in events:
         batch.append(e.ts, e.broker, e.gateway, e.listener, e.user, e.client_id, e.ip, e.api,
-                     e.bytes, nanos(e.thread_ms), nanos(e.network_ms), e.exempt, e.count, 0, 0)
+                     e.bytes, nanos(e.thread_ms), nanos(e.network_ms), e.exempt, e.count, 0, 0,
+                     e.throttle_ms)
     return encode(batch)
 
 
@@ -112,8 +117,10 @@ def decode(value: bytes) -> tuple[RequestColumns, bool]:
     magic, version, flags, _, rows, count = _HEADER.unpack_from(view)
     if magic != MAGIC:
         raise ColumnarError("columnar batch: wrong magic")
-    if version != VERSION:
-        raise ColumnarError(f"unsupported batch version v={version} (this processor reads v={VERSION})")
+    source = _SOURCE_LAYOUTS.get(version)
+    if source is None:
+        raise ColumnarError(f"unsupported batch version v={version} (this processor reads "
+                            f"v1 and v{VERSION})")
     if rows > MAX_BATCH:
         raise ColumnarError(f"batch has {rows} events (max {MAX_BATCH})")
     if count > MAX_NAMES:
@@ -131,7 +138,7 @@ def decode(value: bytes) -> tuple[RequestColumns, bool]:
     except UnicodeDecodeError:
         raise ColumnarError("columnar batch: a name is not UTF-8") from None
     internal = bool(flags & INTERNAL)
-    layout = _INTERNAL_LAYOUT if internal else _SOURCE_LAYOUT
+    layout = source + _INTERNAL if internal else source
     need = rows * sum(array(code).itemsize for _, code in layout)
     if len(view) - at != need:
         raise ColumnarError(f"columnar batch: {len(view) - at} bytes of columns for {rows} rows "
@@ -143,6 +150,8 @@ def decode(value: bytes) -> tuple[RequestColumns, bool]:
     if not internal:
         batch.arrival = [0] * rows
         batch.only = [0] * rows
+    if version == 1:
+        batch.throttle_ms = [0] * rows
     return batch, internal
 
 
@@ -250,6 +259,8 @@ def row_object(batch: RequestColumns, i: int) -> dict[str, object]:
         "exempt": batch.exempt[i], "count": batch.count[i]}
     if batch.gateway[i] != -1:
         row["gateway"] = batch.gateway[i]
+    if batch.throttle_ms[i]:
+        row["throttle_ms"] = batch.throttle_ms[i]
     return row
 
 

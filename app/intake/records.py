@@ -163,7 +163,8 @@ def decode_json(record: Any, arrival: int, archive: bool) -> Decoded:
         if type(item) is RequestEvent:
             requests.append(item.ts, item.broker, item.gateway, item.listener, item.user,
                             item.client_id, item.ip, item.api, item.bytes, nanos(item.thread_ms),
-                            nanos(item.network_ms), item.exempt, item.count, arrival, 0)
+                            nanos(item.network_ms), item.exempt, item.count, arrival, 0,
+                            item.throttle_ms)
             out.request_at.append(i)
         else:
             out.others.append(item)

@@ -90,11 +90,14 @@ class SimBroker:
     def __init__(self, broker_id: int, listeners: Sequence[Listener], directives: Directives,
                  meter: Meter, schedule: Schedule, aggregate: bool = True,
                  local: LocalQuotas | None = None, flush_ms: int = 100,
-                 drops: Drops | None = None) -> None:
+                 drops: Drops | None = None, per_second: bool = False) -> None:
         """`local`: the broker's own quota managers (allocations), applied with the directives;
         `flush_ms`: how often its events are sent (the span of a record); `drops`: where the
-        events it could not keep are counted."""
+        events it could not keep are counted; `per_second`: its requests are reported as the
+        broker plugin reports them, one event per principal and second, stamped with the
+        second."""
         self.id = broker_id
+        self.per_second = per_second
         self.meter = meter
         self.schedule = schedule
         self.usage = UsageRecorder(aggregate, span_ms=flush_ms, drops=drops)
@@ -137,8 +140,11 @@ class SimBroker:
                                                  fetch)
         if empty:
             nbytes = 0  # KafkaApis: a throttled fetch gets an empty response
-        self.usage.request(self.id, now, conn.listener, conn.user, conn.client_id, conn.ip, api,
-                           nbytes, thread_ms, network_ms)
+        # the plugin reads Kafka's sensors just after each second and stamps what they gained
+        # with the second that ended
+        stamp = (now - 1) // 1000 * 1000 if self.per_second else now
+        self.usage.request(self.id, stamp, conn.listener, conn.user, conn.client_id, conn.ip, api,
+                           nbytes, thread_ms, network_ms, throttle_ms=throttle)
         self.meter.request(self.id, t, api, conn.user, conn.client_id, nbytes, thread_ms, throttle > 0)
         if throttle > 0:
             conn.muted_until = t + throttle

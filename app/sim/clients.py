@@ -6,6 +6,10 @@
   client's own capacity (`rate` / brokers); they honour `throttle_time_ms`.
 - ignoring-producer / ignoring-consumer: greedy, and ignore `throttle_time_ms`: they send again
   at once, and only the broker's muted channel holds the request back until the throttle ends.
+- buffered-producer: a librdkafka producer with its defaults (`BufferedProducer`): records
+  offered at `rate` over partitions led by `leaders`, one buffer for all of them, requests as
+  large as what waits for a broker (up to `request_bytes`), `throttle_time_ms` ignored, a
+  request unanswered for `timeout_ms` sent again on a new connection.
 - connection-storm: new connections at `rate`/s, round-robin over its IPs (`ips`) and brokers.
 - topic-storm: CreateTopics (or `api`) requests at `rate`/s with `api_version` deciding strict
   (THROTTLING_QUOTA_EXCEEDED) or legacy (throttled) handling; honours `throttle_time_ms`.
@@ -56,6 +60,8 @@ class ClientStats:
     accepted: int = 0
     delayed: int = 0
     closed: int = 0
+    #: requests a buffered-producer sent again on a new connection after `timeout_ms`
+    timeouts: int = 0
     #: bytes done per whole second of the run (the summary's phases)
     by_second: dict[int, int] = field(default_factory=dict)
 
@@ -98,6 +104,9 @@ class Client:
         brokers = [world.brokers[b] for b in spec.brokers]
         if spec.kind == "connection-storm":
             world.schedule(t, StormActor(self, brokers))
+            return None
+        if spec.kind == "buffered-producer":
+            BufferedProducer(self, t)
             return None
         conns = [b.open(t, spec.user, spec.client_id, spec.ip, spec.listener) for b in brokers]
         if spec.kind == "topic-storm":
@@ -198,3 +207,138 @@ class TopicStormActor:
             stats.rejected += 1
         stats.admitted += spec.partitions * (spec.topics_per_request - rejected)
         return max(t + self.gap_ms, t + throttle)
+
+
+#: librdkafka's linger.ms, and a request's round trip on loopback
+LINGER_MS = 5.0
+RTT_MS = 1.0
+
+
+class BufferedProducer:
+    """A producer with librdkafka's defaults: one buffer, a connection per leader.
+
+    Records are offered at `rate`, spread evenly over the partitions (`leaders`: each one's
+    broker; `moved_leaders` from `moved_at` on, the bytes waiting for a partition following
+    it) and taken while the buffer holds less than `window` bytes (past it, the program
+    offering them waits and the offer is lost). Each connection sends what waits for its
+    broker as one request of at most `request_bytes` as soon as the last one was answered,
+    `LINGER_MS` after the first byte waited: so requests are small while the brokers keep up
+    and as large as `request_bytes` once a backlog builds. librdkafka ignores
+    `throttle_time_ms` (KIP-219 unsupported): the broker's muted channel holds the next
+    request until the mute ends, and a request left unanswered for `timeout_ms`
+    (socket.timeout.ms) makes the client drop the connection and send it again at once on a
+    new one, which no mute holds.
+    """
+
+    __slots__ = ("client", "leaders", "move_ms", "waiting", "offered_at", "buffered", "lines")
+
+    def __init__(self, client: Client, t: float) -> None:
+        self.client = client
+        spec = client.spec
+        self.leaders = list(spec.leaders)
+        self.move_ms = (float("inf") if spec.moved_at is None
+                        else client.world.start_ms + spec.moved_at * 1000.0)
+        self.waiting = [0.0] * len(self.leaders)  # bytes waiting for each partition
+        self.buffered = 0.0
+        self.offered_at = t
+        self.lines: dict[int, ProducerLine] = {}
+        for b in dict.fromkeys(self.leaders):
+            self._line(b, t)
+
+    def _line(self, broker: int, t: float) -> None:
+        spec, world = self.client.spec, self.client.world
+        line = self.lines[broker] = ProducerLine(self, world.brokers[broker].open(
+            t, spec.user, spec.client_id, spec.ip, spec.listener))
+        world.schedule(t, line)
+
+    def offer(self, t: float) -> None:
+        """Take what was offered since the last call, while the buffer has room; move the
+        partitions' leadership when its time came."""
+        spec = self.client.spec
+        if t >= self.move_ms:
+            self.move_ms = float("inf")
+            self.leaders = list(spec.moved_leaders)
+            for b in dict.fromkeys(self.leaders):
+                if b not in self.lines:
+                    self._line(b, t)
+        room = spec.window - self.buffered
+        offered = min(spec.rate * (t - self.offered_at) / 1000.0, max(room, 0.0))
+        self.offered_at = t
+        if offered <= 0.0:
+            return
+        self.buffered += offered
+        each = offered / len(self.waiting)
+        for p in range(len(self.waiting)):
+            self.waiting[p] += each
+
+    def waiting_for(self, broker: int) -> float:
+        return sum(w for w, b in zip(self.waiting, self.leaders) if b == broker)
+
+    def take(self, broker: int, most: int) -> int:
+        """Up to `most` bytes waiting for `broker`'s partitions, as one request."""
+        taken = 0.0
+        for p, b in enumerate(self.leaders):
+            if b == broker and taken < most:
+                part = min(self.waiting[p], most - taken)
+                self.waiting[p] -= part
+                taken += part
+        self.buffered -= taken
+        return int(taken)
+
+
+class ProducerLine:
+    """One connection of a `BufferedProducer`: its requests to one broker, in turn."""
+
+    __slots__ = ("producer", "conn", "since", "sent_at")
+
+    def __init__(self, producer: BufferedProducer, conn: Connection) -> None:
+        self.producer = producer
+        self.conn = conn
+        self.since: float | None = None  # when the bytes waiting for it started to wait
+        self.sent_at: float | None = None  # a request sent, held by the broker's mute
+
+    def act(self, t: float) -> float | None:
+        producer = self.producer
+        client = producer.client
+        if t >= client.stop_ms:
+            return None
+        producer.offer(t)
+        conn = self.conn
+        spec = client.spec
+        if self.sent_at is not None:  # a request waits in a muted channel
+            if t < conn.muted_until and t - self.sent_at < spec.timeout_ms:
+                return min(conn.muted_until, self.sent_at + spec.timeout_ms)
+            if t < conn.muted_until:  # timed out: a new connection, which no mute holds
+                client.stats.timeouts += 1
+                self.conn = conn = conn.broker.open(t, spec.user, spec.client_id, spec.ip,
+                                                    spec.listener)
+            self.sent_at = None
+            return self._send(t)
+        waiting = producer.waiting_for(conn.broker.id)
+        if waiting < 1.0:
+            self.since = None
+            return t + LINGER_MS
+        if self.since is None:
+            self.since = t
+        if t - self.since < LINGER_MS and waiting < spec.request_bytes:
+            return self.since + LINGER_MS
+        if t < conn.muted_until:
+            self.sent_at = t
+            return min(conn.muted_until, t + spec.timeout_ms)
+        return self._send(t)
+
+    def _send(self, t: float) -> float:
+        producer, conn = self.producer, self.conn
+        client = producer.client
+        spec = client.spec
+        nbytes = producer.take(conn.broker.id, spec.request_bytes)
+        self.since = None
+        if nbytes < 1:
+            return t + LINGER_MS
+        throttle, delivered = conn.broker.request(conn, t, "Produce", nbytes, spec.thread_ms,
+                                                  spec.network_ms)
+        stats = client.stats
+        stats.requests += 1
+        stats.done(int((t - client.world.start_ms) // 1000), delivered)
+        stats.throttle(throttle)
+        return t + RTT_MS

@@ -30,7 +30,7 @@ from app.kafka.security import KafkaSecurity
 from app.settings import Settings
 from app.signing import Signing
 from app.sim.broker import CONNECTION, MUTATION, REQUEST
-from app.sim.scenario import Scenario
+from app.sim.scenario import ALLOCATING, Scenario
 from app.sim.world import World
 from app.subscriber.consumer import DirectiveSubscriber, wall_clock_ms
 from app.usage.drops import Drops
@@ -109,7 +109,7 @@ class LiveRun:
 
     def _engine(self) -> EngineSettings | None:
         """The workers' settings when brokers enforce allocations themselves."""
-        if self.scenario.enforcement != "allocations":
+        if self.scenario.enforcement not in ALLOCATING:
             return None
         return self.settings.engine()
 

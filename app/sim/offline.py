@@ -19,7 +19,7 @@ from app.intake.apply import apply
 from app.intake.clock import StreamClock
 from app.intake.records import Decoded, decode_source
 from app.intake.stream import StreamIntake
-from app.sim.scenario import Scenario
+from app.sim.scenario import ALLOCATING, Scenario
 from app.sim.world import World
 from app.subscriber.active_set import ActiveSet
 from app.usage.records import RecordEncoder
@@ -43,7 +43,8 @@ def run_offline(scenario: Scenario, latency_ms: int = 100, settings: EngineSetti
     if seconds is None:
         raise ValueError("an offline run needs a duration")
     settings = replace(settings or EngineSettings(scope=scenario.scope, accounting=scenario.accounting),
-                       allocations=scenario.enforcement == "allocations")
+                       allocations=scenario.enforcement in ALLOCATING,
+                       enforcer_window_ms=scenario.enforcer_window_ms)
     sets = {b: ActiveSet(b) for b in scenario.brokers}
     world = World(scenario, sets, start_ms, settings)
     engine = QuotaEngine(settings)

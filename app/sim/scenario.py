@@ -25,7 +25,7 @@ class ScenarioError(ValueError):
 
 #: Client kinds. Producers/consumers respect throttle_time_ms unless "ignoring"; "greedy" and
 #: "ignoring" send as fast as their own capacity (`rate`) and the brokers let them.
-PRODUCER_KINDS = ("producer", "greedy-producer", "ignoring-producer")
+PRODUCER_KINDS = ("producer", "greedy-producer", "ignoring-producer", "buffered-producer")
 CONSUMER_KINDS = ("consumer", "greedy-consumer", "ignoring-consumer")
 KINDS = PRODUCER_KINDS + CONSUMER_KINDS + ("connection-storm", "topic-storm")
 WELL_BEHAVED = ("producer", "consumer")
@@ -37,10 +37,17 @@ _DEFAULT_RATE = {  # the client's own capacity when a scenario gives none
 }
 _CLIENT_KEYS = {"name", "kind", "user", "client_id", "ip", "ips", "rate", "request_bytes",
                 "brokers", "listener", "thread_ms", "network_ms", "api", "api_version",
-                "partitions", "topics_per_request", "start", "stop"}
+                "partitions", "topics_per_request", "start", "stop", "leaders", "window",
+                "timeout_ms", "moved_leaders", "moved_at"}
 _TOP_KEYS = {"name", "description", "scope", "accounting", "duration", "warmup", "flush_interval_ms",
              "aggregate", "brokers", "listeners", "quotas", "clients", "windows", "enforcement",
              "workers_stop", "phases"}
+#: how the brokers obey (`Scenario.enforcement`), and those that hold allocations
+ENFORCEMENTS = ("directives", "allocations", "plugin")
+ALLOCATING = ("allocations", "plugin")
+#: the sample of the windows the simulated brokers hold allocations over without the plugin:
+#: the gateways' (QS_ALLOCATION_SAMPLE_MS's default)
+ALLOCATION_SAMPLE_MS = 100
 WINDOW_ENV = {"num": "QS_QUOTA_WINDOW_NUM", "size_ms": "QS_QUOTA_WINDOW_SIZE_MS",
                "controller_num": "QS_CONTROLLER_WINDOW_NUM",
                "controller_size_ms": "QS_CONTROLLER_WINDOW_SIZE_MS"}
@@ -83,6 +90,17 @@ class ClientSpec:
     topics_per_request: int = 1
     start: float = 0.0  # seconds after the run starts
     stop: float | None = None
+    #: buffered-producer: each partition's leader (default: one partition on each of `brokers`)
+    leaders: tuple[int, ...] = ()
+    #: buffered-producer: the partitions' leaders from `moved_at` (s) on (a reassignment)
+    moved_leaders: tuple[int, ...] = ()
+    moved_at: float | None = None
+    #: buffered-producer: most bytes waiting in the client (librdkafka's
+    #: queue.buffering.max.kbytes: 1 GiB); past it, what it offers is not taken
+    window: int = 1 << 30
+    #: buffered-producer: how long a request may wait unanswered before the client drops the
+    #: connection and sends it again on a new one (librdkafka's socket.timeout.ms)
+    timeout_ms: int = 60_000
 
     @property
     def strict(self) -> bool:
@@ -123,9 +141,12 @@ class QuotaFile:
     def worker_env(self) -> dict[str, str]:
         """Settings the stack needs: scope, accounting and window settings; the simulated
         brokers and the gateways write request events as columnar batches, as in production."""
+        enforcement = getattr(self, "enforcement", "directives")
         env = {"QS_SCOPE": self.scope, "QS_ACCOUNTING": self.accounting,
-               "QS_CLUSTER_ENFORCEMENT": getattr(self, "enforcement", "directives"),
-               "QS_EVENT_FORMAT": "columnar"}
+               "QS_CLUSTER_ENFORCEMENT": "allocations" if enforcement in ALLOCATING
+               else enforcement, "QS_EVENT_FORMAT": "columnar"}
+        if enforcement in ALLOCATING:
+            env["QS_ENFORCER_WINDOW_MS"] = str(getattr(self, "enforcer_window_ms"))
         env.update({WINDOW_ENV[k]: str(v) for k, v in self.windows.items()})
         return env
 
@@ -143,7 +164,9 @@ class Scenario(QuotaFile):
     warmup: float = 10.0
     flush_interval_ms: int = 100
     aggregate: bool = True  # one event per (entity, api, listener, ip) per flush, with `count`
-    #: cluster scope: "directives" or "allocations" (the workers' QS_CLUSTER_ENFORCEMENT)
+    #: cluster scope: "directives" or "allocations" (the workers' QS_CLUSTER_ENFORCEMENT), or
+    #: "plugin": allocations held by brokers running the broker plugin (Kafka's own window
+    #: and formula, usage reported once a second)
     enforcement: str = "directives"
     #: seconds after the start when the workers stop (allocations and directives stop coming)
     workers_stop: float | None = None
@@ -154,9 +177,18 @@ class Scenario(QuotaFile):
 
     def with_enforcement(self, enforcement: str) -> Scenario:
         """The scenario enforced another way (`simulate --enforcement`)."""
-        if enforcement == "allocations" and self.scope != "cluster":
-            raise ScenarioError("--enforcement allocations needs a cluster-scope scenario")
+        if enforcement in ALLOCATING and self.scope != "cluster":
+            raise ScenarioError(f"--enforcement {enforcement} needs a cluster-scope scenario")
         return replace(self, enforcement=enforcement)
+
+    @property
+    def enforcer_window_ms(self) -> int:
+        """The window the brokers hold allocations over (the workers' QS_ENFORCER_WINDOW_MS):
+        Kafka's own with the plugin, the gateways' short one otherwise."""
+        num = self.windows.get("num", 11)
+        if self.enforcement == "plugin":
+            return num * self.windows.get("size_ms", 1000)
+        return num * ALLOCATION_SAMPLE_MS
 
     def with_run(self, duration: float | None = None, warmup: float | None = None) -> Scenario:
         """The scenario with a different duration and/or warmup (command-line overrides)."""
@@ -216,10 +248,11 @@ def parse_scenario(data: Any, default_name: str = "scenario", source: str = "") 
     if accounting not in ("kafka", "served"):
         raise ScenarioError(f"accounting: {accounting!r} must be 'kafka' or 'served'")
     enforcement = data.get("enforcement", "directives")
-    if enforcement not in ("directives", "allocations"):
-        raise ScenarioError(f"enforcement: {enforcement!r} must be 'directives' or 'allocations'")
-    if enforcement == "allocations" and scope != "cluster":
-        raise ScenarioError("enforcement: allocations needs scope: cluster")
+    if enforcement not in ENFORCEMENTS:
+        raise ScenarioError(f"enforcement: {enforcement!r} must be one of "
+                            f"{', '.join(ENFORCEMENTS)}")
+    if enforcement in ALLOCATING and scope != "cluster":
+        raise ScenarioError(f"enforcement: {enforcement} needs scope: cluster")
     raw_stop = data.get("workers_stop")
     workers_stop = None if raw_stop is None else positive(raw_stop, "workers_stop")
     raw_duration = data.get("duration", 60)
@@ -299,7 +332,8 @@ def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
         values["rate"] = _DEFAULT_RATE[kind]
     else:
         raise ScenarioError(f"{where}.rate is required for a {kind} (bytes per second)")
-    for key in ("ips", "request_bytes", "api_version", "partitions", "topics_per_request"):
+    for key in ("ips", "request_bytes", "api_version", "partitions", "topics_per_request",
+                "window", "timeout_ms"):
         if key in raw:
             values[key] = integer(raw[key], f"{where}.{key}", minimum=0 if key == "api_version" else 1)
     for key in ("thread_ms", "network_ms", "start"):
@@ -308,6 +342,23 @@ def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
     if raw.get("stop") is not None:
         values["stop"] = positive(raw["stop"], f"{where}.stop")
     values["brokers"] = _brokers(raw["brokers"], f"{where}.brokers") if "brokers" in raw else brokers
+    if ("leaders" in raw or "moved_leaders" in raw) and kind != "buffered-producer":
+        raise ScenarioError(f"{where}: leaders and moved_leaders are for a buffered-producer")
+    if kind == "buffered-producer":
+        values["leaders"] = (_leaders(raw["leaders"], f"{where}.leaders", brokers)
+                             if "leaders" in raw else values["brokers"])
+        if ("moved_leaders" in raw) != ("moved_at" in raw):
+            raise ScenarioError(f"{where}: moved_leaders and moved_at go together")
+        if "moved_leaders" in raw:
+            moved = _leaders(raw["moved_leaders"], f"{where}.moved_leaders", brokers)
+            if len(moved) != len(values["leaders"]):
+                raise ScenarioError(f"{where}.moved_leaders must name as many partitions as "
+                                    f"leaders")
+            values["moved_leaders"] = moved
+            values["moved_at"] = positive(raw["moved_at"], f"{where}.moved_at")
+        values["brokers"] = tuple(dict.fromkeys(values["leaders"] + values["moved_leaders"]
+                                                if "moved_leaders" in values
+                                                else values["leaders"]))
     unknown = set(values["brokers"]) - set(brokers)
     if unknown:
         raise ScenarioError(f"{where}.brokers: {sorted(unknown)} not among the scenario's brokers")
@@ -321,6 +372,15 @@ def _client(raw: Any, index: int, brokers: tuple[int, ...], listeners: set[str],
     if "stop" in values and values["stop"] <= values.get("start", 0.0):
         raise ScenarioError(f"{where}.stop must be after start")
     return ClientSpec(**values)
+
+
+def _leaders(raw: Any, where: str, brokers: tuple[int, ...]) -> tuple[int, ...]:
+    """A buffered-producer's partitions, each named by its leader."""
+    leaders = as_list(raw, where)
+    if not leaders or not all(b in brokers for b in leaders):
+        raise ScenarioError(f"{where} must list each partition's leader, a broker of the "
+                            f"scenario")
+    return tuple(leaders)
 
 
 def client_head(raw: Any, index: int, allowed: set[str], selector: str, choices: Any,

@@ -40,19 +40,23 @@ class World:
         self.brokers = {b: SimBroker(b, scenario.listeners, directives[b], self.meter,
                                      self.schedule, scenario.aggregate,
                                      self._local(engine, directives[b]),
-                                     scenario.flush_interval_ms, self.drops)
+                                     scenario.flush_interval_ms, self.drops,
+                                     per_second=scenario.enforcement == "plugin")
                         for b in scenario.brokers}
         self.clients = [Client(spec, self) for spec in scenario.clients]
         for client in self.clients:
             self.schedule(start_ms + client.spec.start * 1000.0, client)
 
     def _local(self, engine: EngineSettings | None, directives: Directives) -> LocalQuotas | None:
-        """A broker's own quota managers over its allocations, or None (directives only)."""
+        """A broker's own quota managers over its allocations, or None (directives only): the
+        gateways' (short windows, a debt), or with the plugin Kafka's own (its window and
+        formula, the allocation as the bound)."""
         if engine is None or not engine.allocations:
             return None
         live = len(self.scenario.brokers)
         local = LocalQuotas(broker_settings(engine), self.scenario.quota_configs())
-        local.obey(AllocatedLimits(directives.allocations, lambda: live))  # type: ignore[attr-defined]
+        local.obey(AllocatedLimits(directives.allocations, lambda: live,  # type: ignore[attr-defined]
+                                   kafka_formula=self.scenario.enforcement == "plugin"))
         return local
 
     def schedule(self, t: float, actor: Actor) -> None:

@@ -75,11 +75,14 @@ class Allocations:
 
 class AllocatedLimits:
     """The engine's limits on one enforcer (`QuotaEngine(limits=...)`): for a client quota, the
-    enforcer's allocation scaled to the quota in force, or quota / live enforcers without one."""
+    enforcer's allocation scaled to the quota in force, or quota / live enforcers without one.
+    `kafka_formula`: held as a broker running the broker plugin holds them (`Limits`)."""
 
-    def __init__(self, allocations: Allocations, live_enforcers: Callable[[], int]) -> None:
+    def __init__(self, allocations: Allocations, live_enforcers: Callable[[], int],
+                 kafka_formula: bool = False) -> None:
         self.allocations = allocations
         self.live_enforcers = live_enforcers
+        self.kafka_formula = kafka_formula
 
     @property
     def version(self) -> int:

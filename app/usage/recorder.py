@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from app.engine.batch import RequestColumns
 from app.engine.engine import nanos
+from app.engine.events import MAX_THROTTLE_MS
 from app.usage.drops import BUFFER_FULL, Drops
 from app.usage.names import charged_name
 
@@ -118,9 +119,10 @@ class UsageRecorder:
 
     def request(self, broker: int, ts: int, listener: str, user: str, client_id: str, ip: str,
                 api: str, nbytes: int, thread_ms: float, network_ms: float,
-                exempt: bool = False, count: int = 1) -> None:
-        """One request: `nbytes` (Produce request / Fetch response size), thread and network time.
-        `count` 0: more of a request an earlier call counted (a Produce's time, after its bytes)."""
+                exempt: bool = False, count: int = 1, throttle_ms: int = 0) -> None:
+        """One request: `nbytes` (Produce request / Fetch response size), thread and network time,
+        and the throttle it was answered with. `count` 0: more of a request an earlier call
+        counted (a Produce's time, after its bytes)."""
         if self.aggregate:
             span = self._span
             if span is not None and ts < self._span_end:
@@ -133,6 +135,9 @@ class UsageRecorder:
                     rows.thread_ns[row] += nanos(thread_ms)
                     rows.network_ns[row] += nanos(network_ms)
                     rows.count[row] += count
+                    if throttle_ms:
+                        rows.throttle_ms[row] = min(MAX_THROTTLE_MS,
+                                                    rows.throttle_ms[row] + throttle_ms)
                     self.recorded += 1
                     return
         span = self._space(ts)
@@ -142,7 +147,8 @@ class UsageRecorder:
         if self.aggregate:
             span.rows[(broker, user, client_id, api, listener, ip, exempt)] = len(rows)
         rows.append(ts, broker, self.gateway, listener, charged_name(user), charged_name(client_id),
-                    ip, api, nbytes, nanos(thread_ms), nanos(network_ms), exempt, count, 0, 0)
+                    ip, api, nbytes, nanos(thread_ms), nanos(network_ms), exempt, count, 0, 0,
+                    min(MAX_THROTTLE_MS, throttle_ms))
 
     def connection(self, broker: int, ts: int, listener: str, ip: str,
                    inter_broker: bool = False) -> None:

@@ -141,6 +141,8 @@ def _request(batch: RequestColumns, i: int) -> dict[str, Any]:
         "exempt": batch.exempt[i] == 1, "count": batch.count[i]}
     if batch.gateway[i] >= 0:
         event["gateway"] = batch.gateway[i]
+    if batch.throttle_ms[i]:
+        event["throttle_ms"] = batch.throttle_ms[i]
     return event
 
 

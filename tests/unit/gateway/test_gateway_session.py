@@ -379,6 +379,22 @@ async def test_local_quotas_throttle_the_first_request_over_the_quota_without_a_
             break
     assert throttles[0] == ms(0) and throttles[-1] > ms(0)  # Kafka's own decision, at once
     assert len(throttles) == 4  # ~12 kB sent when the ~10 kB of the window ran out
+    # each Produce's usage, charged as it was forwarded, carries the throttle it brought: the
+    # workers tell a gateway muting its clients from one whose clients went quiet
+    charged = [e for e in h.events() if e["api"] == "Produce" and e["count"] == 1]
+    assert [e.get("throttle_ms", 0) for e in charged[:3]] == [0, 0, 0]
+    assert charged[3]["throttle_ms"] == round(throttles[-1].total_seconds() * 1000)
+
+
+async def test_a_throttled_fetchs_usage_carries_its_throttle() -> None:
+    h = Harness()
+    h.throttle("consumer_byte_rate", 200, client_id="app")
+    h.send(fetch_request(1))
+    h.answer(fetch_response(1, nbytes=5000))
+    (empty,) = h.client.frames()
+    throttle = decode_response(apis.FETCH, 12, empty).throttle_time
+    (fetch,) = [e for e in h.events() if e["api"] == "Fetch"]
+    assert fetch["throttle_ms"] == round(throttle.total_seconds() * 1000) > 150
 
 
 async def test_a_strict_storm_is_rejected_topic_by_topic_in_request_order() -> None:

@@ -47,7 +47,7 @@ def as_columns(events: list[dict[str, Any]]) -> RequestColumns:
         batch.append(e["ts"], e["broker"], e.get("gateway", -1), e["listener"], e["user"],
                      e["client_id"], e["ip"], e["api"], e["bytes"],
                      round(e["thread_time_ms"] * 1_000_000), round(e["network_time_ms"] * 1_000_000),
-                     False, e["count"], 0, 0)
+                     False, e["count"], 0, 0, e.get("throttle_ms", 0))
         batch.exempt[-1] = int(e["exempt"])
     return batch
 
@@ -64,12 +64,40 @@ def json_batch(events: list[dict[str, Any]]) -> bytes:
 
 def test_json_and_columnar_batches_decode_to_the_same_samples() -> None:
     events = [{**GOOD, "ts": T0 + i, "user": f"u{i % 3}", "bytes": 10 * i, "exempt": i == 4,
-               "count": 1 + i % 2, **({"gateway": 7} if i % 2 else {})} for i in range(9)]
+               "count": 1 + i % 2, **({"gateway": 7} if i % 2 else {}),
+               **({"throttle_ms": 250 * i} if i % 3 else {})} for i in range(9)]
     from_json = decode_source(json_batch(events), 5)
     from_columns = decode_source(columnar.encode(as_columns(events)), 5)
     assert from_json.dead == from_columns.dead == []
     assert columns_of(from_json) == columns_of(from_columns)
     assert from_columns.request_at == list(range(9)) and from_columns.arrival == 5
+    assert from_json.requests.throttle_ms == [0, 250, 500, 0, 1000, 1250, 0, 1750, 2000]
+
+
+def test_a_version_1_columnar_batch_reads_as_answered_without_throttle() -> None:
+    """Written before `throttle_ms` had a column (the gateways of an older release): the same
+    rows, each read as answered without a throttle."""
+    events = [{**GOOD, "ts": T0 + i, "count": 1 + i} for i in range(3)]
+    batch = as_columns(events)
+    v2 = columnar.encode(batch)
+    assert v2[4] == columnar.VERSION == 2
+    # version 1: the same layout without the throttle column (u32 per row, before `exempt`)
+    exempt_at = len(v2) - 3
+    v1 = v2[:4] + b"\x01" + v2[5:exempt_at - 4 * 3] + v2[exempt_at:]
+    decoded = decode_source(v1, 0)
+    assert decoded.dead == [] and decoded.requests.throttle_ms == [0, 0, 0]
+    assert decoded.requests.count == [1, 2, 3] and decoded.requests.exempt == [0, 0, 0]
+    assert "unsupported batch version v=3" in broken(v2[:4] + b"\x03" + v2[5:])
+
+
+@pytest.mark.parametrize("value, reason", [(-1, "throttle_ms must be >= 0"),
+                                           (2**32, "throttle_ms is out of range"),
+                                           (True, "throttle_ms must be an integer"),
+                                           (1.5, "throttle_ms must be an integer")])
+def test_a_throttle_that_is_not_a_32_bit_count_of_ms_is_refused(value: Any, reason: str) -> None:
+    decoded = decode_source(orjson.dumps({**GOOD, "throttle_ms": value}), 0)
+    assert [r for _, r, _ in decoded.dead] == [reason]
+    assert decode_source(orjson.dumps({**GOOD, "throttle_ms": 2**32 - 1}), 0).dead == []
 
 
 @pytest.mark.parametrize("change", BREAKS, ids=lambda c: ",".join(f"{k}={str(v)[:12]}" for k, v in c.items()))

@@ -21,7 +21,8 @@ def minimal(**over: Any) -> dict[str, Any]:
     return d
 
 
-@pytest.mark.parametrize("name", ["mixed", "cluster-produce", "broker-produce", "ip-storm", "topic-storm"])
+@pytest.mark.parametrize("name", ["mixed", "cluster-produce", "broker-produce", "ip-storm", "topic-storm",
+                                  "cluster-allocations", "plugin-uneven"])
 def test_shipped_scenarios_load(name: str) -> None:
     sc = load_scenario(SCENARIOS / f"{name}.yaml")
     assert sc.name == name
@@ -59,6 +60,8 @@ def test_windows_become_worker_settings() -> None:
 def test_allocations_are_a_cluster_scope_enforcement() -> None:
     sc = parse_scenario(minimal(scope="cluster", enforcement="allocations", workers_stop=30))
     assert sc.worker_env()["QS_CLUSTER_ENFORCEMENT"] == "allocations" and sc.workers_stop == 30
+    # the simulated brokers hold allocations over the gateways' windows: 11 x 100 ms
+    assert sc.worker_env()["QS_ENFORCER_WINDOW_MS"] == "1100"
     with pytest.raises(ScenarioError, match="cluster"):
         parse_scenario(minimal(enforcement="allocations"))
     with pytest.raises(ScenarioError, match="enforcement"):
@@ -138,3 +141,35 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     wrong.write_text("brokers: 0\nclients: []\n")
     with pytest.raises(ScenarioError, match=r"wrong.yaml: brokers must be >= 1"):
         load_scenario(wrong)
+
+
+def test_plugin_brokers_hold_allocations_over_kafkas_own_window() -> None:
+    sc = parse_scenario(minimal(scope="cluster", enforcement="plugin",
+                                windows={"num": 6, "size_ms": 500}))
+    env = sc.worker_env()
+    assert env["QS_CLUSTER_ENFORCEMENT"] == "allocations"
+    assert env["QS_ENFORCER_WINDOW_MS"] == "3000"
+    with pytest.raises(ScenarioError, match="cluster"):
+        parse_scenario(minimal(enforcement="plugin"))
+
+
+def test_a_buffered_producer_names_its_partitions_by_their_leaders() -> None:
+    sc = parse_scenario(minimal(scope="cluster", clients=[{
+        "name": "p", "kind": "buffered-producer", "client_id": "c", "rate": 1000,
+        "leaders": [1, 1, 2], "moved_leaders": [3, 1, 2], "moved_at": 30}]))
+    client = sc.clients[0]
+    assert client.leaders == (1, 1, 2) and client.moved_leaders == (3, 1, 2)
+    assert client.brokers == (1, 2, 3) and client.moved_at == 30
+    with pytest.raises(ScenarioError, match="as many partitions"):
+        parse_scenario(minimal(clients=[{"kind": "buffered-producer", "client_id": "c",
+                                         "rate": 1, "leaders": [1], "moved_leaders": [1, 2],
+                                         "moved_at": 3}]))
+    with pytest.raises(ScenarioError, match="go together"):
+        parse_scenario(minimal(clients=[{"kind": "buffered-producer", "client_id": "c",
+                                         "rate": 1, "moved_leaders": [1, 2, 3]}]))
+    with pytest.raises(ScenarioError, match="buffered-producer"):
+        parse_scenario(minimal(clients=[{"kind": "producer", "client_id": "c", "rate": 1,
+                                         "leaders": [1]}]))
+    with pytest.raises(ScenarioError, match="leader"):
+        parse_scenario(minimal(clients=[{"kind": "buffered-producer", "client_id": "c",
+                                         "rate": 1, "leaders": [9]}]))

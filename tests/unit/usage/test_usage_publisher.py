@@ -37,7 +37,8 @@ def flush_of(principals: int, per_principal: int = 3, client_id: str = "app") ->
     for i in range(per_principal):
         for p in range(principals):
             rec.request(1 + p % 2, T0 + i, "PLAIN", f"user-{p}", client_id, "10.0.0.1",
-                        "Produce" if p % 3 else "Fetch", 100 + p, 0.25 * (i + 1), 0.0)
+                        "Produce" if p % 3 else "Fetch", 100 + p, 0.25 * (i + 1), 0.0,
+                        throttle_ms=(p % 4) * 100 * i)
     rec.connection(2, T0 + 3, "PLAIN", "10.0.0.7")
     rec.mutation(2, T0 + 4, "user-0", client_id, "CreateTopics", 7, 3)
     return rec
@@ -52,7 +53,8 @@ def decoded(values: list[bytes]) -> list[tuple[Any, ...]]:
         b = d.requests
         out += [(b.ts[i], b.broker[i], b.gateway[i], b.names[b.listener[i]], b.names[b.user[i]],
                  b.names[b.client_id[i]], b.names[b.ip[i]], b.names[b.api[i]], b.bytes[i],
-                 b.thread_ns[i], b.network_ns[i], b.exempt[i], b.count[i]) for i in range(len(b))]
+                 b.thread_ns[i], b.network_ns[i], b.exempt[i], b.count[i], b.throttle_ms[i])
+                for i in range(len(b))]
         out += [(e.type, e.ts, e.broker, getattr(e, "partitions", None)) for e in d.others]
     return out
 
@@ -80,7 +82,7 @@ async def test_columnar_and_json_records_decode_to_the_same_events() -> None:
     assert decoded([v for _, v, _, _ in as_json.sent]) == decoded(
         [v for _, v, _, _ in as_columns.sent])
     assert (T0 + 2, 2, 4, "PLAIN", "user-1", "app", "10.0.0.1", "Produce", 101, 750_000, 0, 0,
-            1) in decoded([as_columns.sent[0][1]])
+            1, 200) in decoded([as_columns.sent[0][1]])
 
 
 def test_the_old_per_principal_batch_and_the_one_record_per_flush_batch_are_both_accepted() -> None:
@@ -179,6 +181,22 @@ def test_aggregated_requests_are_one_row_per_principal_and_api_within_a_span() -
         [T0 + 4], [3], [300], [750_000])
     assert (second.requests.ts, second.requests.count) == ([T0 + 9, T0 + 9], [2, 1])
     assert rec.recorded == 6 and rec.flush() == []
+
+
+def test_an_aggregated_row_answers_with_the_throttles_of_its_requests_summed_and_clamped() -> None:
+    rec = UsageRecorder(aggregate=True, span_ms=1000)
+    for ms in (0, 300, 2**31 - 1, 2**31 - 1, 50):
+        rec.request(1, T0, "PLAIN", "alice", "app", "10.0.0.1", "Produce", 100, 0.0, 0.0,
+                    throttle_ms=ms)
+    rec.request(1, T0, "PLAIN", "bob", "app", "10.0.0.1", "Produce", 100, 0.0, 0.0,
+                throttle_ms=2**33)
+    (span,) = rec.flush()
+    assert span.requests.throttle_ms == [2**32 - 1, 2**32 - 1]  # the column's most
+    rec.request(1, T0, "PLAIN", "alice", "app", "10.0.0.1", "Produce", 100, 0.0, 0.0,
+                throttle_ms=300)
+    rec.request(1, T0, "PLAIN", "alice", "app", "10.0.0.1", "Produce", 100, 0.0, 0.0,
+                throttle_ms=50)
+    assert rec.flush()[0].requests.throttle_ms == [350]
 
 
 @pytest.mark.parametrize("columnar_", [False, True])
