@@ -397,11 +397,11 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
            f"{format_ms(record['valid_until'])}; enforcers hold it per request (no directive: "
            "the throttle above is the cluster-wide window's, for reference):"]
     for e in record["enforcers"]:
-        state = "saturated (throttling, or using about all of it): shares the rest" \
-            if e["saturated"] else f"unsaturated: usage x {allocation.HEADROOM:g}"
+        state = "saturated: shares the rest" if e["saturated"] else \
+            f"unsaturated: usage x {allocation.HEADROOM:g}"
         trim = e.get("trim", 1.0)
-        trimmed = "" if trim == 1.0 else f", its bound {trim:.0%} of its allocation (what it " \
-            "admits was more than it)"
+        trimmed = "" if trim == 1.0 else f"; its bound is {trim:.0%} of its allocation (it " \
+            "admitted more than that)"
         out.append(f"             enforcer {e['enforcer']}: {_num(e['limit'])} {unit} "
                    f"({e['limit'] / record['limit']:.0%}); used {_num(e['usage'])} {unit} over "
                    f"the last {settings.allocation_span_ms} ms, {state}{trimmed}")
@@ -409,7 +409,7 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
                f"{allocation.FLOOR_SHARE:.0%} of the quota)")
     out.append(f"  rule       floor {allocation.FLOOR_SHARE:.0%} each; an enforcer using under "
                f"{allocation.SATURATED:.0%} of its allocation, and more than one of its mean "
-               f"requests short of it, and throttling nobody, gets its usage x "
+               f"requests short of it, and throttling none of its clients, gets its usage x "
                f"{allocation.HEADROOM:g}; the saturated split the rest equally, plus up to "
                f"{allocation.LEND:.0%} of the quota lent from what the unsaturated do not use; "
                f"none falls below what its {settings.enforcer_window_ms} ms window holds over "

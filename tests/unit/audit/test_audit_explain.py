@@ -90,6 +90,10 @@ def test_explain_shows_what_each_enforcer_was_allowed_with_allocations(
              or "enforcer 6:" in line}
     assert "saturated: shares the rest" in lines["enforcer 5"]
     assert "unsaturated: usage x 1.25" in lines["enforcer 6"]
+    # gateway 5 admits far more than its allocation (these events obey none): its bound is
+    # trimmed, and the line says so; gateway 6 admits less than its
+    assert "of its allocation (it admitted more than that)" in lines["enforcer 5"]
+    assert "its bound" not in lines["enforcer 6"]
     assert '"throttle_time_ms"' not in out  # no directive for an allocated quota
 
 
