@@ -9,7 +9,10 @@ mode, real client programs (`python -m app.clients`) run against one local Apach
 - cluster: two gateways, a worker in cluster scope (directives); the client's traffic split
   over both;
 - allocations: three named gateways (`--gateway-id`), cluster scope with
-  QS_CLUSTER_ENFORCEMENT=allocations; the traffic split over all three.
+  QS_CLUSTER_ENFORCEMENT=allocations; the traffic split over all three;
+- plugin: no gateway; three brokers running the broker plugin (docs/broker-plugin.md) with
+  Kafka's default windows, a worker in cluster scope with allocations; the clients straight to
+  the brokers, over partitions led by all three.
 
 Each client id has producer_byte_rate = consumer_byte_rate = QUOTA. A producer cell offers 4x
 the quota in all, split evenly over the mode's gateways; a consumer cell is one group, one
@@ -26,13 +29,13 @@ the default 20 s cells are for a quick look, `--seconds 110` (ten periods, ~2 mi
 for means to a few percent, `--seconds 330` for the consumers under directives in cluster
 scope, whose bursts are a tenth of a 110 s cell each.
 
-A full run (5 libraries, 4 modes) takes ~13 minutes with the defaults; `--quick` (confluent-kafka
-only) ~3. KafkaJS is installed with npm on first use (app/clients/node.py); the Java programs
+A full run (5 libraries, 5 modes) takes ~16 minutes with the defaults; `--quick` (confluent-kafka
+only) ~4. KafkaJS is installed with npm on first use (app/clients/node.py); the Java programs
 need `make setup`. Figures vary with the machine's load: the broker, workers, gateways and
 clients share its cores.
 
     python bench/bench_accuracy.py [--quick] [--libraries L,..] [--roles producer,consumer]
-        [--modes straight,broker,cluster,allocations] [--seconds 20] [--warmup 8]
+        [--modes straight,broker,cluster,allocations,plugin] [--seconds 20] [--warmup 8]
         [--quota 200000] [--json out.json]
 """
 
@@ -61,6 +64,7 @@ from app.clients.accuracy import (MODES, ROLES, Cell, Mode, cell, footer, matrix
 from app.clients.producers import PROGRAM_LIBRARIES  # noqa: E402
 from app.clients.runner import run_clients, summed  # noqa: E402
 from app.devstack.client_quotas import set_client_quotas  # noqa: E402
+from app.devstack.broker_plugin import plugin_cluster  # noqa: E402
 from app.devstack.kafka import KafkaCluster  # noqa: E402
 from app.engine.configs import parse_config_record  # noqa: E402
 from app.errors import UserError  # noqa: E402
@@ -73,6 +77,8 @@ PARTITIONS = 6
 #: the backlog's largest record batch (`fill`)
 BACKLOG_BATCH_BYTES = 16_384
 QUICK_LIBRARY = "confluent-kafka"
+#: the producers' topic and the consumers' backlog, by role
+TOPICS = {"producer": "acc-produced", "consumer": "acc-backlog"}
 
 
 def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
@@ -93,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--roles", type=choices(ROLES), default=list(ROLES),
                    help="comma-separated (default both)")
     p.add_argument("--modes", type=choices([m.name for m in MODES]),
-                   default=[m.name for m in MODES], help="comma-separated (default all four)")
+                   default=[m.name for m in MODES], help="comma-separated (default all)")
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK_LIBRARY} alone (overrides --libraries)")
     p.add_argument("--seconds", type=int, default=20, help="seconds measured per cell "
@@ -161,27 +167,28 @@ def fill(bootstrap: str, topic: str, nbytes: int) -> None:
 
 
 class Stack:
-    """One mode's enforcement on the shared broker: nothing (straight), or a worker and its
-    gateways; `bootstraps` is where the mode's clients connect."""
+    """One mode's enforcement on its broker(s): nothing (straight), or a worker and its
+    gateways; `bootstraps` is where the mode's clients connect. `env` names the stack's own
+    topics (`isolated_env`), which brokers running the plugin follow."""
 
-    def __init__(self, mode: Mode, kafka: str, work_dir: Path) -> None:
+    def __init__(self, mode: Mode, kafka: str, work_dir: Path, env: dict[str, str]) -> None:
         self.mode = mode
         self.kafka = kafka
         self.work_dir = work_dir
+        self.env = env
         self.cluster: LocalCluster | None = None
         self.bootstraps = [kafka]
 
     def start(self, client_ids: Sequence[str], quota: float) -> None:
         quotas = {"producer_byte_rate": quota, "consumer_byte_rate": quota}
-        if not self.mode.gateways:
+        if not self.mode.worker:
             for cid in client_ids:
                 set_client_quotas(self.kafka, cid, quotas)
             return
-        prefix = f"acc{uuid.uuid4().hex[:8]}"
-        env = {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": self.mode.scope,
+        env = {**self.env, "QS_PARTITIONS": "2", "QS_SCOPE": self.mode.scope,
                "QS_CLUSTER_ENFORCEMENT": self.mode.enforcement, "QS_ACCOUNTING": "served"}
-        self.cluster = LocalCluster(1, bootstrap=self.kafka, work_dir=self.work_dir / prefix,
-                                    env=env)
+        self.cluster = LocalCluster(1, bootstrap=self.kafka,
+                                    work_dir=self.work_dir / env["QS_APP_ID"], env=env)
         self.cluster.start()
         updates = [parse_config_record({"type": "quota_config", "v": 1,
                                         "ts": int(time.time() * 1000),
@@ -191,6 +198,8 @@ class Stack:
                                   [(canonical_record(u), u) for u in updates], None))
         self.cluster.wait_ready(timeout=120)
         n = self.mode.gateways
+        if not n:  # the brokers hold it themselves: the clients go straight to them
+            return
         named = self.mode.enforcement == "allocations"
         self.bootstraps = [
             self.cluster.start_gateway(*(("--gateway-id", str(i), "--gateways", str(n))
@@ -234,39 +243,60 @@ def run_cells(stack: Stack, library: str, roles: Sequence[str], topics: dict[str
 
 def run(args: argparse.Namespace, modes: Sequence[Mode], work_dir: Path,
         series: dict[str, list[float]]) -> list[Cell]:
+    """Every mode's cells: the modes on one broker share it; a plugin mode has its brokers."""
     cells: list[Cell] = []
     total = len(args.libraries) * len(args.roles) * len(modes)
-    log("starting Apache Kafka ...")
-    with KafkaCluster(work_dir=work_dir / "kafka") as kafka:
-        bootstrap = kafka.bootstrap()
-        topics = {"producer": "acc-produced", "consumer": "acc-backlog"}
-        create_topics_sync(bootstrap, [(t, PARTITIONS, {}) for t in topics.values()])
-        if "consumer" in args.roles:
-            backlog = int(args.quota * (args.warmup + args.seconds + 5) * 1.5)
-            log(f"writing the consumers' backlog ({backlog / 1e6:.1f} MB) ...")
-            fill(bootstrap, topics["consumer"], backlog)
-        for mode in modes:
-            stack = Stack(mode, bootstrap, work_dir)
-            log(f"{mode.name}: starting {mode.gateways or 'no'} gateway(s)"
-                f"{' and a worker' if mode.gateways else ''} ...")
-            try:
-                stack.start([client_id(mode.name, lib, role) for lib in args.libraries
-                             for role in args.roles], args.quota)
-                for library in args.libraries:
-                    try:
-                        done = run_cells(stack, library, args.roles, topics, args.quota,
-                                         args.warmup, args.seconds, series, args.record_bytes)
-                    except RuntimeError as exc:  # a client failed: its cells stay empty
-                        log(f"{library} {mode.name}: a client failed, its cells are left "
-                            f"empty: {str(exc)[-300:]}")
-                        continue
-                    for c in done:
-                        cells.append(c)
-                        log(f"cell {len(cells)}/{total} {c.library} {c.role} {c.mode}: mean "
-                            f"{c.mean_ratio:.2f}x, p95 {c.p95_ratio:.2f}x")
-            finally:
-                stack.stop()
+    shared = [m for m in modes if not m.plugin]
+    if shared:
+        log("starting Apache Kafka ...")
+        with KafkaCluster(work_dir=work_dir / "kafka") as kafka:
+            bootstrap = prepared(kafka.bootstrap(), args)
+            for mode in shared:
+                env = isolated_env(f"acc{uuid.uuid4().hex[:8]}")
+                run_mode(args, Stack(mode, bootstrap, work_dir, env), cells, total, series)
+    for mode in modes:
+        if mode.plugin:
+            env = isolated_env(f"acc{uuid.uuid4().hex[:8]}")
+            log(f"{mode.name}: starting {mode.brokers} Apache Kafka brokers with the plugin ...")
+            with plugin_cluster(env, work_dir / f"{mode.name}-kafka", mode.brokers) as kafka:
+                bootstrap = prepared(kafka.bootstrap(), args)
+                run_mode(args, Stack(mode, bootstrap, work_dir, env), cells, total, series)
     return cells
+
+
+def prepared(bootstrap: str, args: argparse.Namespace) -> str:
+    """The cluster at `bootstrap` with the cells' topics, and the consumers' backlog."""
+    create_topics_sync(bootstrap, [(t, PARTITIONS, {}) for t in TOPICS.values()])
+    if "consumer" in args.roles:
+        backlog = int(args.quota * (args.warmup + args.seconds + 5) * 1.5)
+        log(f"writing the consumers' backlog ({backlog / 1e6:.1f} MB) ...")
+        fill(bootstrap, TOPICS["consumer"], backlog)
+    return bootstrap
+
+
+def run_mode(args: argparse.Namespace, stack: Stack, cells: list[Cell], total: int,
+             series: dict[str, list[float]]) -> None:
+    """One mode's cells, library after library, into `cells`."""
+    mode = stack.mode
+    log(f"{mode.name}: starting {mode.gateways or 'no'} gateway(s)"
+        f"{' and a worker' if mode.worker else ''} ...")
+    try:
+        stack.start([client_id(mode.name, lib, role) for lib in args.libraries
+                     for role in args.roles], args.quota)
+        for library in args.libraries:
+            try:
+                done = run_cells(stack, library, args.roles, TOPICS, args.quota,
+                                 args.warmup, args.seconds, series, args.record_bytes)
+            except RuntimeError as exc:  # a client failed: its cells stay empty
+                log(f"{library} {mode.name}: a client failed, its cells are left "
+                    f"empty: {str(exc)[-300:]}")
+                continue
+            for c in done:
+                cells.append(c)
+                log(f"cell {len(cells)}/{total} {c.library} {c.role} {c.mode}: mean "
+                    f"{c.mean_ratio:.2f}x, p95 {c.p95_ratio:.2f}x")
+    finally:
+        stack.stop()
 
 
 def saved(files: Sequence[Path]) -> tuple[list[Cell], dict[str, float]]:

@@ -58,14 +58,17 @@ def scenario(seed: int, start_ms: int = T0, seconds: int = 10, brokers: int = 3,
                 heavy = user in greedy
                 r = rng.random()
                 api = "Produce" if r < 0.55 else "Fetch" if r < 0.9 else "Metadata"
-                events.append({
+                event = {
                     "type": "request", "v": 1, "ts": ts + rng.randrange(100), "user": user,
                     "client_id": client, "api": api,
                     "bytes": (rng.randrange(2000, 9000) if heavy else rng.randrange(100, 400))
                     if api != "Metadata" else 0,
                     "thread_time_ms": round(rng.uniform(0.1, 12 if heavy else 0.5), 3),
                     "network_time_ms": 0.05, "listener": "PLAINTEXT",
-                })
+                }
+                if heavy and (step + broker) % 7 == 0:  # the throttle its enforcer answered
+                    event["throttle_ms"] = 40 * ((step + broker) % 13 + 1)
+                events.append(event)
             events.sort(key=lambda e: e["ts"])
             if batch:
                 out.append({"type": "batch", "v": 1, "broker": broker, "events": events})

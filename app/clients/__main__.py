@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record-bytes", type=int_at_least(1), default=1000)
     p.add_argument("--window", type=int_at_least(1), default=256 * 1024,
                    help="unacknowledged bytes at most (default %(default)s)")
+    p.add_argument("--request-timeout-ms", type=int_at_least(10), metavar="MS",
+                   help="confluent-kafka: how long a request may go unanswered before the "
+                   "client drops the connection and sends it again on a new one "
+                   "(socket.timeout.ms; default: the library's, 60000)")
     security.add_flags(p)
     c = sub.add_parser("consume", help="read a topic from the beginning in a group")
     c.add_argument("--library", choices=PROGRAM_LIBRARIES, required=True)
@@ -68,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     on stderr: `authentication failed: <the library's report>`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "request_timeout_ms", None) is not None and args.library != "confluent-kafka":
+        parser.error("--request-timeout-ms is for the confluent-kafka producer")
     kafka_security = None
     if args.kind in ("produce", "consume"):
         try:
@@ -120,7 +126,8 @@ def _run(args: argparse.Namespace, kafka_security: KafkaSecurity | None,
 
         assert kafka_security is not None
         produce(args.library, args.bootstrap, args.topic, args.client_id, args.rate,
-                args.record_bytes, args.seconds, args.window, reporter, kafka_security)
+                args.record_bytes, args.seconds, args.window, reporter, kafka_security,
+                args.request_timeout_ms)
     elif args.kind == "consume":
         from app.clients.consumers import consume
 

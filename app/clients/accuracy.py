@@ -24,13 +24,21 @@ BAND = 0.05
 
 @dataclass(frozen=True)
 class Mode:
-    """Where the quota is enforced. `gateways` 0: straight to Kafka, by the broker itself."""
+    """Where the quota is enforced. `gateways` 0: straight to Kafka, by the broker itself (its
+    own quota, or with `plugin` the broker plugin's allocations on `brokers` brokers)."""
 
     name: str
     title: str
     gateways: int
     scope: str = ""
     enforcement: str = ""
+    brokers: int = 1
+    plugin: bool = False
+
+    @property
+    def worker(self) -> bool:
+        """Whether a worker enforces it (else Kafka's own quota does)."""
+        return bool(self.gateways) or self.plugin
 
 
 MODES = (
@@ -38,6 +46,8 @@ MODES = (
     Mode("broker", "BROKER SCOPE, 1 GW", 1, "broker", "directives"),
     Mode("cluster", "CLUSTER SCOPE, 2 GW", 2, "cluster", "directives"),
     Mode("allocations", "ALLOCATIONS, 3 GW", 3, "cluster", "allocations"),
+    Mode("plugin", "BROKER PLUGIN, 3 BROKERS", 0, "cluster", "allocations", brokers=3,
+         plugin=True),
 )
 
 

@@ -34,10 +34,11 @@ PROGRAM_LIBRARIES = (*LIBRARIES, "kafkajs")
 
 def produce(library: str, bootstrap: str, topic: str, client_id: str, rate: float,
             record_bytes: int, seconds: float, window: int, reporter: Reporter,
-            security: KafkaSecurity) -> None:
+            security: KafkaSecurity, request_timeout_ms: int | None = None) -> None:
+    """`request_timeout_ms`: confluent-kafka's socket.timeout.ms (None: the library's)."""
     if library == "confluent-kafka":
         _confluent(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter,
-                   security)
+                   security, request_timeout_ms)
     elif library == "kafka-python":
         _kafka_python(bootstrap, topic, client_id, rate, record_bytes, seconds, window, reporter,
                       security)
@@ -82,12 +83,14 @@ def confluent_refusals(refused: list[str]) -> dict[str, object]:
 
 
 def _confluent(bootstrap: str, topic: str, client_id: str, rate: float, size: int,
-               seconds: float, window: int, reporter: Reporter, security: KafkaSecurity) -> None:
+               seconds: float, window: int, reporter: Reporter, security: KafkaSecurity,
+               request_timeout_ms: int | None) -> None:
     from confluent_kafka import KafkaException, Producer
 
     refused: list[str] = []
+    timeout = {} if request_timeout_ms is None else {"socket.timeout.ms": request_timeout_ms}
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
-                         "queue.buffering.max.kbytes": max(64, window // 1024),
+                         "queue.buffering.max.kbytes": max(64, window // 1024), **timeout,
                          **security.confluent(), **confluent_refusals(refused)})
     state = _Window(reporter)
     value = b"x" * size

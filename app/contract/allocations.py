@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from app.contract.directives import BadDirective
-from app.engine.allocation import LEND, MAX_ENFORCERS
+from app.engine.allocation import LEND, MAX_ENFORCERS, MAX_VALIDITY_MS, TRIM_MAX, TRIM_MIN
 from app.engine.engine import ALLOCATED
 
-#: how long after its `ts` an allocation may stay valid (a longer one is forged or broken)
-MAX_VALIDITY_MS = 3_600_000
+
 #: the largest limit a quota config may hold (contract: amounts up to 10^15)
 MAX_LIMIT = 1e15
 
@@ -32,10 +31,11 @@ class Allocation:
     valid_until: int
     limit: float
     others: float
+    #: each listed enforcer's bound: its allocation x its trim
     enforcers: Mapping[int, float]
 
     def limit_for(self, enforcer: int) -> float:
-        """This enforcer's limit: its own, or the floor of those the allocation does not list."""
+        """This enforcer's bound: its own, or the floor of those the allocation does not list."""
         return self.enforcers.get(enforcer, self.others)
 
 
@@ -81,12 +81,26 @@ def parse_allocation(record: Any) -> Allocation:
     rows = record.get("enforcers")
     if not isinstance(rows, list) or len(rows) > MAX_ENFORCERS:
         raise BadDirective("bad_enforcers", f"enforcers must be a list of at most {MAX_ENFORCERS}")
-    enforcers: dict[int, float] = {}
+    allocated: dict[int, float] = {}
+    bounds: dict[int, float] = {}
     for row in rows:
         if not isinstance(row, Mapping):
             raise BadDirective("bad_enforcers", "an enforcer entry must be an object")
-        enforcers[_int(row, "enforcer")] = _amount(row, "limit", limit)
-    if sum(enforcers.values()) > limit * (1 + LEND + 1e-9):
+        enforcer, share = _int(row, "enforcer"), _amount(row, "limit", limit)
+        trim = _trim(row)
+        allocated[enforcer], bounds[enforcer] = share, share * trim
+    if sum(allocated.values()) > limit * (1 + LEND + 1e-9):
         raise BadDirective("over_quota", f"the enforcers' limits add up to more than "
                            f"{1 + LEND:g} x the quota")
-    return Allocation(quota, parts[0], parts[1], ts, valid_until, limit, others, enforcers)
+    return Allocation(quota, parts[0], parts[1], ts, valid_until, limit, others, bounds)
+
+
+def _trim(row: Mapping[str, Any]) -> float:
+    """An enforcer's trim (`app.engine.allocation.trimmed`): 1 when the record has none."""
+    if "trim" not in row:
+        return 1.0
+    value = row["trim"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not \
+            TRIM_MIN <= value <= TRIM_MAX:
+        raise BadDirective("out_of_range", f"trim must be within [{TRIM_MIN}, {TRIM_MAX}]")
+    return float(value)

@@ -1,5 +1,6 @@
 """The development stack: a real Apache Kafka cluster on loopback (`kafka`), the certificates
-its TLS listeners use (`certs`), Kafka's own client quotas set on it (`client_quotas`), and the
+its TLS listeners use (`certs`), Kafka's own client quotas set on it (`client_quotas`), brokers
+running the broker plugin (`broker_plugin`), and the
 launcher that starts the product on it as an operator would (`launcher`: the topics, workers and
 gateways as processes), and a Spark standalone cluster from the installed pyspark (`spark`), for
 the demo, `quota-streams broker`, the simulator, the benchmarks and the tests.

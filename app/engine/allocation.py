@@ -62,8 +62,9 @@ HEADROOM: Final = 1.25
 #: the unsaturated ones hold and do not use (`lend`): the listed limits add up to at most
 #: (1 + LEND) x Q
 LEND: Final = 0.1
-#: the least an enforcer's bound is of its allocation (`trimmed`)
+#: the least and the most an enforcer's bound is of its allocation (`trimmed`)
 TRIM_MIN: Final = 0.1
+TRIM_MAX: Final = 2.0
 #: how far a trim moves per window, as a share of the error between what an enforcer admits and
 #: its allocation (`trimmed`)
 TRIM_GAIN: Final = 0.5
@@ -80,11 +81,16 @@ CHECK_MS: Final = 100
 MAX_ENFORCERS: Final = 1024
 #: the shortest validity an allocation may have: two checks
 MIN_VALIDITY_MS: Final = 2 * CHECK_MS
+#: the longest validity an allocation may have (readers refuse a longer one: forged or broken)
+MAX_VALIDITY_MS: Final = 3_600_000
 
 
 #: one enforcer's part of a `Shares`, as `Shares.rows` gives it: (enforcer, cur, allocated,
 #: trim, cur_n, prev_n, muted, past spans)
 Row = tuple[int, float, float, float, float, float, int, tuple[float, ...]]
+#: a `Shares`'s own fields, as `Shares.head` gives them: (clock, until, since, start, limit,
+#: checked, published, depth)
+Head = tuple[int, int, int, int, float, int, int, int]
 
 
 class Shares:
@@ -101,7 +107,8 @@ class Shares:
     """
 
     __slots__ = ("clock", "until", "since", "start", "depth", "enforcers", "cur", "past",
-                 "cur_n", "prev_n", "muted", "allocated", "trim", "limit", "checked")
+                 "cur_n", "prev_n", "muted", "allocated", "trim", "limit", "checked",
+                 "published")
 
     def __init__(self) -> None:
         self.clock = 0
@@ -126,8 +133,9 @@ class Shares:
         self.trim: list[float] = []
         #: the quota the last allocation divided (0.0: none published, or it must be republished)
         self.limit = 0.0
-        #: when the allocation was last checked (event time; -1: never)
+        #: when the allocation was last checked, and last published (event time; -1: never)
         self.checked = -1
+        self.published = -1
 
     def record(self, enforcer: int, value: float, t: int, span: int = SPAN_MS,
                count: int = 1, throttle_ms: int = 0, depth: int = 1) -> None:
@@ -251,14 +259,14 @@ class Shares:
         since = t - 2 * span
         return [m > since for m in self.muted]
 
-    def published(self) -> list[float]:
-        """The limits the last allocation gave the enforcers (their trimmed allocations)."""
+    def bounds(self) -> list[float]:
+        """The bounds the last allocation gave the enforcers (their trimmed allocations)."""
         return [a * k for a, k in zip(self.allocated, self.trim)]
 
-    def restore(self, head: tuple[int, int, int, int, float, int, int], rows: list[Row]) -> None:
+    def restore(self, head: Head, rows: list[Row]) -> None:
         """Set the state from `head()` and `rows()`."""
         (self.clock, self.until, self.since, self.start, self.limit, self.checked,
-         self.depth) = head
+         self.published, self.depth) = head
         self.enforcers = [r[0] for r in rows]
         self.cur = [r[1] for r in rows]
         self.allocated = [r[2] for r in rows]
@@ -268,9 +276,9 @@ class Shares:
         self.muted = [r[6] for r in rows]
         self.past = [v for r in rows for v in r[7]]
 
-    def head(self) -> tuple[int, int, int, int, float, int, int]:
+    def head(self) -> Head:
         return (self.clock, self.until, self.since, self.start, self.limit, self.checked,
-                self.depth)
+                self.published, self.depth)
 
     def rows(self) -> list[Row]:
         depth = self.depth
@@ -327,17 +335,21 @@ def trimmed(trim: list[float], held: list[float], allocated: list[float],
     """Each enforcer's bound as a share of its allocation, so that what it admits is its
     allocation: while it is saturated, moved by `TRIM_GAIN` x (allocation - admitted) /
     allocation per window (admitted: what its window holds per second), else back towards 1
-    at that pace; never below `TRIM_MIN`.
+    at that pace; within [`TRIM_MIN`, `TRIM_MAX`].
 
-    Kafka's formula holds a bound over its window for one connection: X = (O - T)/T x W mutes
-    the connection that sent the request, and the next request on it comes after the window
-    admitted the bound. A client with several connections to one broker (two producers of one
-    client id, say) sends on the others meanwhile, each muted alone; with requests that are a
-    large part of what the window holds (a backlog of 1 MB requests against 350 kB/s: a
-    quarter of an 11 s window), the broker admits 1.1-1.7x its bound. The workers see what it
-    admits and lower the bound until it admits its allocation. The step follows the error, not
-    the ratio: what an enforcer admits is lumpy (a request at a time), and a ratio's average
-    would settle above the allocation.
+    Kafka's formula holds a bound over its window for one connection and for requests small
+    against the window; real clients are neither. X = (O - T)/T x W mutes the connection that
+    sent the request: a client with several connections to one broker (two producers of one
+    client id, say) sends on the others meanwhile, each muted alone, and with requests that
+    are a large part of what the window holds (a backlog of 1 MB requests against 350 kB/s: a
+    quarter of an 11 s window) the broker admits 1.1-1.7x its bound. A consumer is the other
+    way: a throttled fetch is answered empty and its bytes taken back, its mute counts a
+    sample that leaves the window a second into it, and a consumer whose fetches are its
+    window's worth (Kafka caps a fetch at (N - 1) samples of the bound, and librdkafka asks
+    for more) gets one every two mutes: half its bound. The workers see what each admits and
+    move its bound until it admits its allocation. The step follows the error, not the ratio:
+    what an enforcer admits is lumpy (a request at a time), and a ratio's average would settle
+    above the allocation.
 
     Example: an enforcer allocated 175 kB/s admits 250 kB/s over its 11 s window: a window
     later its bound is 175 x (1 + 0.5 x (175 - 250) / 175) = 137.5 kB/s."""
@@ -349,7 +361,7 @@ def trimmed(trim: list[float], held: list[float], allocated: list[float],
             k *= 1.0 + step * min(1.0, max(-0.5, (a - h * scale) / a))
         else:
             k += (1.0 - k) * step
-        out.append(min(1.0, max(TRIM_MIN, k)))
+        out.append(min(TRIM_MAX, max(TRIM_MIN, k)))
     return out
 
 
@@ -447,13 +459,13 @@ def allocation_record(ts: int, entity: dict[str, Any], quota: str, limit: float,
                       limits: list[float], rates: list[float], saturated: list[bool],
                       trims: list[float]) -> dict[str, Any]:
     """The control-topic record of one allocation (docs/contract.md, "Allocations"): each
-    enforcer's `limit` is the bound it holds, its allocation x its `trim`."""
+    enforcer's allocation (`limit`) and its `trim`; it holds the two's product."""
     return {
         "v": 1, "kind": "allocation", "ts": ts, "scope": "cluster", "entity": entity,
         "quota": quota, "limit": limit, "window_ms": window_ms, "config_level": level,
         "valid_until": valid_until, "others": limit * FLOOR_SHARE,
         "enforcers": [
-            {"enforcer": e, "limit": a * k, "usage": r, "saturated": s, "trim": k}
+            {"enforcer": e, "limit": a, "usage": r, "saturated": s, "trim": k}
             for e, a, r, s, k in zip(enforcers, limits, rates, saturated, trims)
         ],
     }

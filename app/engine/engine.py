@@ -660,19 +660,22 @@ class QuotaEngine:
                                           shares.throttled(t, span))
         held = shares.held(t, ew, span)
         # since the last allocation (before the first: the static split, since the first usage)
-        elapsed = t - (shares.until - self._validity if shares.until else shares.since)
+        elapsed = t - (shares.published if shares.published >= 0 else shares.since)
         keep = allocation.kept(held, before, ew, elapsed)
         new = allocation.allocate(limit, rates, before, keep, saturated)
         trims = allocation.trimmed(shares.trim, held, before, saturated, ew, elapsed)
         bounds = [a * k for a, k in zip(new, trims)]
-        refresh = t >= shares.until - self._validity // 2
-        if not refresh and not allocation.moved(limit, shares.limit, bounds, shares.published()):
+        refresh = t >= shares.published + self._validity // 2
+        if not refresh and not allocation.moved(limit, shares.limit, bounds, shares.bounds()):
             return
-        valid_until = t + self._validity
+        # muted clients send nothing to refresh it with: it outlives their mutes by a window
+        valid_until = min(t + allocation.MAX_VALIDITY_MS,
+                          max(t + self._validity, max(shares.muted) + ew))
         self._allocs.append(allocation.allocation_record(
             t, window.entity, window.quota, limit, self._n * self._w, window.level, valid_until,
             list(shares.enforcers), new, rates, saturated, trims))
-        shares.allocated, shares.trim, shares.limit, shares.until = new, trims, limit, valid_until
+        shares.allocated, shares.trim, shares.limit = new, trims, limit
+        shares.until, shares.published = valid_until, t
 
     def _request_event(self, event: RequestEvent, only: int, decisions: list[Decision]) -> None:
         enforcer = event.enforcer

@@ -3,7 +3,7 @@
 Layout (little-endian), version 1:
   Rate:        b"\x01R" clock:q until:q current:B count:B then per sample value:d start:q last:q
   TokenBucket: b"\x01T" clock:q until:q tokens:d last:q
-  Shares:      b"\x01S\x02" clock:q until:q since:q start:q limit:d checked:q depth:H
+  Shares:      b"\x01S\x02" clock:q until:q since:q start:q limit:d checked:q published:q depth:H
                count:H then per enforcer enforcer:i cur:d allocated:d trim:d cur_n:d prev_n:d
                muted:q and its `depth` past spans, the last first, d each
 
@@ -26,12 +26,14 @@ VERSION = 1
 _HEAD = struct.Struct("<2sqqBB")
 _BUCKET = struct.Struct("<2sqqdq")
 _SAMPLE = struct.Struct("<dqq")
-_SHARES = struct.Struct("<2sqqqqdqHH")
+_SHARES = struct.Struct("<2sqqqqdqqHH")
 _SHARE_ROW = struct.Struct("<idddddq")
 #: the layouts before depth and mutes: their head, and their rows by layout byte
 _SHARES_V1 = struct.Struct("<2sqqqqdqH")
 _SHARE_ROWS_V1 = {0: struct.Struct("<iddd"), 1: struct.Struct("<iddddd")}
 _SHARES_LAYOUT = 2
+#: what the layouts before 2 published allocations for: their `until` less it is when
+_V1_VALIDITY_MS = 5000
 
 
 class StateDecodeError(ValueError):
@@ -92,7 +94,8 @@ def _shares_v1(body: memoryview, layout: int) -> Shares:
         cur_n, prev_n = (r[4], r[5]) if len(r) > 4 else (0.0, 0.0)
         rows.append((enforcer, cur, allocated, 1.0, cur_n, prev_n, 0, (prev,)))
     shares = Shares()
-    shares.restore((*fields[1:-1], 1), rows)
+    clock, until, since, start, limit, checked = fields[1:-1]
+    shares.restore((clock, until, since, start, limit, checked, until - _V1_VALIDITY_MS, 1), rows)
     return shares
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.engine.configs import FETCH
 from app.enforcement.connections import AcceptQueue, ConnectionQuota
 from app.enforcement.local import LocalQuotas
 from app.enforcement.mutations import MutationQuota
@@ -98,6 +99,7 @@ class SimBroker:
         second."""
         self.id = broker_id
         self.per_second = per_second
+        self.local = local
         self.meter = meter
         self.schedule = schedule
         self.usage = UsageRecorder(aggregate, span_ms=flush_ms, drops=drops)
@@ -135,6 +137,11 @@ class SimBroker:
         """Handle a Produce or Fetch read at `t`; return (throttle_time_ms, bytes delivered)."""
         now = int(t)
         fetch = api == "Fetch"
+        if fetch and self.per_second and self.local is not None:
+            # Kafka caps a consumer's fetch at what its quota window holds at its bound
+            held = self.local.engine.allowance(FETCH, self.id, conn.user, conn.client_id)
+            if held is not None:
+                nbytes = min(nbytes, int(held))
         throttle, empty = self.requests.throttle(self.id, now, conn.listener, conn.user,
                                                  conn.client_id, conn.ip, api, nbytes, thread_ms,
                                                  fetch)

@@ -1,16 +1,19 @@
-"""The broker plugin on a three-broker Apache Kafka: a cluster-wide quota held by the brokers
-themselves, no gateway.
+"""The broker plugin on a three-broker Apache Kafka with Kafka's default quota windows: every
+quota a quota callback can hold, held cluster-wide by the brokers themselves, no gateway.
 
-The module's cluster loads jvm/broker-plugin's jar (`make setup` builds it): its quota callback
-follows the control topic and its metrics reporter writes each broker's usage to the request
-topic. One worker in cluster scope with allocations divides the client id `loader`'s
-producer_byte_rate among the brokers. Two confluent-kafka producers offer twice the quota
-straight to the brokers, over partitions led by all three; Kafka throttles them itself.
+The module's cluster loads jvm/broker-plugin's jar (`make setup` builds it) with no
+`quota.window.*` override: its quota callback follows the control and config topics, its
+metrics reporter writes each broker's usage and throttles to the request topic. One worker in
+cluster scope with allocations, its span and window left at their defaults, divides the quotas
+among the brokers. Kafka's 11 x 1 s windows answer a broker's bound with mutes of seconds; the
+brokers report those mutes, so a muting broker keeps its share (docs/allocations.md).
 
-The brokers' windows are 2 x 1 s and Kafka's byte-rate throttle is unbounded, so a broker mutes
-its client for up to a couple of seconds at a time; the workers measure each broker's usage over
-QS_ALLOCATION_SPAN_MS = 4 s, which covers those mutes (docs/broker-plugin.md). Until the first
-allocation, a span after the first usage, the brokers know no quota for `loader`: the warm-up.
+- `loader`: producer_byte_rate Q over partitions led 3/2/1 by the brokers, two confluent-kafka
+  producers offering 2 x Q straight to the brokers;
+- `terraform`: controller_mutation_rate, a CreateTopics storm sent to all three brokers: the
+  active controller charges every mutation of the cluster, and holds the whole quota;
+- `pinger`: request_percentage, a producer of small records as fast as it can: its request
+  time, reported from Kafka's request-time sensors, is divided among the brokers.
 """
 
 from __future__ import annotations
@@ -20,84 +23,61 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from app.admin.config_topic import write_records
 from app.admin.entities import canonical_record
-from app.clients.runner import run_clients, summed
-from app.devstack.kafka import ROOT, KafkaCluster
+from app.clients.runner import per_second, run_clients, summed
+from app.devstack.broker_plugin import create_assigned_topic, plugin_cluster
 from app.devstack.launcher import LocalCluster, isolated_env
 from app.engine.allocation import LEND
 from app.engine.configs import parse_config_record
-from app.kafka.topics import create_topics_sync
 from app.kafka.whole_topic import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PLUGIN_JAR = ROOT / "jvm" / "broker-plugin" / "target" / "quota-streams-broker-plugin.jar"
 QUOTA = 600_000  # bytes/s: client id loader's producer_byte_rate, over the whole cluster
-WARM_S, MEASURE_S, LEAD_S = 6, 16, 2.0
+MUTATIONS = 5  # partitions/s: client id terraform's controller_mutation_rate
+PERCENT = 2.0  # client id pinger's request_percentage, over the whole cluster
+WARM_S, MEASURE_S, LEAD_S = 12, 30, 2.0
+STORM_S, PING_S = 20, 25
+#: each partition's leader: 3/2/1
+LEADERS = [1, 1, 1, 2, 2, 3]
 
 
 @dataclass
 class Run:
     rates: list[float]  # bytes/s acknowledged to both producers, per second
-    leaders: set[int]
     allocations: list[dict[str, Any]]
-    usage: list[dict[str, Any]]  # the brokers' request events for loader
+    usage: list[dict[str, Any]]  # the brokers' request events
     dead: list[dict[str, Any]]  # dead letters of the brokers' records
-
-
-def plugin_cluster(env: dict[str, str], work_dir: Path) -> KafkaCluster:
-    """Three brokers with the plugin, reading and writing this stack's topics."""
-    return KafkaCluster(brokers=3, work_dir=work_dir, classpath=(PLUGIN_JAR,), broker_config={
-        "client.quota.callback.class": "io.quotastreams.broker.QuotaCallback",
-        "metric.reporters": "io.quotastreams.broker.UsageReporter",
-        "quota.streams.control.topic": env["QS_TOPIC_DIRECTIVES"],
-        "quota.streams.request.topic": env["QS_TOPIC_REQUEST"],
-        "quota.streams.brokers": "3",
-        # a 2 s window: a fresh window admits one second of the limit at once, not ten
-        "quota.window.num": "2",
-    })
-
-
-def partition_leaders(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0
-                      ) -> set[int]:
-    """The brokers leading the new topic's partitions, once its metadata lists them all with a
-    leader (a topic just created may not be in the metadata a broker answers with yet)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout
-    while True:
-        found = admin.list_topics(topic, timeout=10).topics[topic].partitions
-        leaders = {p.leader for p in found.values()}
-        if (len(found) == partitions and -1 not in leaders) or time.monotonic() > deadline:
-            return leaders
-        time.sleep(0.2)
+    storm: list[dict[str, Any]]  # the topic storm's report lines
+    pinged: list[dict[str, Any]]  # pinger's report lines
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     prefix = f"bp{uuid.uuid4().hex[:8]}"
     env = {**isolated_env(prefix), "QS_PARTITIONS": "2", "QS_SCOPE": "cluster",
-           "QS_CLUSTER_ENFORCEMENT": "allocations", "QS_ALLOCATION_SPAN_MS": "4000"}
+           "QS_CLUSTER_ENFORCEMENT": "allocations"}
     kafka = plugin_cluster(env, tmp_path_factory.mktemp("bp-kafka")).start()
     plain = kafka.bootstrap()
     workers = LocalCluster(1, bootstrap=plain, work_dir=tmp_path_factory.mktemp("bp"), env=env)
     try:
         workers.start()
-        update = parse_config_record({
-            "type": "quota_config", "v": 1, "ts": int(time.time() * 1000),
-            "entity": {"client_id": "loader"}, "quotas": {"producer_byte_rate": QUOTA}})
+        stamp = int(time.time() * 1000)
+        updates = [parse_config_record({"type": "quota_config", "v": 1, "ts": stamp,
+                                        "entity": {"client_id": client}, "quotas": quotas})
+                   for client, quotas in (("loader", {"producer_byte_rate": QUOTA}),
+                                          ("terraform", {"controller_mutation_rate": MUTATIONS}),
+                                          ("pinger", {"request_percentage": PERCENT}))]
         asyncio.run(write_records(plain, env["QS_TOPIC_CONFIGS"],
-                                  [(canonical_record(update), update)], None))
+                                  [(canonical_record(u), u) for u in updates], None))
         topic = f"{prefix}-data"
-        create_topics_sync(plain, [(topic, 3, {})])
-        leaders = partition_leaders(plain, topic, 3)
+        create_assigned_topic(plain, topic, [[b] for b in LEADERS])
         workers.wait_ready(timeout=60)
         epoch = time.time() + LEAD_S
         out = run_clients([(f"loader-{i}", [
@@ -105,6 +85,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "--library", "confluent-kafka", "--bootstrap", plain, "--topic", topic,
             "--client-id", "loader", "--rate", str(QUOTA)]) for i in (1, 2)],
             timeout=WARM_S + MEASURE_S + LEAD_S + 60)
+        rates = summed(list(out.values()), 0, WARM_S + MEASURE_S)
+        later = run_clients([
+            ("storm", ["--epoch", str(time.time() + LEAD_S), "--seconds", str(STORM_S),
+                       "topic-storm", "--library", "kafka-python", "--bootstrap", plain,
+                       "--client-id", "terraform", "--rate", "4", "--partitions", "5",
+                       "--prefix", f"{prefix}-storm"]),
+            ("pinger", ["--epoch", str(time.time() + LEAD_S), "--seconds", str(PING_S),
+                        "produce", "--library", "confluent-kafka", "--bootstrap", plain,
+                        "--topic", topic, "--client-id", "pinger", "--rate", "400000",
+                        "--record-bytes", "100"]),
+        ], timeout=max(STORM_S, PING_S) + LEAD_S + 60)
         control = asyncio.run(read_topic(plain, env["QS_TOPIC_DIRECTIVES"]))
         requests = asyncio.run(read_topic(plain, env["QS_TOPIC_REQUEST"]))
         dead = asyncio.run(read_topic(plain, env["QS_TOPIC_DEADLETTER"]))
@@ -112,38 +103,76 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         workers.stop()
         kafka.stop(graceful=False)  # throwaway: its data goes with it
     records = [orjson.loads(r.value) for r in control if r.value]
-    usage = [e for r in requests for e in orjson.loads(r.value).get("events", [])
-             if e.get("client_id") == "loader"]
-    yield Run(summed(list(out.values()), 0, WARM_S + MEASURE_S), leaders,
-              [r for r in records if r.get("kind") == "allocation"], usage,
-              [orjson.loads(r.value) for r in dead if (r.key or b"").startswith(b"broker/")])
+    usage = [e for r in requests for e in orjson.loads(r.value).get("events", [])]
+    yield Run(rates, [r for r in records if r.get("kind") == "allocation"], usage,
+              [orjson.loads(r.value) for r in dead if (r.key or b"").startswith(b"broker/")],
+              later["storm"], later["pinger"])
 
 
-def test_the_brokers_hold_the_cluster_wide_quota_between_them(run: Run) -> None:
-    assert run.leaders == {1, 2, 3}
+def test_the_brokers_hold_the_loader_near_its_cluster_wide_quota(run: Run) -> None:
+    """Over 30 s after the warm-up, with Kafka's default windows and 3/2/1 leaders. Measured
+    on the 2-core box, three runs: 0.87x, 0.88x, 0.68x. Each producer's 256 KiB of unanswered
+    requests ties its brokers together: a broker muting it for seconds stalls it on the others
+    too (bench/RESULTS.md); a broken loop reads 2x (no bound) or a third of it (the brokers
+    starved in turn)."""
     rates = run.rates[WARM_S:]
     mean = sum(rates) / len(rates)
-    assert 0.9 * QUOTA <= mean <= 1.1 * QUOTA, (round(mean / QUOTA, 3),
+    assert 0.6 * QUOTA <= mean <= 1.3 * QUOTA, (round(mean / QUOTA, 3),
                                                [round(r / QUOTA, 2) for r in run.rates])
 
 
-def test_each_broker_is_allocated_its_part(run: Run) -> None:
-    assert run.allocations, "no allocation was published"
-    last = run.allocations[-1]
-    assert last["quota"] == "producer_byte_rate"
+def test_each_broker_is_allocated_its_part_and_reports_its_mutes(run: Run) -> None:
+    loader = [a for a in run.allocations if a["quota"] == "producer_byte_rate"]
+    assert loader, "no allocation was published"
+    last = loader[-1]
     assert last["entity"] == {"user": "", "client_id": "loader"}
     limits = {e["enforcer"]: e["limit"] for e in last["enforcers"]}
     assert set(limits) == {1, 2, 3}
     # the quota, plus at most what the unsaturated brokers lend the saturated (allocation.LEND)
     assert QUOTA * 0.999 <= sum(limits.values()) <= QUOTA * (1 + LEND) * 1.001
+    # the brokers reported the mutes they answered the loader with, and the workers counted
+    # a muting broker saturated
+    throttles = [e for e in run.usage if e["client_id"] == "loader" and e.get("throttle_ms")]
+    assert {e["broker"] for e in throttles} == {1, 2, 3}
+    assert all(any(e["saturated"] for e in a["enforcers"]) for a in loader[3:])
 
 
-def test_the_brokers_report_usage_pre_aggregated(run: Run) -> None:
+def test_the_brokers_report_usage_pre_aggregated_once_a_second(run: Run) -> None:
     assert not run.dead, run.dead[:3]
-    assert {e["broker"] for e in run.usage} == {1, 2, 3}
-    assert all(e["type"] == "request" and e["api"] == "Produce" and e["bytes"] > 0
-               for e in run.usage)
+    loader = [e for e in run.usage if e["client_id"] == "loader" and e["api"] == "Produce"]
+    assert {e["broker"] for e in loader} == {1, 2, 3}
+    assert all(e["type"] == "request" and e["bytes"] >= 0 for e in loader)
     # one event per broker, client and second: several requests each
-    assert sum(e["count"] > 1 for e in run.usage) >= 0.9 * len(run.usage)
-    seconds = {(e["broker"], e["ts"]) for e in run.usage}
+    assert sum(e["count"] > 1 for e in loader) >= 0.8 * len(loader)
+    seconds = [(e["broker"], e["ts"]) for e in loader]
     assert all(ts % 1000 == 0 for _, ts in seconds)
+    assert len(seconds) == len(set(seconds))  # one look a second, each its own second
+
+
+def test_the_active_controller_holds_a_controller_mutation_quota_cluster_wide(run: Run) -> None:
+    """A storm of 4 CreateTopics of 5 partitions a second (20/s, 4x the quota) through all three
+    brokers: every one is forwarded to the active controller, which charges it against the
+    whole quota from the config topic. Its token bucket admits a burst of 11 s of the quota,
+    then the quota a second."""
+    partitions = sum(per_second(run.storm, "partitions").values())
+    allowed = MUTATIONS * 11 + MUTATIONS * STORM_S
+    offered = 4 * 5 * STORM_S  # what it asked for: nothing held, it would have had it
+    assert 0.7 * allowed <= partitions <= 1.15 * allowed < offered, partitions
+
+
+def test_a_request_percentage_is_divided_among_the_brokers_by_their_request_time(run: Run) -> None:
+    """The reporter writes each client's request time from Kafka's request-time sensors; the
+    workers allocate request_percentage like the byte rates, and the brokers hold their shares
+    with Kafka's request quota: the time they report, summed over them, is the quota, where each
+    holding it alone would let three times through."""
+    ping = [e for e in run.usage if e["client_id"] == "pinger" and e["api"] == "Request"]
+    assert {e["broker"] for e in ping} == {1, 2, 3}
+    per_second_ms: dict[int, float] = {}
+    for e in ping:
+        per_second_ms[e["ts"]] = per_second_ms.get(e["ts"], 0.0) + e["thread_time_ms"]
+    seconds = sorted(per_second_ms)[5:-2]  # after its first allocations, before its end
+    assert len(seconds) >= 10
+    mean_percent = sum(per_second_ms[s] for s in seconds) / len(seconds) / 10.0  # ms/s -> %
+    assert 0.5 * PERCENT <= mean_percent <= 1.5 * PERCENT, mean_percent
+    assert any(e.get("throttle_ms") for e in ping)
+    assert any(a["quota"] == "request_percentage" for a in run.allocations)

@@ -23,13 +23,21 @@ from app.signing import Signing
 PARTITIONS = 4
 
 
+def settings(scope: str) -> EngineSettings:
+    """The workers' engine settings for a scope name: `broker`, `cluster`, or `allocations`
+    (cluster scope with allocations, as the broker plugin's and the gateways' workers run)."""
+    if scope == "allocations":
+        return EngineSettings(scope="cluster", accounting="served", allocations=True)
+    return EngineSettings(scope=scope)
+
+
 def run(lines: list[bytes], scope: str) -> list[Any]:
     """Per input record, once its stream clock judged it: its dead letters and sample counts,
     then each samples partition's (partition, samples, directives) as the aggregate computes
     them; per config record, `{"config": "applied" or "refused"}` by the workers' config
     follower. Records the clock still holds at the end are judged then (a worker would wait
     for more)."""
-    engine = QuotaEngine(EngineSettings(scope=scope))
+    engine = QuotaEngine(settings(scope))
     follower = ConfigFollower("", "configs", engine.timeline, signing=Signing())
     router = Router(engine, PARTITIONS)
     intake: StreamIntake[None] = StreamIntake(StreamClock())

@@ -24,12 +24,20 @@ def test_the_matrix_has_a_row_per_library_and_role_and_a_column_per_mode() -> No
              Cell("kafkajs", "consumer", "allocations", 0.9, 1.5)]
     lines = matrix(cells, ["java", "kafkajs"], ROLES, MODES).splitlines()
     assert lines[0].split()[:2] == ["LIBRARY", "ROLE"]
-    assert [m.title in lines[0] for m in MODES] == [True] * 4
+    assert [m.title in lines[0] for m in MODES] == [True] * len(MODES)
     rows = [line.split() for line in lines[1:]]
     assert [r[:2] for r in rows] == [["java", "producer"], ["java", "consumer"],
                                      ["kafkajs", "producer"], ["kafkajs", "consumer"]]
-    assert rows[0][2:] == ["0.99x", "/", "1.10x", "-", "-", "-"]
-    assert rows[3][2:] == ["-", "-", "-", "0.90x", "/", "1.50x"]
+    assert rows[0][2:] == ["0.99x", "/", "1.10x", "-", "-", "-", "-"]
+    assert rows[3][2:] == ["-", "-", "-", "0.90x", "/", "1.50x", "-"]
+
+
+def test_the_brokers_running_the_plugin_are_a_mode_with_a_worker_and_no_gateway() -> None:
+    plugin = next(m for m in MODES if m.plugin)
+    assert (plugin.gateways, plugin.brokers, plugin.worker) == (0, 3, True)
+    assert (plugin.scope, plugin.enforcement) == ("cluster", "allocations")
+    straight = next(m for m in MODES if m.name == "straight")
+    assert not straight.worker and not straight.plugin
 
 
 def test_misses_are_the_means_off_by_more_than_five_percent_furthest_first() -> None:

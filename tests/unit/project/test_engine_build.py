@@ -36,18 +36,17 @@ INTERPRETED = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, SourceFirst())
-    from app.engine.engine import EngineSettings
     from app.engine_build import compiled_modules
     from app.intake.replay import replay
 
     assert compiled_modules() == [], compiled_modules()
     mode, scope = sys.argv[1:3]
     lines = [bytes.fromhex(line.decode()) for line in sys.stdin.buffer.read().splitlines()]
+    sys.path.insert(0, sys.argv[3])
+    import pipeline_path
     if mode == "pipeline":
-        sys.path.insert(0, sys.argv[3])
-        import pipeline_path
         print(json.dumps(pipeline_path.run(lines, scope)))
-    for result in replay(lines, EngineSettings(scope=scope)) if mode == "replay" else ():
+    for result in replay(lines, pipeline_path.settings(scope)) if mode == "replay" else ():
         print(json.dumps([result.output, result.directives]))
 """)
 
@@ -69,19 +68,22 @@ def test_engine_is_compiled_unless_the_build_opted_out() -> None:
         assert compiled_modules() == list(MODULES), "reinstall with a C compiler: pip install -e ."
 
 
-@pytest.mark.parametrize("scope", ["broker", "cluster"])
+@pytest.mark.parametrize("scope", ["broker", "cluster", "allocations"])
 def test_compiled_and_interpreted_engines_give_identical_output(scope: str) -> None:
     records = CONFIGS + scenario(seed=7, seconds=20)
     lines = [orjson.dumps(r) for r in records]
-    here = [json.dumps([r.output, r.directives]) for r in replay(lines, EngineSettings(scope=scope))]
+    here = [json.dumps([r.output, r.directives])
+            for r in replay(lines, pipeline_path.settings(scope))]
     there = interpreted("replay", scope, lines)
     assert len(here) == len(records)
     assert sum(1 for line in here if '"throttle"' in line) > 10  # the scenario does throttle
+    if scope == "allocations":  # allocations with trims, saturated by reported throttles
+        assert sum(1 for line in here if '"kind": "allocation"' in line) > 10
     assert there == here
 
 
 @pytest.mark.parametrize("fmt", ["json", "columnar"])
-@pytest.mark.parametrize("scope", ["broker", "cluster"])
+@pytest.mark.parametrize("scope", ["broker", "cluster", "allocations"])
 def test_compiled_and_interpreted_pipeline_loops_give_identical_output(scope: str, fmt: str) -> None:
     """The intake, ingest, internal codec and aggregate loops are compiled too
     (app/engine_build.py), for JSON and columnar source records."""

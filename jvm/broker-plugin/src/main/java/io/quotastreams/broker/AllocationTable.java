@@ -88,6 +88,12 @@ public final class AllocationTable {
         return a != null ? a : held.get(new Key(quota, "", clientId));
     }
 
+    /** Whether an allocation of the entity ({@code user}, {@code clientId}) is valid at {@code now}. */
+    public boolean valid(String quota, String user, String clientId, long now) {
+        Allocation a = held.get(new Key(quota, user, clientId));
+        return a != null && a.validUntil() > now && a.limit() > 0;
+    }
+
     /**
      * This broker's limit for the allocated entity ({@code user}, {@code clientId}): its share
      * while the allocation is valid, else the quota / {@code brokers}; null (unlimited) when no

@@ -1,153 +1,37 @@
 package io.quotastreams.broker;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import java.time.Duration;
-import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongSupplier;
-import java.util.stream.Collectors;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.common.PartitionInfo;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.errors.InterruptException;
-import org.apache.kafka.common.errors.WakeupException;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
- * Follows the control topic into an {@link AllocationTable}, as app.subscriber.consumer does: no
- * consumer group (every broker needs every record), every partition read from the beginning at
- * start, so the table is rebuilt from what the topic holds; a refused record is counted by
- * reason and skipped, and no error ever stops the reading (it is retried with a backoff).
+ * Follows the control topic into an {@link AllocationTable}: allocations are taken, throttle
+ * directives checked and counted (a quota callback sets bounds; it cannot make Kafka throttle a
+ * client until a given time).
  */
-public final class ControlFollower implements Runnable {
-    private static final Logger LOG = LoggerFactory.getLogger(ControlFollower.class);
-
-    private final Settings settings;
+public final class ControlFollower extends Follower {
     private final AllocationTable table;
-    private final LongSupplier clock;
-    private final Map<String, AtomicLong> counts = new ConcurrentHashMap<>();
-    private volatile boolean running = true;
-    private volatile KafkaConsumer<byte[], byte[]> consumer;
 
     public ControlFollower(Settings settings, AllocationTable table, LongSupplier clock) {
-        this.settings = settings;
+        super(settings, settings.controlTopic(), "control", clock);
         this.table = table;
-        this.clock = clock;
-    }
-
-    /** Records read and refused, by outcome and reason. */
-    public Map<String, Long> counts() {
-        return counts.entrySet().stream().collect(Collectors.toMap(Map.Entry::getKey, e -> e.getValue().get()));
-    }
-
-    private void count(String what) {
-        counts.computeIfAbsent(what, k -> new AtomicLong()).incrementAndGet();
-    }
-
-    /** Apply one record as read from the topic (public for tests: no Kafka needed). */
-    public void handle(String topic, byte[] key, byte[] value, long now) {
-        count("records");
-        if (value == null) {
-            count("tombstones");
-            return;
-        }
-        Seal.Opened opened = settings.seal().open(topic, key, value);
-        try {
-            if (opened.payload() == null) {
-                throw new BadRecord(opened.refused(), "");
-            }
-            JsonNode record = Records.decode(opened.payload());
-            if (!Records.isAllocation(record)) {
-                Records.checkDirective(record);
-                if (Records.ts(record) > now + Records.MAX_FUTURE_MS) {
-                    throw new BadRecord("ts_in_future", "");
-                }
-                count("directives_not_enforced");
-                return;
-            }
-            count(table.apply(Records.allocation(record), now).name().toLowerCase());
-        } catch (BadRecord e) {
-            if (counts.getOrDefault("bad." + e.reason(), new AtomicLong()).get() == 0) {
-                LOG.warn("quota-streams: skipping a bad control record ({}); further ones are only counted", e.getMessage());
-            }
-            count("bad." + e.reason());
-        }
     }
 
     @Override
-    public void run() {
-        long backoff = 100;
-        while (running) {
-            try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerConfig(),
-                    new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
-                consumer = c;
-                List<TopicPartition> partitions = waitForPartitions(c);
-                c.assign(partitions);
-                c.seekToBeginning(partitions);
-                while (running) {
-                    for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
-                        handle(r.topic(), r.key(), r.value(), clock.getAsLong());
-                    }
-                    table.tick(clock.getAsLong());
-                    backoff = 100;
-                }
-            } catch (WakeupException | InterruptException e) {
-                return;
-            } catch (RuntimeException e) {
-                count("consumer_errors");
-                LOG.warn("quota-streams: reading {} failed ({}); retrying", settings.controlTopic(), e.toString());
-                table.tick(clock.getAsLong());
-                sleep(backoff);
-                backoff = Math.min(backoff * 2, 5000);
+    protected void apply(byte[] payload, long now) throws BadRecord {
+        JsonNode record = Records.decode(payload);
+        if (!Records.isAllocation(record)) {
+            Records.checkDirective(record);
+            if (Records.ts(record) > now + Records.MAX_FUTURE_MS) {
+                throw new BadRecord("ts_in_future", "");
             }
+            count("directives_not_enforced");
+            return;
         }
+        count(table.apply(Records.allocation(record), now).name().toLowerCase());
     }
 
-    private List<TopicPartition> waitForPartitions(KafkaConsumer<byte[], byte[]> c) {
-        while (running) {
-            List<PartitionInfo> infos = c.partitionsFor(settings.controlTopic(), Duration.ofSeconds(5));
-            if (infos != null && !infos.isEmpty()) {
-                return infos.stream().map(p -> new TopicPartition(p.topic(), p.partition())).toList();
-            }
-            table.tick(clock.getAsLong());
-            sleep(500);
-        }
-        return List.of();
-    }
-
-    private void sleep(long ms) {
-        try {
-            Thread.sleep(ms);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            running = false;
-        }
-    }
-
-    private Map<String, Object> consumerConfig() {
-        Map<String, Object> config = new java.util.HashMap<>(settings.clientConfig());
-        config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, settings.bootstrap());
-        config.put(ConsumerConfig.CLIENT_ID_CONFIG, "quota-streams-plugin-" + settings.brokerId());
-        config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
-        config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        config.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, 100);
-        // asking for a missing control topic must not create it with the broker's defaults
-        config.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, false);
-        config.remove(ConsumerConfig.GROUP_ID_CONFIG);
-        return config;
-    }
-
-    public void stop() {
-        running = false;
-        KafkaConsumer<byte[], byte[]> c = consumer;
-        if (c != null) {
-            c.wakeup();
-        }
+    @Override
+    protected void tick(long now) {
+        table.tick(now);
     }
 }

@@ -3,6 +3,7 @@ package io.quotastreams.broker;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.server.quota.ClientQuotaEntity;
 import org.apache.kafka.server.quota.ClientQuotaType;
 
@@ -21,6 +22,7 @@ public final class KafkaQuotas {
     static final String DEFAULT = "\u0000default";
 
     private final Map<ClientQuotaType, Map<Entity, Double>> quotas = new ConcurrentHashMap<>();
+    private final AtomicLong version = new AtomicLong();
 
     private static Entity entity(ClientQuotaEntity entity) {
         String user = null;
@@ -38,14 +40,35 @@ public final class KafkaQuotas {
     }
 
     public void update(ClientQuotaType type, ClientQuotaEntity entity, double value) {
-        quotas.computeIfAbsent(type, t -> new ConcurrentHashMap<>()).put(entity(entity), value);
+        Entity e = entity(entity);
+        update(type, e.user(), e.clientId(), value);
     }
 
     public void remove(ClientQuotaType type, ClientQuotaEntity entity) {
-        Map<Entity, Double> held = quotas.get(type);
-        if (held != null) {
-            held.remove(entity(entity));
+        Entity e = entity(entity);
+        update(type, e.user(), e.clientId(), null);
+    }
+
+    /**
+     * Set ({@code value}) or remove (null) the quota of an entity: {@code user} and {@code
+     * clientId} null where the entity has no such part, {@link #DEFAULT} for the default one.
+     */
+    public void update(ClientQuotaType type, String user, String clientId, Double value) {
+        Entity e = new Entity(user, clientId);
+        if (value == null) {
+            Map<Entity, Double> held = quotas.get(type);
+            if (held != null) {
+                held.remove(e);
+            }
+        } else {
+            quotas.computeIfAbsent(type, t -> new ConcurrentHashMap<>()).put(e, value);
         }
+        version.incrementAndGet();
+    }
+
+    /** Changes with every update, so Kafka can be told to re-read the bounds. */
+    public long version() {
+        return version.get();
     }
 
     /** The metric tags {user, client id} of the level a request resolves to, or null for none. */

@@ -12,16 +12,19 @@ import org.apache.kafka.server.quota.ClientQuotaType;
 
 /**
  * The broker's client quota callback (KIP-257, {@code client.quota.callback.class}): each broker
- * holds its allocation of a cluster-wide producer or consumer byte rate, and Kafka itself
- * enforces it (its rate window, {@code throttle_time_ms}, muting the channel).
+ * holds its allocation of a cluster-wide producer or consumer byte rate or request percentage,
+ * and Kafka itself enforces it (its rate window, {@code throttle_time_ms}, muting the channel).
  *
  * <p>Kafka asks {@link #quotaMetricTags} on every request for the sensor a request is charged
- * to, and {@link #quotaLimit} for that sensor's bound. A request is charged to the allocated
- * entity it belongs to (so clients sharing a quota share one window, as in Kafka); else to the
- * level of Kafka's own quota configs it resolves to, with Kafka's per-broker bound
- * ({@link KafkaQuotas}); else to its own user and client id, without a limit.
- * {@link #quotaResetRequired} answers true once after the allocations changed, and Kafka then
- * re-reads every sensor's bound.
+ * to, and {@link #quotaLimit} for that sensor's bound. A request is charged to the window of, in
+ * order: the allocated entity it belongs to (so clients sharing a quota share one window, as in
+ * Kafka); the level of the workers' quota configs it resolves to (the config topic, {@link
+ * ConfigFollower}); the level of Kafka's own quota configs ({@link KafkaQuotas}); else its own
+ * user and client id, without a limit. The bound of a workers' config with no allocation in
+ * force is its static split (quota / brokers; in broker scope the quota), and of a controller
+ * mutation quota the whole quota: the active controller charges every mutation of the cluster.
+ * {@link #quotaResetRequired} answers true once after the allocations or the configs changed,
+ * and Kafka then re-reads every sensor's bound.
  */
 public final class QuotaCallback implements ClientQuotaCallback {
     static final String USER = "user";
@@ -29,12 +32,14 @@ public final class QuotaCallback implements ClientQuotaCallback {
 
     private final LongSupplier clock;
     private final KafkaQuotas kafkaQuotas = new KafkaQuotas();
-    /** per quota type, the table's version Kafka last re-read the bounds at (-1: never) */
+    /** the workers' quota configs, from the config topic */
+    private final KafkaQuotas configured = new KafkaQuotas();
+    /** per quota type, the version Kafka last re-read the bounds at (-1: never) */
     private final AtomicLongArray applied = newApplied();
     private Settings settings;
     private AllocationTable table;
-    private ControlFollower follower;
-    private Thread thread;
+    private ControlFollower control;
+    private ConfigFollower configs;
     private volatile int brokers;
 
     public QuotaCallback() {
@@ -50,25 +55,33 @@ public final class QuotaCallback implements ClientQuotaCallback {
         settings = Settings.from(configs);
         brokers = settings.brokers();
         table = new AllocationTable(settings.failSafeMs());
-        follower = new ControlFollower(settings, table, clock);
-        thread = new Thread(follower, "quota-streams-control-follower");
-        thread.setDaemon(true);
-        thread.start();
+        control = new ControlFollower(settings, table, clock);
+        this.configs = new ConfigFollower(settings, configured, clock);
+        control.start();
+        this.configs.start();
     }
 
-    /** For tests: a callback over a given table, with no reader. */
+    /** For tests: a callback over a given table and configs, with no reader. */
     static QuotaCallback over(AllocationTable table, long brokerId, int brokers, LongSupplier clock) {
         QuotaCallback callback = new QuotaCallback(clock);
         callback.table = table;
         callback.brokers = brokers;
-        callback.settings = new Settings("", "", "", Seal.parse(""), brokerId, brokers, 0, 1000, 1, Map.of());
+        callback.settings = new Settings("", "", "", "", true, Seal.parse(""), brokerId, brokers, 0,
+                1000, 1, Map.of());
         return callback;
     }
 
+    /** The workers' quota configs this callback holds (a test feeds them). */
+    KafkaQuotas configured() {
+        return configured;
+    }
+
+    /** The quota the workers allocate for a type of Kafka's client quotas, or null for none. */
     static String quotaName(ClientQuotaType type) {
         return switch (type) {
             case PRODUCE -> "producer_byte_rate";
             case FETCH -> "consumer_byte_rate";
+            case REQUEST -> "request_percentage";
             default -> null;
         };
     }
@@ -81,7 +94,10 @@ public final class QuotaCallback implements ClientQuotaCallback {
         if (a != null) {
             return Map.of(USER, a.user(), CLIENT_ID, a.clientId());
         }
-        String[] level = kafkaQuotas.tags(type, user, clientId);
+        String[] level = configured.tags(type, user, clientId);
+        if (level == null) {
+            level = kafkaQuotas.tags(type, user, clientId);
+        }
         return level == null ? Map.of(USER, user, CLIENT_ID, clientId) : Map.of(USER, level[0], CLIENT_ID, level[1]);
     }
 
@@ -90,8 +106,16 @@ public final class QuotaCallback implements ClientQuotaCallback {
         String quota = quotaName(type);
         String user = tags.getOrDefault(USER, "");
         String clientId = tags.getOrDefault(CLIENT_ID, "");
-        Double allocated = quota == null ? null
-                : table.limit(quota, user, clientId, settings.brokerId(), brokers, clock.getAsLong());
+        long now = clock.getAsLong();
+        Double allocated = quota == null ? null : table.limit(quota, user, clientId, settings.brokerId(), brokers, now);
+        if (allocated != null && table.valid(quota, user, clientId, now)) {
+            return allocated;
+        }
+        Double whole = configured.limit(type, user, clientId);
+        if (whole != null) {
+            boolean split = quota != null && settings.clusterScope();
+            return split ? whole / Math.max(1, brokers) : whole;
+        }
         return allocated != null ? allocated : kafkaQuotas.limit(type, user, clientId);
     }
 
@@ -104,7 +128,7 @@ public final class QuotaCallback implements ClientQuotaCallback {
     /** Asked by Kafka on every request: lock-free, one atomic swap. */
     @Override
     public boolean quotaResetRequired(ClientQuotaType type) {
-        long version = table.version();
+        long version = table.version() + configured.version() + kafkaQuotas.version();
         return applied.getAndSet(type.ordinal(), version) != version;
     }
 
@@ -130,8 +154,9 @@ public final class QuotaCallback implements ClientQuotaCallback {
 
     @Override
     public void close() {
-        if (follower != null) {
-            follower.stop();
+        if (control != null) {
+            control.stop();
+            configs.stop();
         }
     }
 }

@@ -9,9 +9,9 @@ import org.apache.kafka.common.config.ConfigException;
  * setting a broker cannot run with is a {@link ConfigException}, which stops the broker's start
  * with its one-line message.
  */
-public record Settings(String bootstrap, String controlTopic, String requestTopic, Seal seal,
-                       long brokerId, int brokers, long failSafeMs, long usageIntervalMs,
-                       int usageQueueRecords, Map<String, Object> clientConfig) {
+public record Settings(String bootstrap, String controlTopic, String requestTopic, String configTopic,
+                       boolean clusterScope, Seal seal, long brokerId, int brokers, long failSafeMs,
+                       long usageIntervalMs, int usageQueueRecords, Map<String, Object> clientConfig) {
     public static final String PREFIX = "quota.streams.";
     static final String CLIENT_PREFIX = PREFIX + "client.";
 
@@ -31,10 +31,15 @@ public record Settings(String bootstrap, String controlTopic, String requestTopi
         } catch (IllegalArgumentException e) {
             throw new ConfigException(PREFIX + "signing.keys: " + e.getMessage());
         }
+        String scope = text(configs, PREFIX + "scope", "cluster");
+        if (!scope.equals("cluster") && !scope.equals("broker")) {
+            throw new ConfigException(PREFIX + "scope must be cluster or broker, got " + scope);
+        }
         return new Settings(bootstrap,
                 text(configs, PREFIX + "control.topic", "quota.directives"),
                 text(configs, PREFIX + "request.topic", "quota.events.request"),
-                seal, brokerId,
+                text(configs, PREFIX + "config.topic", "quota.configs"),
+                scope.equals("cluster"), seal, brokerId,
                 (int) number(configs.get(PREFIX + "brokers"), PREFIX + "brokers", 1, 100_000, -1),
                 number(configs.get(PREFIX + "fail.safe.ms"), PREFIX + "fail.safe.ms", 0, Records.MAX_VALIDITY_MS * 24, 3_600_000L),
                 number(configs.get(PREFIX + "usage.interval.ms"), PREFIX + "usage.interval.ms", 100, 60_000, 1000),

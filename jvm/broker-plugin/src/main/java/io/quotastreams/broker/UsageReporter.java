@@ -26,11 +26,14 @@ import org.slf4j.LoggerFactory;
 
 /**
  * A {@code metric.reporters} plugin that writes the broker's per-client usage to the request
- * topic: every {@code usage.interval.ms} it reads the samples of each client's Produce and Fetch
- * byte-rate sensor (the ones Kafka's quota managers charge), and a background producer writes
- * what they gained as pre-aggregated request events (UsageAggregator). Records wait in a bounded
- * queue; when it is full a record is dropped and counted, so a slow event topic never holds the
- * broker up.
+ * topic: just after each {@code usage.interval.ms} of the wall clock ends it reads the samples
+ * of each client's quota sensors (the Produce and Fetch {@code byte-rate}, the Request
+ * {@code request-time} Kafka's quota managers charge, and the {@code throttle-time} of each),
+ * and a background producer writes what they gained as pre-aggregated request events stamped
+ * with the interval's second (UsageAggregator). Reading on the clock's seconds puts every
+ * broker's events of a second on the workers before any of the next second. Records wait in a
+ * bounded queue; when it is full a record is dropped and counted, so a slow event topic never
+ * holds the broker up.
  *
  * <p>Kafka offers no public way to read a sensor's samples: they are read by reflection from
  * kafka-clients' Rate, SampledStat and its Sample (checked at start; without them nothing is
@@ -38,12 +41,20 @@ import org.slf4j.LoggerFactory;
  */
 public final class UsageReporter implements MetricsReporter {
     private static final Logger LOG = LoggerFactory.getLogger(UsageReporter.class);
-    private static final Map<String, String> APIS = Map.of("Produce", "Produce", "Fetch", "Fetch");
+    /** each quota type's quota sensor metric, by Kafka's group name */
+    private static final Map<String, String> USAGE_METRICS = Map.of(
+            "Produce", "byte-rate", "Fetch", "byte-rate", "Request", "request-time");
+    static final String THROTTLE_METRIC = "throttle-time";
     static final String OWN_CLIENT_PREFIX = "quota-streams-plugin-";
+    /** how long after an interval ends its sensors are read: the requests handled at its end are in */
+    static final long READ_DELAY_MS = 50;
+
+    /** A metric the reporter reads: whose sensor it is, and which. */
+    record Read(UsageAggregator.Source source, UsageAggregator.Kind kind) {}
 
     private final Map<MetricName, KafkaMetric> sensors = new ConcurrentHashMap<>();
     /** the sensors read so far, by the reader thread alone */
-    private final Map<MetricName, UsageAggregator.Source> known = new HashMap<>();
+    private final Map<MetricName, Read> known = new HashMap<>();
     private final AtomicLong dropped = new AtomicLong();
     private final AtomicLong sent = new AtomicLong();
     private Settings settings;
@@ -58,7 +69,6 @@ public final class UsageReporter implements MetricsReporter {
     private Field sampleStart;
     private Field sampleValue;
     private Field sampleCount;
-    private Field sampleLastEvent;
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -82,8 +92,7 @@ public final class UsageReporter implements MetricsReporter {
             sampleStart = sample.getDeclaredField("startTimeMs");
             sampleValue = sample.getDeclaredField("value");
             sampleCount = sample.getDeclaredField("eventCount");
-            sampleLastEvent = sample.getDeclaredField("lastEventMs");
-            for (Field f : List.of(rateStat, statSamples, metricLock, sampleStart, sampleValue, sampleCount, sampleLastEvent)) {
+            for (Field f : List.of(rateStat, statSamples, metricLock, sampleStart, sampleValue, sampleCount)) {
                 f.setAccessible(true);
             }
         } catch (ReflectiveOperationException | RuntimeException e) {
@@ -109,17 +118,20 @@ public final class UsageReporter implements MetricsReporter {
         return sent.get();
     }
 
-    static UsageAggregator.Source source(MetricName name) {
-        String api = APIS.get(name.group());
+    /** What a metric is to the reporter, or null when it reads it not. */
+    static Read source(MetricName name) {
+        String usage = USAGE_METRICS.get(name.group());
         Map<String, String> tags = name.tags();
-        if (api == null || !name.name().equals("byte-rate") || !tags.keySet().equals(Set.of("user", "client-id"))) {
+        if (usage == null || !tags.keySet().equals(Set.of("user", "client-id"))) {
             return null;
         }
+        UsageAggregator.Kind kind = name.name().equals(usage) ? UsageAggregator.Kind.USAGE
+                : name.name().equals(THROTTLE_METRIC) ? UsageAggregator.Kind.THROTTLE : null;
         String clientId = tags.get("client-id");
-        if (clientId.startsWith(OWN_CLIENT_PREFIX)) {
+        if (kind == null || clientId.startsWith(OWN_CLIENT_PREFIX)) {
             return null;
         }
-        return new UsageAggregator.Source(api, tags.get("user"), clientId);
+        return new Read(new UsageAggregator.Source(name.group(), tags.get("user"), clientId), kind);
     }
 
     @Override
@@ -139,33 +151,45 @@ public final class UsageReporter implements MetricsReporter {
         sensors.remove(metric.metricName());
     }
 
+    /** A metric's samples: a Rate's (the quota sensors) or a sampled stat's own (throttle-time's Avg). */
     private List<UsageAggregator.Sample> samples(KafkaMetric metric) throws ReflectiveOperationException {
         Object measurable = metric.measurable();
-        if (!(measurable instanceof Rate)) {
+        SampledStat stat = measurable instanceof Rate ? (SampledStat) rateStat.get(measurable)
+                : measurable instanceof SampledStat sampled ? sampled : null;
+        if (stat == null) {
             return List.of();
         }
-        SampledStat stat = (SampledStat) rateStat.get(measurable);
         List<UsageAggregator.Sample> out = new ArrayList<>();
         synchronized (metricLock.get(metric)) {
             for (Object s : (List<?>) statSamples.get(stat)) {
                 out.add(new UsageAggregator.Sample(sampleStart.getLong(s), sampleValue.getDouble(s),
-                        sampleCount.getLong(s), sampleLastEvent.getLong(s)));
+                        sampleCount.getLong(s)));
             }
         }
         return out;
+    }
+
+    /** How long to sleep from {@code now} until {@code READ_DELAY_MS} after the interval ends. */
+    static long untilNextRead(long now, long interval) {
+        return interval - Math.floorMod(now - READ_DELAY_MS, interval);
+    }
+
+    /** The second a look at {@code now} stamps its events with: the one holding its interval's middle. */
+    static long second(long now, long interval) {
+        return Math.floorDiv(now - interval / 2, 1000) * 1000;
     }
 
     private void readLoop() {
         long[] reportedDrops = {0, 0};
         while (running) {
             try {
-                Thread.sleep(settings.usageIntervalMs());
+                Thread.sleep(untilNextRead(System.currentTimeMillis(), settings.usageIntervalMs()));
             } catch (InterruptedException e) {
                 return;
             }
             List<byte[]> records;
             try {
-                records = read();
+                records = read(second(System.currentTimeMillis(), settings.usageIntervalMs()));
             } catch (ReflectiveOperationException e) {
                 LOG.error("quota-streams: reading a quota sensor failed ({}); no usage is written", e.toString());
                 running = false;
@@ -182,25 +206,26 @@ public final class UsageReporter implements MetricsReporter {
 
     /**
      * One look at every client's sensors: the records of the request events for what they gained
-     * since the last look (the reader thread's work each interval).
+     * since the last look, stamped {@code second} (the reader thread's work each interval).
      */
-    List<byte[]> read() throws ReflectiveOperationException {
+    List<byte[]> read(long second) throws ReflectiveOperationException {
         known.keySet().removeIf(name -> {
             if (!sensors.containsKey(name)) {
-                aggregator.forget(known.get(name));
+                Read gone = known.get(name);
+                aggregator.forget(gone.source(), gone.kind());
                 return true;
             }
             return false;
         });
         for (KafkaMetric metric : sensors.values()) {
-            UsageAggregator.Source source = known.computeIfAbsent(metric.metricName(), UsageReporter::source);
+            Read read = known.computeIfAbsent(metric.metricName(), UsageReporter::source);
             try {
-                aggregator.observe(source, samples(metric));
+                aggregator.observe(read.source(), read.kind(), samples(metric));
             } catch (RuntimeException e) {  // this sensor this time; its gain is read next time
-                LOG.warn("quota-streams: reading the sensor of {} failed ({})", source, e.toString());
+                LOG.warn("quota-streams: reading the sensor of {} failed ({})", read.source(), e.toString());
             }
         }
-        return aggregator.drain();
+        return aggregator.drain(second);
     }
 
     /** Say in the broker's log, at most once a minute, how many usage records were lost. */

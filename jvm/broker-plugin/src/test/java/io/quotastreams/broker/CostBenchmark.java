@@ -14,6 +14,7 @@ import org.apache.kafka.common.metrics.MetricConfig;
 import org.apache.kafka.common.metrics.Metrics;
 import org.apache.kafka.common.metrics.Quota;
 import org.apache.kafka.common.metrics.Sensor;
+import org.apache.kafka.common.metrics.stats.Avg;
 import org.apache.kafka.common.metrics.stats.Rate;
 import org.apache.kafka.common.security.auth.KafkaPrincipal;
 import org.apache.kafka.common.utils.Time;
@@ -146,11 +147,13 @@ public final class CostBenchmark {
         }
         metrics.addReporter(reporter);
         List<Sensor> sensors = new ArrayList<>();
-        for (String id : ids) {  // as ClientQuotaManager names a client's Produce sensor
+        for (String id : ids) {  // as ClientQuotaManager names a client's Produce sensors
+            Map<String, String> tags = Map.of("user", "", "client-id", id);
             Sensor sensor = metrics.sensor("Produce-:" + id);
-            MetricName name = metrics.metricName("byte-rate", "Produce", "", Map.of("user", "", "client-id", id));
-            sensor.add(name, new Rate());
+            sensor.add(metrics.metricName("byte-rate", "Produce", "", tags), new Rate());
             sensors.add(sensor);
+            metrics.sensor("ProduceThrottleTime-:" + id).add(
+                    metrics.metricName("throttle-time", "Produce", "", tags), new Avg());
         }
         ThreadMXBean cpu = ManagementFactory.getThreadMXBean();
         long[] micros = new long[rounds + 1];
@@ -161,7 +164,7 @@ public final class CostBenchmark {
                 sensor.record(1000.0);
             }
             long start = cpu.getCurrentThreadCpuTime();
-            List<byte[]> records = reporter.read();
+            List<byte[]> records = reporter.read(0);
             micros[round] = (cpu.getCurrentThreadCpuTime() - start) / 1000;
             if (round > 0) {
                 bytes = 0;

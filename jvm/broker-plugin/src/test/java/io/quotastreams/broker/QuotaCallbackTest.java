@@ -39,6 +39,49 @@ class QuotaCallbackTest {
     }
 
     @Test
+    void aRequestPercentageAllocationBoundsTheRequestQuotasWindow() throws BadRecord {
+        String record = RecordsTest.allocation("request_percentage", 1000, 6000, "60",
+                "{\"enforcer\":2,\"limit\":25.0,\"usage\":30.0,\"saturated\":true,\"trim\":0.8}")
+                .replace("\"others\":30000.0", "\"others\":3.0");
+        table.apply(RecordsTest.parse(record), now.get());
+        Map<String, String> tags = broker(2).quotaMetricTags(ClientQuotaType.REQUEST, ANON, "loader");
+        assertEquals(Map.of("user", "", "client-id", "loader"), tags);  // the allocated entity's window
+        assertEquals(20.0, broker(2).quotaLimit(ClientQuotaType.REQUEST, tags));  // 25 x its trim
+        assertNull(broker(2).quotaLimit(ClientQuotaType.PRODUCE, tags));  // no byte rate allocated
+        assertEquals(Map.of("user", "ANONYMOUS", "client-id", "loader"),
+                broker(2).quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "loader"));
+    }
+
+    @Test
+    void aConfiguredQuotaIsHeldAtItsStaticSplitUntilItsFirstAllocationAndAfterTheLast() throws BadRecord {
+        QuotaCallback callback = broker(2);
+        callback.configured().update(ClientQuotaType.PRODUCE, null, "loader", 600000.0);
+        Map<String, String> tags = callback.quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "loader");
+        assertEquals(Map.of("user", "", "client-id", "loader"), tags);
+        assertTrue(callback.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertEquals(200000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));  // never unlimited
+        allocate(1000, 6000);
+        assertTrue(callback.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertEquals(250000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));
+        now.set(6000);  // the allocation ended: the quota as configured now, split
+        callback.configured().update(ClientQuotaType.PRODUCE, null, "loader", 300000.0);
+        assertEquals(100000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));
+        now.set(6000 + 60_000);  // past the fail-safe too: the config still holds
+        table.tick(now.get());
+        assertEquals(100000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));
+    }
+
+    @Test
+    void theControllerHoldsAConfiguredMutationQuotaWhole() {
+        QuotaCallback callback = broker(1);
+        callback.configured().update(ClientQuotaType.CONTROLLER_MUTATION, null, KafkaQuotas.DEFAULT, 5.0);
+        Map<String, String> tags = callback.quotaMetricTags(ClientQuotaType.CONTROLLER_MUTATION, ANON, "terraform");
+        assertEquals(Map.of("user", "", "client-id", "terraform"), tags);
+        // the active controller charges every CreateTopics of the cluster: per node is cluster-wide
+        assertEquals(5.0, callback.quotaLimit(ClientQuotaType.CONTROLLER_MUTATION, tags));
+    }
+
+    @Test
     void clientsWithoutAnAllocationAreTheirOwnUnlimitedWindow() throws BadRecord {
         allocate(1000, 6000);
         Map<String, String> tags = broker(1).quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "other");

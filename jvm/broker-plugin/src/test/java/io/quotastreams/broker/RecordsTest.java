@@ -37,6 +37,19 @@ class RecordsTest {
     }
 
     @Test
+    void anEnforcerHoldsItsAllocationTimesItsTrimAndTheSumIsTheAllocations() throws BadRecord {
+        String trimmed = "{\"enforcer\":1,\"limit\":300000.0,\"trim\":0.5},"
+                + "{\"enforcer\":2,\"limit\":300000.0,\"trim\":2.0}";
+        Allocation a = parse(allocation("producer_byte_rate", 1000, 6000, "600000", trimmed));
+        assertEquals(150000.0, a.limitFor(1));
+        assertEquals(600000.0, a.limitFor(2));  // over the quota's 1.1x: the allocations are not
+        assertEquals("out_of_range", reason(allocation("producer_byte_rate", 1000, 6000, "600000",
+                "{\"enforcer\":1,\"limit\":300000.0,\"trim\":2.5}")));
+        assertEquals("out_of_range", reason(allocation("producer_byte_rate", 1000, 6000, "600000",
+                "{\"enforcer\":1,\"limit\":300000.0,\"trim\":\"x\"}")));
+    }
+
+    @Test
     void refusesAbsurdValues() {
         assertEquals("out_of_range", reason(allocation("producer_byte_rate", 1000, 6000, "1e16", "")));
         assertEquals("out_of_range", reason(allocation("producer_byte_rate", 1000, 6000, "-1", "")));
