@@ -26,7 +26,8 @@ reader's, what it received. Printed per run: each client's rate over the run aft
 ratios, and what etl got of what it offered. A run takes `--seconds` + ~40 s; the three take
 about 20 minutes on two cores.
 
-    python bench/bench_plugin_loop.py [--quota 1048576] [--seconds 330] [--run plugin] [--json out.json]
+    python bench/bench_plugin_loop.py [--quota 1048576] [--seconds 330] [--run plugin]
+                                      [--json out.json] [--trace DIR]
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ LEAD_S = 8.0
 RECORD_BYTES = 10_000
 #: the retrier's request timeout: shorter than the longest mutes, so it reconnects
 RETRIER_TIMEOUT_MS = 10_000
+#: the clients `--trace` writes allocations and usage events for
+TRACED = ("loader", "retrier", "reader")
 
 
 @dataclass
@@ -90,7 +93,8 @@ class Figures:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quota", type=float, default=1048576.0,
-                   help="Q, the loader's and etl's producer_byte_rate, bytes/s (default %(default)s)")
+                   help="Q, the loader's and etl's producer_byte_rate, bytes/s "
+                   "(default %(default)s)")
     p.add_argument("--seconds", type=int, default=330, help="length of a run (default %(default)s)")
     p.add_argument("--warmup", type=int, default=30, help="seconds left out (default %(default)s)")
     p.add_argument("--move-at", type=int, default=180,
@@ -189,25 +193,27 @@ def plan(bootstrap: str, prefix: str, q: float, seconds: int, epoch: float
         ("etl", client("produce", "etl", "etl", "--rate", str(q / 2), *producer)),
         ("retrier", client("produce", "retrier", "retrier", "--rate", str(q), *producer,
                            "--request-timeout-ms", str(RETRIER_TIMEOUT_MS))),
-        # fetches as large as Kafka lets a consumer with a quota ask (its window's worth)
+        # fetches as large as Kafka lets a consumer with a quota ask (its window's worth), and
+        # librdkafka's group session timeout: a throttle mutes the group's requests too
         ("reader", client("consume", "reader", "reader", "--group", f"{prefix}-readers",
-                          "--fetch-bytes", str(50 << 20))),
+                          "--fetch-bytes", str(50 << 20), "--session-timeout-ms", "45000")),
     ]
 
 
 def trace(path: Path, epoch: float, control: list[Any], usage: list[Any]) -> None:
-    """The loader's allocations and the brokers' usage events, one JSON object a line, each
-    with `t`: seconds after the epoch."""
+    """The traced clients' allocations and the brokers' usage events for them, one JSON object
+    a line, each with `t`: seconds after the epoch."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for r in control:
         record = orjson.loads(r.value or b"{}")
-        if record.get("entity", {}).get("client_id") == "loader":
+        if record.get("entity", {}).get("client_id") in TRACED:
             lines.append({"t": record["ts"] / 1000 - epoch, **record})
     for r in usage:
         for event in orjson.loads(r.value or b"{}").get("events", []):
-            if event.get("client_id") in ("loader", "retrier", "reader"):
-                lines.append({"t": event["ts"] / 1000 - epoch, "arrived": r.timestamp / 1000 - epoch,
+            if event.get("client_id") in TRACED:
+                lines.append({"t": event["ts"] / 1000 - epoch,
+                              "arrived": r.timestamp / 1000 - epoch,
                               **event})
     lines.sort(key=lambda line: line["t"])
     path.write_bytes(b"\n".join(orjson.dumps(line) for line in lines) + b"\n")

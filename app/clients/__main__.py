@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--group", required=True)
     c.add_argument("--fetch-bytes", type=int_at_least(1), default=65536,
                    help="max bytes per partition per fetch (default %(default)s)")
+    c.add_argument("--session-timeout-ms", type=int_at_least(1000), metavar="MS",
+                   help="confluent-kafka: how long the group waits for a heartbeat before it "
+                   "drops the consumer; Kafka mutes a throttled consumer's connections, group "
+                   "requests included (default: 6000, for quick joins; the library's is 45000)")
     security.add_flags(c)
     s = sub.add_parser("connection-storm", help="new connections at RATE/s from SOURCES")
     s.add_argument("--host", required=True)
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "request_timeout_ms", None) is not None and args.library != "confluent-kafka":
         parser.error("--request-timeout-ms is for the confluent-kafka producer")
+    if getattr(args, "session_timeout_ms", None) is not None and args.library != "confluent-kafka":
+        parser.error("--session-timeout-ms is for the confluent-kafka consumer")
     kafka_security = None
     if args.kind in ("produce", "consume"):
         try:
@@ -133,7 +139,7 @@ def _run(args: argparse.Namespace, kafka_security: KafkaSecurity | None,
 
         assert kafka_security is not None
         consume(args.library, args.bootstrap, args.topic, args.client_id, args.group,
-                args.seconds, args.fetch_bytes, reporter, kafka_security)
+                args.seconds, args.fetch_bytes, reporter, kafka_security, args.session_timeout_ms)
     elif args.kind == "connection-storm":
         from app.clients.storms import connection_storm
 

@@ -17,15 +17,21 @@ from app.kafka.security import KafkaSecurity
 
 #: how long kafka-python's consumer loop rests after a poll that came back empty
 POLL_YIELD_S = 0.02
+#: the group session timeout the consumers run with unless told: short, so a test's group
+#: forms and re-forms quickly
+SESSION_TIMEOUT_MS = 6000
 #: how long kafka-python's consumer may wait for its group to assign it partitions; its run
 #: (and its clock) starts once it has them
 JOIN_WAIT_S = 60.0
 
 
 def consume(library: str, bootstrap: str, topic: str, client_id: str, group: str,
-            seconds: float, fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
+            seconds: float, fetch_bytes: int, reporter: Reporter, security: KafkaSecurity,
+            session_timeout_ms: int | None = None) -> None:
+    """`session_timeout_ms`: confluent-kafka's group session timeout (None: the module's)."""
     if library == "confluent-kafka":
-        _confluent(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter, security)
+        _confluent(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter, security,
+                   session_timeout_ms or SESSION_TIMEOUT_MS)
     elif library == "kafka-python":
         _kafka_python(bootstrap, topic, client_id, group, seconds, fetch_bytes, reporter, security)
     elif library == "aiokafka":
@@ -44,14 +50,16 @@ def _count(reporter: Reporter, values: list[bytes | None]) -> None:
 
 
 def _confluent(bootstrap: str, topic: str, client_id: str, group: str, seconds: float,
-               fetch_bytes: int, reporter: Reporter, security: KafkaSecurity) -> None:
+               fetch_bytes: int, reporter: Reporter, security: KafkaSecurity,
+               session_timeout_ms: int) -> None:
     from confluent_kafka import Consumer
 
     refused: list[str] = []
     consumer = Consumer({**security.confluent(), **confluent_refusals(refused),
                          "bootstrap.servers": bootstrap, "client.id": client_id,
                          "group.id": group, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                         "session.timeout.ms": session_timeout_ms,
+                         "heartbeat.interval.ms": min(3000, session_timeout_ms // 6),
                          "max.partition.fetch.bytes": fetch_bytes,
                          "fetch.max.bytes": max(fetch_bytes, 1024 * 1024)})
     consumer.subscribe([topic])
@@ -72,7 +80,8 @@ def _kafka_python(bootstrap: str, topic: str, client_id: str, group: str, second
 
     consumer = kafka_python_start(lambda timeout_ms: KafkaConsumer(
         topic, bootstrap_servers=bootstrap, client_id=client_id, group_id=group,
-        auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=1000,
+        auto_offset_reset="earliest", session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=1000,
         max_partition_fetch_bytes=fetch_bytes, bootstrap_timeout_ms=timeout_ms,
         **security.kafka_python()))
     try:
@@ -114,7 +123,7 @@ async def _aiokafka(bootstrap: str, topic: str, client_id: str, group: str, seco
 
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=client_id,
                                 group_id=group, auto_offset_reset="earliest",
-                                session_timeout_ms=6000, heartbeat_interval_ms=1000,
+                                session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=1000,
                                 max_partition_fetch_bytes=fetch_bytes, **security.aiokafka())
     await aiokafka_start(consumer)
     deadline = time.monotonic() + seconds

@@ -64,10 +64,14 @@ HEADROOM: Final = 1.25
 LEND: Final = 0.1
 #: the least and the most an enforcer's bound is of its allocation (`trimmed`)
 TRIM_MIN: Final = 0.1
-TRIM_MAX: Final = 2.0
+TRIM_MAX: Final = 3.0
 #: how far a trim moves per window, as a share of the error between what an enforcer admits and
 #: its allocation (`trimmed`)
 TRIM_GAIN: Final = 0.5
+#: what an enforcer admitted of a fetch quota is measured over this many of its windows for
+#: its trim (other quotas: one): a consumer fetching its window's worth is answered in cycles
+#: longer than one (`trimmed`)
+FETCH_TRIM_WINDOWS: Final = 2
 #: republish when some enforcer's allocation moves by more than this share of the quota
 THRESHOLD: Final = 0.1
 #: usage is measured over the last span (ms of event time), unless the engine is given another
@@ -330,12 +334,13 @@ def kept(held: list[float], allocated: list[float], window_ms: int, elapsed_ms: 
     return [min(a, h * scale) for h, a in zip(held, allocated)]
 
 
-def trimmed(trim: list[float], held: list[float], allocated: list[float],
+def trimmed(trim: list[float], admitted: list[float], allocated: list[float],
             saturated: list[bool], window_ms: int, elapsed_ms: int) -> list[float]:
     """Each enforcer's bound as a share of its allocation, so that what it admits is its
     allocation: while it is saturated, moved by `TRIM_GAIN` x (allocation - admitted) /
-    allocation per window (admitted: what its window holds per second), else back towards 1
-    at that pace; within [`TRIM_MIN`, `TRIM_MAX`].
+    allocation per window of `window_ms` (`admitted`: per second, over one window, or
+    `FETCH_TRIM_WINDOWS` of a fetch quota), else back towards 1 at that pace; within
+    [`TRIM_MIN`, `TRIM_MAX`].
 
     Kafka's formula holds a bound over its window for one connection and for requests small
     against the window; real clients are neither. X = (O - T)/T x W mutes the connection that
@@ -343,22 +348,22 @@ def trimmed(trim: list[float], held: list[float], allocated: list[float],
     client id, say) sends on the others meanwhile, each muted alone, and with requests that
     are a large part of what the window holds (a backlog of 1 MB requests against 350 kB/s: a
     quarter of an 11 s window) the broker admits 1.1-1.7x its bound. A consumer is the other
-    way: a throttled fetch is answered empty and its bytes taken back, its mute counts a
-    sample that leaves the window a second into it, and a consumer whose fetches are its
-    window's worth (Kafka caps a fetch at (N - 1) samples of the bound, and librdkafka asks
-    for more) gets one every two mutes: half its bound. The workers see what each admits and
-    move its bound until it admits its allocation. The step follows the error, not the ratio:
-    what an enforcer admits is lumpy (a request at a time), and a ratio's average would settle
-    above the allocation.
+    way: a throttled fetch is answered empty and its bytes taken back, so a consumer whose
+    fetches are its window's worth (Kafka caps a fetch at (N - 1) samples of the bound, and
+    librdkafka asks for more) gets one when its window is empty: one every two mutes, about
+    half its bound, in a cycle longer than the window (hence two windows to measure it, and a
+    bound that may reach 3x its allocation: one fetch in a cycle of ~20 s). The
+    workers see what each admits and move its bound until it admits its allocation. The step
+    follows the error, not the ratio: what an enforcer admits is lumpy (a request at a time),
+    and a ratio's average would settle above the allocation.
 
-    Example: an enforcer allocated 175 kB/s admits 250 kB/s over its 11 s window: a window
-    later its bound is 175 x (1 + 0.5 x (175 - 250) / 175) = 137.5 kB/s."""
+    Example: an enforcer allocated 175 kB/s admits 250 kB/s: a window later its bound is
+    175 x (1 + 0.5 x (175 - 250) / 175) = 137.5 kB/s."""
     step = TRIM_GAIN * min(1.0, max(elapsed_ms, 0) / window_ms)
-    scale = 1000.0 / window_ms
     out = []
-    for k, h, a, sat in zip(trim, held, allocated, saturated):
+    for k, r, a, sat in zip(trim, admitted, allocated, saturated):
         if sat and a > 0.0:
-            k *= 1.0 + step * min(1.0, max(-0.5, (a - h * scale) / a))
+            k *= 1.0 + step * min(1.0, max(-0.5, (a - r) / a))
         else:
             k += (1.0 - k) * step
         out.append(min(TRIM_MAX, max(TRIM_MIN, k)))

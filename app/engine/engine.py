@@ -307,8 +307,11 @@ class QuotaEngine:
         self._aw = s.allocation_sample_ms
         self._span = s.allocation_span_ms
         self._ew = s.enforcer_window_ms
-        #: past spans a window's `Shares` keeps per enforcer: enough to cover its window
+        #: past spans a window's `Shares` keeps per enforcer: enough to cover its window, and
+        #: for a fetch quota what its trim is measured over (`allocation.FETCH_TRIM_WINDOWS`)
         self._depth = -(-s.enforcer_window_ms // s.allocation_span_ms)
+        self._fetch_depth = -(-allocation.FETCH_TRIM_WINDOWS * s.enforcer_window_ms
+                              // s.allocation_span_ms)
         #: the throttle the enforcer answered the request row being processed with (`_share`)
         self._row_throttle = 0
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
@@ -637,7 +640,8 @@ class QuotaEngine:
                 self.store[key] = state
             shares = window.shares = state
         self.touched.add(key)
-        t = shares.advance(t, self._span, self._depth)
+        t = shares.advance(t, self._span,
+                           self._fetch_depth if window.quota == cfg.FETCH else self._depth)
         if t >= shares.checked + allocation.CHECK_MS:
             self._reallocate(window, shares, t)
         shares.add(enforcer, value, t, count, self._row_throttle)
@@ -663,7 +667,10 @@ class QuotaEngine:
         elapsed = t - (shares.published if shares.published >= 0 else shares.since)
         keep = allocation.kept(held, before, ew, elapsed)
         new = allocation.allocate(limit, rates, before, keep, saturated)
-        trims = allocation.trimmed(shares.trim, held, before, saturated, ew, elapsed)
+        # what each admitted per second, over the windows its trim is measured over
+        horizon = (allocation.FETCH_TRIM_WINDOWS if window.quota == cfg.FETCH else 1) * ew
+        admitted = [h * 1000.0 / horizon for h in shares.held(t, horizon, span)]
+        trims = allocation.trimmed(shares.trim, admitted, before, saturated, ew, elapsed)
         bounds = [a * k for a, k in zip(new, trims)]
         refresh = t >= shares.published + self._validity // 2
         if not refresh and not allocation.moved(limit, shares.limit, bounds, shares.bounds()):

@@ -202,3 +202,26 @@ def test_kafkajs_refuses_security_flags_in_one_line(capsys: pytest.CaptureFixtur
                  "--client-id", "c", "--rate", "1000", "--security-protocol", "SSL"])
     assert code == 2
     assert capsys.readouterr().err.strip() == "the kafkajs programs connect in plain text only"
+
+
+def test_a_session_timeout_is_for_the_confluent_kafka_consumer_only(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["consume", "--library", "aiokafka", "--bootstrap", "127.0.0.1:1", "--topic", "t",
+              "--client-id", "c", "--group", "g", "--session-timeout-ms", "45000"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "--session-timeout-ms is for the confluent-kafka consumer")
+
+
+def test_the_confluent_kafka_consumer_runs_with_the_session_timeout_asked_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.clients import consumers
+
+    asked: list[int] = []
+    monkeypatch.setattr(consumers, "_confluent", lambda *args: asked.append(args[-1]))
+    consume = ["--seconds", "1", "consume", "--library", "confluent-kafka", "--bootstrap",
+               "127.0.0.1:1", "--topic", "t", "--client-id", "c", "--group", "g"]
+    main([*consume, "--session-timeout-ms", "45000"])
+    main(consume)
+    assert asked == [45000, consumers.SESSION_TIMEOUT_MS]

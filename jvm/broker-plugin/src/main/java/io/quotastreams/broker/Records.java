@@ -23,7 +23,7 @@ public final class Records {
     static final double LEND = 0.1;
     /** An enforcer holds its limit x its trim, within these (app.engine.allocation.TRIM_*). */
     static final double TRIM_MIN = 0.1;
-    static final double TRIM_MAX = 2.0;
+    static final double TRIM_MAX = 3.0;
     static final int MAX_NAME = 1024;
     static final long MAX_THROTTLE_MS = Integer.MAX_VALUE;
     static final long MAX_FUTURE_MS = 86_400_000L;

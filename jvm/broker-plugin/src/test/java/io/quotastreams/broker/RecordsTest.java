@@ -44,7 +44,7 @@ class RecordsTest {
         assertEquals(150000.0, a.limitFor(1));
         assertEquals(600000.0, a.limitFor(2));  // over the quota's 1.1x: the allocations are not
         assertEquals("out_of_range", reason(allocation("producer_byte_rate", 1000, 6000, "600000",
-                "{\"enforcer\":1,\"limit\":300000.0,\"trim\":2.5}")));
+                "{\"enforcer\":1,\"limit\":300000.0,\"trim\":3.5}")));
         assertEquals("out_of_range", reason(allocation("producer_byte_rate", 1000, 6000, "600000",
                 "{\"enforcer\":1,\"limit\":300000.0,\"trim\":\"x\"}")));
     }
