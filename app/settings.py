@@ -1,13 +1,27 @@
 """Runtime settings, read once from environment variables and validated at start.
 
-Every knob a worker, the demo or a tool reads lives here, so the README's settings table, the
-Kubernetes manifests and docker-compose have one list to stay consistent with. A wrong value
-raises `SettingsError` naming the variable and why; the CLI prints that one line and exits 2.
+Every setting of the product (the workers, the gateway, the tools that read and write their
+topics) lives here, so the README's settings table, the Kubernetes manifests and docker-compose
+have one list to stay consistent with. A wrong value raises `SettingsError` naming the
+variable and why; the CLI prints that one line and exits 2.
 
 The process's owner (a CLI command, the worker) loads them once and builds from them, here and
 nowhere else, what its components take: the engine's settings (`Settings.engine`), the Kafka
 connections' security (`Settings.kafka_security`) and the control records' keys
-(`Settings.signing`). No component of the product reads the environment itself.
+(`Settings.signing`). The workers' and the gateway's components read no environment variable.
+
+What else reads the environment, not through here:
+
+- `audit` and `explain` take the defaults of `--bootstrap` and `--topic-*` from
+  `KAFKA_BOOTSTRAP_SERVERS` and `QS_TOPIC_*` as they parse their flags (`app.commands`); the
+  audit's Spark session sets `PYSPARK_PYTHON` and `PYSPARK_DRIVER_PYTHON` to this interpreter
+  when they are unset (`app.audit.session`);
+- the terminal output: `NO_COLOR` and `TERM=dumb` turn colour off (`app.admin.views`, the demo,
+  `simulate`), `CI` the progress counts (`app.commands.support`);
+- the development tools: the dev stack (`app.devstack`: `QS_KAFKA_LIBS`, `JAVA_HOME`,
+  `KAFKA_BOOTSTRAP_SERVERS`, and the environment its processes inherit), the simulator
+  (`app.sim.session`: `KAFKA_BOOTSTRAP_SERVERS`, window settings already set) and the client
+  programs (`app.clients`: `QS_JAVA_CLIENTS`, `QS_NODE_CLIENTS`, `XDG_CACHE_HOME`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -29,9 +28,11 @@ from app.intake.replay import Replayer
 from app.settings import load
 
 try:  # imported as a module of tests.integration or from its own directory (rootdir-less)
+    from tests.integration.browser import chromium
     from tests.integration.pipeline_io import read_directives, wait_committed
     from tests.integration.test_pipeline import produce
 except ImportError:  # pragma: no cover
+    from browser import chromium  # type: ignore[no-redef]  # noqa: F401
     from pipeline_io import read_directives, wait_committed  # type: ignore[no-redef]
     from test_pipeline import produce  # type: ignore[no-redef]
 
@@ -43,12 +44,6 @@ TOKEN = secrets.token_hex(16)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "Chromium is missing: .ci/run installs Debian's chromium package"
-    return path
 
 
 @pytest.fixture
@@ -115,7 +110,7 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
 
 
 def test_the_console_shows_the_workers_windows_in_a_browser(
-        workers: LocalCluster, console_env: dict[str, str]) -> None:
+        chromium: str, workers: LocalCluster, console_env: dict[str, str]) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     users = [*USERS, (HOSTILE, "app"), (WIDE, "wide")]
@@ -156,7 +151,7 @@ def test_the_console_shows_the_workers_windows_in_a_browser(
     assert status == 400 and "producer_byte_rate" in body["error"]
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page()
             errors: list[str] = []

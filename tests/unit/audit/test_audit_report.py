@@ -39,7 +39,6 @@ def test_entities() -> None:
 
 
 def test_write_report(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     summary = {"input": "archive x.jsonl", "settings": {"scope": "broker"},
                "first_ts": 1763800000000, "last_ts": 1763800010000,
                "counts": {"decisions": 10, "deadletters": 0}, "headroom": 1.2,
@@ -70,7 +69,6 @@ def test_write_report(tmp_path: Path) -> None:
 
 
 def test_report_without_throttles_or_diff(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     path = write_report(tmp_path, {"counts": {}, "settings": {}}, [], {}, [], [])
     assert "<em>none</em>" in path.read_text()
     assert not (tmp_path / "top_throttled.png").exists()
