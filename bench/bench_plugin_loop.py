@@ -23,7 +23,10 @@ The clients (quota Q, 1 MiB/s by default), from the epoch on:
 The producers' rates are what the brokers stored (the topics' LogAppendTime, per second); the
 reader's, what it received. Printed per run: each client's rate over the run after the warm-up
 (x its quota), the loader's before and after the move, the least and most of its 30-second
-ratios, and what etl got of what it offered. A run takes `--seconds` + ~40 s; the three take
+ratios, and what etl got of what it offered. With the plugin, also the loader's 30-second ratios
+as the brokers charged it (their usage events): Kafka charges a Produce request's bytes whatever
+its partitions' answers, so after the move the requests still sent to the old leader, refused
+with NOT_LEADER_OR_FOLLOWER once their mutes end, are charged and not stored. A run takes `--seconds` + ~40 s; the three take
 about 20 minutes on two cores.
 
     python bench/bench_plugin_loop.py [--quota 1048576] [--seconds 330] [--run plugin]
@@ -83,6 +86,8 @@ class Figures:
     uneven: float
     moved: float
     thirties: list[float]
+    #: the loader's 30-second ratios as the brokers charged it (empty: Kafka's own quota)
+    charged: list[float]
     etl: float
     retrier: float
     reader: float
@@ -200,6 +205,19 @@ def plan(bootstrap: str, prefix: str, q: float, seconds: int, epoch: float
     ]
 
 
+def charged(usage: list[Any], epoch: float, seconds: int, client_id: str) -> list[float]:
+    """Produce bytes the brokers charged `client_id` with in each second after `epoch`, from
+    the plugin's usage events (each stamped with the start of the second it counts)."""
+    out = [0.0] * seconds
+    for r in usage:
+        for event in orjson.loads(r.value or b"{}").get("events", []):
+            if event.get("client_id") == client_id and event.get("api") == "Produce":
+                s = int(event["ts"] / 1000 - epoch)
+                if 0 <= s < seconds:
+                    out[s] += event.get("bytes", 0)
+    return out
+
+
 def trace(path: Path, epoch: float, control: list[Any], usage: list[Any]) -> None:
     """The traced clients' allocations and the brokers' usage events for them, one JSON object
     a line, each with `t`: seconds after the epoch."""
@@ -261,10 +279,11 @@ def one_run(run: str, args: argparse.Namespace, work: Path) -> Figures:
             raise RuntimeError("the leaders were not moved")
         rates = {name: stored(bootstrap, f"{prefix}-{name}", epoch, seconds)
                  for name in ("loader", "etl", "retrier")}
-        control = [] if run == "kafka" else asyncio.run(read_topic(bootstrap,
-                                                                   env["QS_TOPIC_DIRECTIVES"]))
-        if args.trace is not None and run != "kafka":
+        control, usage = [], []
+        if run != "kafka":
+            control = asyncio.run(read_topic(bootstrap, env["QS_TOPIC_DIRECTIVES"]))
             usage = asyncio.run(read_topic(bootstrap, env["QS_TOPIC_REQUEST"]))
+        if args.trace is not None and run != "kafka":
             trace(args.trace / f"{run}.jsonl", epoch, control, usage)
     finally:
         if workers is not None:
@@ -273,6 +292,7 @@ def one_run(run: str, args: argparse.Namespace, work: Path) -> Figures:
     reader = per_second(out["reader"], "bytes")
     w, m = args.warmup, args.move_at
     loader = [r / q for r in rates["loader"]]
+    charges = [r / q for r in charged(usage, epoch, seconds, "loader")] if usage else []
 
     def mean(values: list[float], first: int, last: int) -> float:
         return sum(values[first:last]) / max(1, last - first)
@@ -282,6 +302,7 @@ def one_run(run: str, args: argparse.Namespace, work: Path) -> Figures:
         run=run, loader=mean(loader, w, seconds), uneven=mean(loader, w, m),
         moved=mean(loader, m + 10, seconds),
         thirties=[mean(loader, s, s + 30) for s in range(w, seconds - 29, 30)],
+        charged=[mean(charges, s, s + 30) for s in range(w, seconds - 29, 30)] if charges else [],
         etl=mean(rates["etl"], w, seconds) / (q / 2),
         retrier=mean(rates["retrier"], w, seconds) / (q / 2),
         reader=sum(reader.get(s, 0.0) for s in range(w, seconds)) / (seconds - w) / (q / 2),
@@ -307,14 +328,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"reader {f.reader:.3f}x", file=sys.stderr, flush=True)
     print(f"quota Q = {args.quota:,.0f} B/s; rates over {args.warmup}-{args.seconds} s, x each "
           f"client's quota (loader, etl: Q; retrier, reader: Q/2); the move at {args.move_at} s")
-    print(table(["RUN", "LOADER", "UNEVEN", "MOVED", "30 s MIN-MAX", "ETL GOT/OFFERED",
-                 "RETRIER", "READER", "ALLOCATIONS"],
+    print(table(["RUN", "LOADER", "UNEVEN", "MOVED", "30 s MIN-MAX", "30 s CHARGED",
+                 "ETL GOT/OFFERED", "RETRIER", "READER", "ALLOCATIONS"],
                 [[f.run, f"{f.loader:.3f}x", f"{f.uneven:.3f}x", f"{f.moved:.3f}x",
-                  f"{min(f.thirties):.2f}-{max(f.thirties):.2f}x", f"{f.etl:.3f}x",
-                  f"{f.retrier:.3f}x", f"{f.reader:.3f}x", str(f.allocations)]
+                  f"{min(f.thirties):.2f}-{max(f.thirties):.2f}x",
+                  f"{min(f.charged):.2f}-{max(f.charged):.2f}x" if f.charged else "-",
+                  f"{f.etl:.3f}x", f"{f.retrier:.3f}x", f"{f.reader:.3f}x", str(f.allocations)]
                  for f in results], colour=False))
-    print("30 s ratios of the loader: " + "; ".join(
+    print("30 s ratios of the loader, stored: " + "; ".join(
         f"{f.run} " + " ".join(f"{r:.2f}" for r in f.thirties) for f in results))
+    print("30 s ratios of the loader, charged: " + "; ".join(
+        f"{f.run} " + " ".join(f"{r:.2f}" for r in f.charged) for f in results if f.charged))
     if args.json:
         args.json.write_text(orjson.dumps([f.__dict__ for f in results],
                                           option=orjson.OPT_INDENT_2).decode())

@@ -412,8 +412,10 @@ def _allocation_text(record: dict[str, Any] | None, unit: str, settings: EngineS
                f"requests short of it, and throttling none of its clients, gets its usage x "
                f"{allocation.HEADROOM:g}; the saturated split the rest equally, plus up to "
                f"{allocation.LEND:.0%} of the quota lent from what the unsaturated do not use; "
-               f"none falls below what its {settings.enforcer_window_ms} ms window holds over "
-               f"that window and the time since; published on a move over "
+               f"none falls below what its window holds (brokers' "
+               f"{settings.enforcer_window_ms} ms, named gateways' "
+               f"{settings.window_num * settings.allocation_sample_ms} ms) over that window "
+               f"and the time since; published on a move over "
                f"{allocation.THRESHOLD:.0%} of the quota, or every "
                f"{settings.allocation_validity_ms // 2} ms")
     return out

@@ -33,9 +33,9 @@ How a window's quota `Q` is divided among the enforcers it was used on recently 
 
 Usage is measured per enforcer over the last span (`Shares`; `SPAN_MS`, or
 `EngineSettings.allocation_span_ms`), and kept for as long as the enforcers' window
-(`WINDOW_MS`, or `EngineSettings.enforcer_window_ms`): Kafka's 11 x 1 s for brokers running
-the broker plugin, `quota.window.num` x `allocation_sample_ms` for gateways, whose throttles
-repay a debt at the allocation and stay short whatever the window. An enforcer stays listed
+(`Horizon`): Kafka's 11 x 1 s for brokers running the broker plugin (`WINDOW_MS`, or
+`EngineSettings.enforcer_window_ms`), `window_num` x `allocation_sample_ms` for named gateways,
+whose throttles repay a debt at the allocation and stay short whatever the window. An enforcer stays listed
 while its window holds usage of the entity or it mutes the entity's clients. The first
 allocation of a window waits until its usage was seen for one span (enforcers use the static
 split, quota / live enforcers, until then: the one that reported first must not take the
@@ -256,11 +256,10 @@ class Shares:
             out.append(total)
         return out
 
-    def throttled(self, t: int, span: int = SPAN_MS) -> list[bool]:
-        """Per enforcer, whether it muted the entity's clients within the last span. A mute
-        counts from its request's `ts`, which a per-second usage event (the broker plugin's)
-        places at the start of its second: one span more covers where it really ended."""
-        since = t - 2 * span
+    def throttled(self, t: int, within: int = 2 * SPAN_MS) -> list[bool]:
+        """Per enforcer, whether it muted the entity's clients within the last `within` ms
+        (`Horizon.muting`)."""
+        since = t - within
         return [m > since for m in self.muted]
 
     def bounds(self) -> list[float]:
@@ -289,6 +288,31 @@ class Shares:
         return [(e, self.cur[i], self.allocated[i], self.trim[i], self.cur_n[i],
                  self.prev_n[i], self.muted[i], tuple(self.past[i * depth:(i + 1) * depth]))
                 for i, e in enumerate(self.enforcers)]
+
+
+class Horizon:
+    """What one kind of enforcer (`broker`: a broker, else a named gateway) holds its
+    allocations over: its window, and the past spans a window's `Shares` keeps per enforcer
+    for it (enough to cover the window, and for a fetch quota the `FETCH_TRIM_WINDOWS` its trim
+    is measured over); `trimmed`: whether its bounds are trimmed (`trimmed`); `muting`: how
+    long after a mute ended it still counts as muting (`Shares.throttled`).
+
+    A broker mutes by Kafka's formula for seconds and admits more or less than its bound, and
+    its usage comes once a second stamped with the second's start, so a mute counts until a
+    span after the span it ended in. A gateway's throttle repays a debt, so what it admits is
+    its allocation (a trim measured over its short window would only follow the requests'
+    lumps); its throttles are short and its usage comes as it happens, so it is muting only
+    while a mute lasts (counted longer, a gateway its traffic left keeps its share: measured,
+    the load moving to one gateway settled in 3-4 s instead of 2)."""
+
+    __slots__ = ("window_ms", "depth", "fetch_depth", "trimmed", "muting")
+
+    def __init__(self, window_ms: int, span_ms: int, broker: bool) -> None:
+        self.window_ms = window_ms
+        self.trimmed = broker
+        self.muting = (2 if broker else 0) * span_ms
+        self.depth = -(-window_ms // span_ms)
+        self.fetch_depth = -(-FETCH_TRIM_WINDOWS * window_ms // span_ms)
 
 
 def is_saturated(rate: float, allocated: float, grain: float = 0.0) -> bool:

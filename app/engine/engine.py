@@ -28,7 +28,7 @@ from typing import Any, Final, MutableMapping, Protocol, Union
 
 from app.engine import configs as cfg
 from app.engine import allocation
-from app.engine.allocation import Shares
+from app.engine.allocation import Horizon, Shares
 from app.engine.batch import RequestColumns
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.events import ConnectionEvent, Event, MutationEvent, RequestEvent
@@ -128,8 +128,10 @@ class EngineSettings:
     #: how long (event time) each enforcer's usage is measured over when a quota is divided
     #: (`app.engine.allocation`)
     allocation_span_ms: int = allocation.SPAN_MS
-    #: the window the enforcers hold their allocations over: no allocation falls faster than
-    #: that window drains (`allocation.kept`); Kafka's 11 x 1 s for the broker plugin
+    #: the window brokers running the broker plugin hold their allocations over (Kafka's
+    #: 11 x 1 s by default): no allocation falls faster than that window drains
+    #: (`allocation.kept`). A named gateway's is its own allocated windows, `window_num` x
+    #: `allocation_sample_ms`, which the workers share with it.
     enforcer_window_ms: int = allocation.WINDOW_MS
 
     def __post_init__(self) -> None:
@@ -306,14 +308,15 @@ class QuotaEngine:
         self._n, self._w = s.window_num, s.window_ms
         self._aw = s.allocation_sample_ms
         self._span = s.allocation_span_ms
-        self._ew = s.enforcer_window_ms
-        #: past spans a window's `Shares` keeps per enforcer: enough to cover its window, and
-        #: for a fetch quota what its trim is measured over (`allocation.FETCH_TRIM_WINDOWS`)
-        self._depth = -(-s.enforcer_window_ms // s.allocation_span_ms)
-        self._fetch_depth = -(-allocation.FETCH_TRIM_WINDOWS * s.enforcer_window_ms
-                              // s.allocation_span_ms)
+        #: what allocations are held over (`Horizon`): by brokers running the plugin, and by
+        #: named gateways (their own allocated windows)
+        self._brokers = Horizon(s.enforcer_window_ms, s.allocation_span_ms, broker=True)
+        self._gateways = Horizon(s.window_num * s.allocation_sample_ms, s.allocation_span_ms,
+                                 broker=False)
         #: the throttle the enforcer answered the request row being processed with (`_share`)
         self._row_throttle = 0
+        #: whether the request row being processed was measured by a named gateway (`_share`)
+        self._row_gateway = False
         self._cn, self._cw = s.controller_window_num, s.controller_window_ms
         self._ext = s.extension_ms
         self._idle = s.idle_expiry_ms
@@ -628,9 +631,10 @@ class QuotaEngine:
     # -- allocations (cluster scope) -------------------------------------------------------------
 
     def _share(self, window: Window, enforcer: int, value: float, t: int, count: int) -> None:
-        """Count a cluster window's usage by `count` requests on `enforcer`, answered with the
-        row's throttle; re-divide its quota first when a check is due (so a check at a span's
-        first usage sees the last span whole)."""
+        """Count a cluster window's usage by `count` requests on `enforcer` (a named gateway
+        when the row's is: `_row_gateway`), answered with the row's throttle; re-divide its
+        quota first when a check is due (so a check at a span's first usage sees the last span
+        whole)."""
         key = SHARES_CODE + SEP + window.key
         shares = window.shares
         if shares is None:
@@ -640,17 +644,18 @@ class QuotaEngine:
                 self.store[key] = state
             shares = window.shares = state
         self.touched.add(key)
+        horizon = self._gateways if self._row_gateway else self._brokers
         t = shares.advance(t, self._span,
-                           self._fetch_depth if window.quota == cfg.FETCH else self._depth)
+                           horizon.fetch_depth if window.quota == cfg.FETCH else horizon.depth)
         if t >= shares.checked + allocation.CHECK_MS:
-            self._reallocate(window, shares, t)
+            self._reallocate(window, shares, t, horizon)
         shares.add(enforcer, value, t, count, self._row_throttle)
 
-    def _reallocate(self, window: Window, shares: Shares, t: int) -> None:
+    def _reallocate(self, window: Window, shares: Shares, t: int, horizon: Horizon) -> None:
         """Publish the window's allocation when it moved enough or is half way through its
-        validity (`app.engine.allocation`)."""
+        validity (`app.engine.allocation`); `horizon`: what its enforcers hold it over."""
         limit = window.limit
-        span, ew = self._span, self._ew
+        span, ew = self._span, horizon.window_ms
         shares.checked = t
         if limit >= UNLIMITED or t < shares.since + 2 * span or not shares.enforcers:
             return
@@ -661,16 +666,19 @@ class QuotaEngine:
         elif not any(before):  # none published yet: the enforcers hold the static split
             before = [limit / len(before)] * len(before)
         saturated = allocation.saturation(rates, before, shares.grains(t, span),
-                                          shares.throttled(t, span))
+                                          shares.throttled(t, horizon.muting))
         held = shares.held(t, ew, span)
         # since the last allocation (before the first: the static split, since the first usage)
         elapsed = t - (shares.published if shares.published >= 0 else shares.since)
         keep = allocation.kept(held, before, ew, elapsed)
         new = allocation.allocate(limit, rates, before, keep, saturated)
-        # what each admitted per second, over the windows its trim is measured over
-        horizon = (allocation.FETCH_TRIM_WINDOWS if window.quota == cfg.FETCH else 1) * ew
-        admitted = [h * 1000.0 / horizon for h in shares.held(t, horizon, span)]
-        trims = allocation.trimmed(shares.trim, admitted, before, saturated, ew, elapsed)
+        if horizon.trimmed:
+            # what each admitted per second, over the windows its trim is measured over
+            measured = (allocation.FETCH_TRIM_WINDOWS if window.quota == cfg.FETCH else 1) * ew
+            admitted = [h * 1000.0 / measured for h in shares.held(t, measured, span)]
+            trims = allocation.trimmed(shares.trim, admitted, before, saturated, ew, elapsed)
+        else:
+            trims = [1.0] * len(new)
         bounds = [a * k for a, k in zip(new, trims)]
         refresh = t >= shares.published + self._validity // 2
         if not refresh and not allocation.moved(limit, shares.limit, bounds, shares.bounds()):
@@ -686,6 +694,7 @@ class QuotaEngine:
 
     def _request_event(self, event: RequestEvent, only: int, decisions: list[Decision]) -> None:
         enforcer = event.enforcer
+        self._row_gateway = event.gateway >= 0
         self._request_row(event.ts, event.broker, enforcer,
                           self._principal(event.broker, enforcer, event.user, event.client_id),
                           event.api, event.bytes, nanos(event.thread_ms), nanos(event.network_ms),
@@ -807,10 +816,12 @@ class QuotaEngine:
             self._throttled = False
             broker = broker_col[i]
             enforcer = broker
+            self._row_gateway = False
             if gateways:
                 gateway = gateway_col[i]
                 if gateway >= 0:
                     enforcer = gateway
+                    self._row_gateway = True
             only = only_col[i] if onlys else 0
             user, client = user_col[i], client_col[i]
             if per_row:

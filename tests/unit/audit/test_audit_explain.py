@@ -74,13 +74,15 @@ def test_explain_sees_other_principals_sharing_the_window(tmp_path: Path) -> Non
 def test_explain_shows_what_each_enforcer_was_allowed_with_allocations(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Cluster scope with allocations: the window's last allocation, enforcer by enforcer, and
-    why; named gateways are the enforcers, whatever broker they front."""
+    why; named gateways are the enforcers, whatever broker they front. Asked at the first
+    allocation: these events obey none, and a gateway admitting more than its allocation keeps
+    it while its window holds more (`allocation.kept`), leaving the other only the rest."""
     records = [CONFIG]
-    for i in range(40):  # 4 s: gateway 5 at 1500 B/s (saturated), gateway 6 at 100 B/s
+    for i in range(40):  # gateway 5 at 1500 B/s (saturated), gateway 6 at 100 B/s
         records.append({**produce(T0 + i * 100, 150), "gateway": 5})
         records.append({**produce(T0 + i * 100, 10), "broker": 2, "gateway": 6})
     path = write(tmp_path, records)
-    code = main(["explain", "--entity", "user=alice", "--at", str(T0 + 3950), "--input", str(path),
+    code = main(["explain", "--entity", "user=alice", "--at", str(T0 + 2500), "--input", str(path),
                  "--scope", "cluster", "--accounting", "served", "--allocations"])
     out = capsys.readouterr().out
     assert code == 0
@@ -90,11 +92,27 @@ def test_explain_shows_what_each_enforcer_was_allowed_with_allocations(
              or "enforcer 6:" in line}
     assert "saturated: shares the rest" in lines["enforcer 5"]
     assert "unsaturated: usage x 1.25" in lines["enforcer 6"]
-    # gateway 5 admits far more than its allocation (these events obey none): its bound is
-    # trimmed, and the line says so; gateway 6 admits less than its
-    assert "of its allocation (it admitted more than that)" in lines["enforcer 5"]
-    assert "its bound" not in lines["enforcer 6"]
+    # a gateway's throttle repays a debt: its bound is its allocation, never trimmed
+    assert "its bound" not in lines["enforcer 5"] and "its bound" not in lines["enforcer 6"]
     assert '"throttle_time_ms"' not in out  # no directive for an allocated quota
+
+
+def test_explain_says_when_a_brokers_bound_is_trimmed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Brokers running the plugin mute by Kafka's formula: broker 1 admits far more than its
+    allocation (these events obey none), so its bound is trimmed and the line says so; broker
+    2 admits less than its."""
+    records = [CONFIG]
+    for i in range(40):
+        records.append(produce(T0 + i * 100, 150))
+        records.append({**produce(T0 + i * 100, 10), "broker": 2})
+    path = write(tmp_path, records)
+    assert main(["explain", "--entity", "user=alice", "--at", str(T0 + 2500), "--input",
+                 str(path), "--scope", "cluster", "--accounting", "served", "--allocations"]) == 0
+    lines = {line.split(":")[0].strip(): line for line in capsys.readouterr().out.splitlines()
+             if "enforcer 1:" in line or "enforcer 2:" in line}
+    assert "of its allocation (it admitted more than that)" in lines["enforcer 1"]
+    assert "its bound" not in lines["enforcer 2"]
 
 
 def test_explain_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,16 +1,19 @@
 """Settings a Kafka client or broker would refuse later, with a traceback, are refused at start
-in one line naming the variable, and the CLI exits 2."""
+in one line naming the variable, and the CLI exits 2. The README's settings and gateway flag
+tables say what `SETTINGS` and the gateway's parser hold."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import re
 import socket
 from pathlib import Path
 from typing import get_type_hints
 
 import pytest
 
-from app.cli import main
+from app.cli import build_parser, main
 from app.enforcement.local import broker_settings
 from app.engine.engine import EngineSettings
 from app.errors import reason
@@ -150,3 +153,86 @@ def test_the_advertised_web_host_is_one_the_other_workers_can_reach() -> None:
     assert load({"QS_WEB_HOST": "0.0.0.0"}).advertised_web_host == socket.gethostname()
     assert load({"QS_WEB_HOST": "0.0.0.0", "QS_WEB_ADVERTISED_HOST": "10.1.2.3"}
                 ).advertised_web_host == "10.1.2.3"
+
+
+# -- the README's tables: what an operator reads is what the code does ---------------------------
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+#: how the README writes a default that is the empty string
+EMPTY = ("*(empty)*", "(empty)", "(none)")
+
+
+def settings_tables(first_column: str) -> list[list[list[str]]]:
+    """The tables of the README's Settings section whose first column is `first_column`, as
+    rows of cells without the header and rule (`\\|` is a `|` inside a cell)."""
+    text = README.read_text().split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    tables: list[list[list[str]]] = []
+    rows: list[list[str]] = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            rows.append([cell.strip().replace("\\|", "|")
+                         for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+        elif rows:
+            if rows[0][0] == first_column:
+                tables.append(rows[2:])
+            rows = []
+    return tables
+
+
+def test_the_readmes_settings_table_is_settings() -> None:
+    """The README's first table of variables is where operators look a setting up: each one it
+    names is read with the default it states, and each setting has a row."""
+    rows = settings_tables("variable")[0]
+    documented: dict[str, str] = {}
+    for name, default, _ in rows:
+        env = re.fullmatch(r"`([A-Z_]+)`", name)
+        assert env, f"README settings row {name!r}: one `NAME` per row"
+        documented[env[1]] = "" if default in EMPTY else default.strip("`")
+    assert len(documented) == len(rows), "a variable has two rows"
+    assert documented == {s.env: s.default for s in SETTINGS}
+
+
+def stated_default(action: argparse.Action, stated: str) -> bool:
+    """Whether a flag's parser default is the one its README row states: `required`; `off`
+    (a switch, or an option off unless given); a number or a `literal`; `QS_NAME` (the
+    setting fills it in); anything else describes one computed at start, so none is set."""
+    literal = stated.strip("`")
+    if stated == "required":
+        return action.required
+    if stated == "off":
+        return not action.required and not action.default
+    if re.fullmatch(r"\d+(\.\d+)?", stated):
+        return action.default == float(stated)
+    if any(s.env == literal for s in SETTINGS):
+        return action.default is None
+    if re.fullmatch(r"`[^`]+`", stated):
+        return action.default == literal
+    return action.default is None
+
+
+def gateway_options() -> dict[str, argparse.Action]:
+    """Every flag `quota-streams gateway` takes, but --help, and what parses it."""
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {flag: action for action in sub.choices["gateway"]._actions
+            if not isinstance(action, argparse._HelpAction) for flag in action.option_strings}
+
+
+def test_the_readmes_gateway_flags_table_is_the_gateways_parser() -> None:
+    """Every flag in the README's gateway table is one the gateway takes, with the default the
+    row states, and every flag it takes has a row. A row may name several flags (`--a`, `--b`
+    or `--a/--b`) with one default each (comma-separated) or one for all."""
+    (rows,) = settings_tables("flag")
+    options = gateway_options()
+    documented: set[str] = set()
+    for names, default, _ in rows:
+        flags = re.findall(r"--[a-z0-9-]+", names)
+        defaults = default.split(", ") if len(default.split(", ")) == len(flags) else (
+            [default] * len(flags))
+        for flag, stated in zip(flags, defaults):
+            assert flag in set(options), f"README's gateway table: {flag} is not a gateway flag"
+            assert stated_default(options[flag], stated), (
+                f"README's gateway table: {flag} defaults to {stated!r}, the parser to "
+                f"{options[flag].default!r} (required: {options[flag].required})")
+            documented.add(flag)
+    assert set(options) - documented == set(), "gateway flags the README's table leaves out"
