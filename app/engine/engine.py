@@ -128,10 +128,10 @@ class EngineSettings:
     #: how long (event time) each enforcer's usage is measured over when a quota is divided
     #: (`app.engine.allocation`)
     allocation_span_ms: int = allocation.SPAN_MS
-    #: the window brokers running the broker plugin hold their allocations over (Kafka's
-    #: 11 x 1 s by default): no allocation falls faster than that window drains
-    #: (`allocation.kept`). A named gateway's is its own allocated windows, `window_num` x
-    #: `allocation_sample_ms`, which the workers share with it.
+    #: the window brokers hold their allocations over (usage naming no gateway; Kafka's
+    #: 11 x 1 s, as brokers running the broker plugin): no allocation falls faster than that
+    #: window drains (`allocation.kept`). A named gateway's is its own allocated windows,
+    #: `window_num` x `allocation_sample_ms`, which the workers share with it.
     enforcer_window_ms: int = allocation.WINDOW_MS
 
     def __post_init__(self) -> None:
