@@ -302,8 +302,8 @@ class Horizon:
     span after the span it ended in. A gateway's throttle repays a debt, so what it admits is
     its allocation (a trim measured over its short window would only follow the requests'
     lumps); its throttles are short and its usage comes as it happens, so it is muting only
-    while a mute lasts (counted longer, a gateway its traffic left keeps its share: measured,
-    the load moving to one gateway settled in 3-4 s instead of 2)."""
+    while a mute lasts (counted longer, a gateway its traffic left keeps its share, and a
+    move of the load between gateways settles that much later)."""
 
     __slots__ = ("window_ms", "depth", "fetch_depth", "trimmed", "muting")
 
