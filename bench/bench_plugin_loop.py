@@ -26,8 +26,8 @@ reader's, what it received. Printed per run: each client's rate over the run aft
 ratios, and what etl got of what it offered. With the plugin, also the loader's 30-second ratios
 as the brokers charged it (their usage events): Kafka charges a Produce request's bytes whatever
 its partitions' answers, so after the move the requests still sent to the old leader, refused
-with NOT_LEADER_OR_FOLLOWER once their mutes end, are charged and not stored. A run takes `--seconds` + ~40 s; the three take
-about 20 minutes on two cores.
+with NOT_LEADER_OR_FOLLOWER once their mutes end, are charged and not stored. A run takes
+`--seconds` + ~40 s; the three take about 20 minutes on two cores.
 
     python bench/bench_plugin_loop.py [--quota 1048576] [--seconds 330] [--run plugin]
                                       [--json out.json] [--trace DIR]
@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,16 +206,22 @@ def plan(bootstrap: str, prefix: str, q: float, seconds: int, epoch: float
     ]
 
 
+def usage_events(usage: list[Any]) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Each usage event of the plugin's records, with the record it came in."""
+    for r in usage:
+        for event in orjson.loads(r.value or b"{}").get("events", []):
+            yield r, event
+
+
 def charged(usage: list[Any], epoch: float, seconds: int, client_id: str) -> list[float]:
     """Produce bytes the brokers charged `client_id` with in each second after `epoch`, from
     the plugin's usage events (each stamped with the start of the second it counts)."""
     out = [0.0] * seconds
-    for r in usage:
-        for event in orjson.loads(r.value or b"{}").get("events", []):
-            if event.get("client_id") == client_id and event.get("api") == "Produce":
-                s = int(event["ts"] / 1000 - epoch)
-                if 0 <= s < seconds:
-                    out[s] += event.get("bytes", 0)
+    for _, event in usage_events(usage):
+        if event.get("client_id") == client_id and event.get("api") == "Produce":
+            s = int(event["ts"] / 1000 - epoch)
+            if 0 <= s < seconds:
+                out[s] += event.get("bytes", 0)
     return out
 
 
@@ -227,12 +234,10 @@ def trace(path: Path, epoch: float, control: list[Any], usage: list[Any]) -> Non
         record = orjson.loads(r.value or b"{}")
         if record.get("entity", {}).get("client_id") in TRACED:
             lines.append({"t": record["ts"] / 1000 - epoch, **record})
-    for r in usage:
-        for event in orjson.loads(r.value or b"{}").get("events", []):
-            if event.get("client_id") in TRACED:
-                lines.append({"t": event["ts"] / 1000 - epoch,
-                              "arrived": r.timestamp / 1000 - epoch,
-                              **event})
+    for r, event in usage_events(usage):
+        if event.get("client_id") in TRACED:
+            lines.append({"t": event["ts"] / 1000 - epoch, "arrived": r.timestamp / 1000 - epoch,
+                          **event})
     lines.sort(key=lambda line: line["t"])
     path.write_bytes(b"\n".join(orjson.dumps(line) for line in lines) + b"\n")
 

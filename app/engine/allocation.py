@@ -35,9 +35,9 @@ Usage is measured per enforcer over the last span (`Shares`; `SPAN_MS`, or
 `EngineSettings.allocation_span_ms`), and kept for as long as the enforcers' window
 (`Horizon`): Kafka's 11 x 1 s for brokers running the broker plugin (`WINDOW_MS`, or
 `EngineSettings.enforcer_window_ms`), `window_num` x `allocation_sample_ms` for named gateways,
-whose throttles repay a debt at the allocation and stay short whatever the window. An enforcer stays listed
-while its window holds usage of the entity or it mutes the entity's clients. The first
-allocation of a window waits until its usage was seen for one span (enforcers use the static
+whose throttles repay a debt at the allocation and stay short whatever the window. An enforcer
+stays listed while its window holds usage of the entity or it mutes the entity's clients. The
+first allocation of a window waits until its usage was seen for one span (enforcers use the static
 split, quota / live enforcers, until then: the one that reported first must not take the
 whole quota). Allocations are re-computed at most every `CHECK_MS` of event time, before the
 usage that made the check due is counted (a broker's usage comes as one event per second:

@@ -72,13 +72,18 @@ def test_a_refusal_makes_the_program_exit_3_in_one_line(
         "authentication failed: Authentication failed: Invalid username or password"]
 
 
-def test_sasl_without_credentials_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flags, error", [
+    (["--security-protocol", "SASL_SSL"], "SASL_SSL needs --sasl-username and --sasl-password"),
+    (["--session-timeout-ms", "45000"], "--session-timeout-ms is for the confluent-kafka consumer"),
+])
+def test_a_consumer_usage_error_exits_2_in_one_line(
+        flags: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """SASL without credentials; a session timeout for another library than confluent-kafka."""
     with pytest.raises(SystemExit) as exit_:
         main(["consume", "--library", "aiokafka", "--bootstrap", "127.0.0.1:1", "--topic", "t",
-              "--client-id", "c", "--group", "g", "--security-protocol", "SASL_SSL"])
+              "--client-id", "c", "--group", "g", *flags])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        "SASL_SSL needs --sasl-username and --sasl-password")
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(error)
 
 
 class SaslAuthenticationFailedError(Exception):
@@ -202,16 +207,6 @@ def test_kafkajs_refuses_security_flags_in_one_line(capsys: pytest.CaptureFixtur
                  "--client-id", "c", "--rate", "1000", "--security-protocol", "SSL"])
     assert code == 2
     assert capsys.readouterr().err.strip() == "the kafkajs programs connect in plain text only"
-
-
-def test_a_session_timeout_is_for_the_confluent_kafka_consumer_only(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        main(["consume", "--library", "aiokafka", "--bootstrap", "127.0.0.1:1", "--topic", "t",
-              "--client-id", "c", "--group", "g", "--session-timeout-ms", "45000"])
-    assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        "--session-timeout-ms is for the confluent-kafka consumer")
 
 
 def test_the_confluent_kafka_consumer_runs_with_the_session_timeout_asked_for(
