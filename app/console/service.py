@@ -40,6 +40,10 @@ log = logging.getLogger("quota_streams.console")
 
 #: how long a worker waits for another's answer before the page says it is partial
 PEER_TIMEOUT_S = 3.0
+#: how long a change's answer waits for this worker to read the change back from the config
+#: topic, so the page lists what it just wrote; then it answers `in_force: false`
+SETTLE_S = 10.0
+SETTLE_POLL_S = 0.05
 
 Answer = tuple[int, Any]
 #: (worker URL, path, params) -> the JSON it answered
@@ -82,7 +86,8 @@ class Console:
     def __init__(self, index: ConsoleIndex, state_of: StateOf,
                  configs: Callable[[], QuotaConfigs], engine_settings: EngineSettings,
                  access: ConsoleAccess, url: str, peers: Callable[[], list[str]], fetch: Fetch,
-                 write: Write, clock: Callable[[], float] = time.time) -> None:
+                 write: Write, clock: Callable[[], float] = time.time,
+                 settle_s: float = SETTLE_S) -> None:
         self.index = index
         self.state_of = state_of
         self.configs = configs
@@ -93,6 +98,7 @@ class Console:
         self.fetch = fetch
         self.write = write
         self.clock = clock
+        self.settle_s = settle_s
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -182,7 +188,25 @@ class Console:
             log.info("console: %s changed quotas of %s (%s): %s", remote,
                      describe_entity(record["entity"]), level_path(record["entity"]),
                      orjson.dumps(record["quotas"]).decode())
-        return 200, {"written": [record for record, _ in records]}
+        in_force = await self._settled([update for _, update in records])
+        return 200, {"written": [record for record, _ in records], "in_force": in_force}
+
+    async def _settled(self, updates: list[ConfigUpdate]) -> bool:
+        """Whether this worker reads the change back from the config topic within `settle_s`
+        (its quota list then shows it; a worker busy catching up answers later than a quiet
+        one, and the page says so rather than listing what it no longer holds)."""
+        for _ in range(max(1, round(self.settle_s / SETTLE_POLL_S))):
+            if all(in_force(self.configs(), update) for update in updates):
+                return True
+            await asyncio.sleep(SETTLE_POLL_S)
+        return all(in_force(self.configs(), update) for update in updates)
+
+
+def in_force(configs: QuotaConfigs, update: ConfigUpdate) -> bool:
+    """Whether applying `update` would change nothing: it is what `configs` hold now."""
+    after = configs.copy()
+    after.apply(update)
+    return describe_all(after) == describe_all(configs)
 
 
 def text_field(request: Mapping[str, Any], name: str) -> str | None:

@@ -269,7 +269,8 @@ async function change(entity, add, remove) {
     return;
   }
   sessionStorage.setItem("qs-console-token", token);
-  result.textContent = "written: " + body.written.map((r) => JSON.stringify(r.quotas)).join("; ");
+  result.textContent = "written: " + body.written.map((r) => JSON.stringify(r.quotas)).join("; ")
+    + (body.in_force ? "" : " (this worker has not read it back yet: the list shows it when it has)");
   await loadQuotas();
 }
 
@@ -292,7 +293,7 @@ function route() {
   }
   const tick = async () => {
     try { await load(); } catch (e) { setStatus("error: " + e.message); }
-    if (view !== "quotas") state.timer = setTimeout(tick, REFRESH_MS);
+    state.timer = setTimeout(tick, REFRESH_MS);
   };
   tick();
 }

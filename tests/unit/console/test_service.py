@@ -19,9 +19,21 @@ TOKEN = "t" * 32
 
 
 def console(index: ConsoleIndex, engine: Any, *, peers: dict[str, Any] | None = None,
-            access: ConsoleAccess = ConsoleAccess(True, TOKEN)) -> tuple[Console, list[Any]]:
+            access: ConsoleAccess = ConsoleAccess(True, TOKEN), read_back_after: int | None = 0,
+            settle_s: float = 10.0) -> tuple[Console, list[Any]]:
+    """A console over `engine`; what it writes reaches the engine's configs after
+    `read_back_after` of the console's polls (None: never), as a worker reads its topic."""
     written: list[Any] = []
     peers = peers or {}
+    polls = 0
+
+    def configs() -> Any:
+        nonlocal polls
+        polls += 1
+        if read_back_after is not None and polls > read_back_after:
+            while written:
+                engine.configs.apply(written.pop(0)[1])
+        return engine.configs
 
     async def fetch(url: str, path: str, params: Mapping[str, str]) -> Any:
         answer = peers[url]
@@ -32,10 +44,12 @@ def console(index: ConsoleIndex, engine: Any, *, peers: dict[str, Any] | None = 
 
     async def write(records: list[Any]) -> None:
         written.extend(records)
+        sent.extend(records)
 
-    return Console(index, state_of(engine), lambda: engine.configs, engine.settings, access,
+    sent: list[Any] = []
+    return Console(index, state_of(engine), configs, engine.settings, access,
                    "http://w0", lambda: ["http://w0", *peers], fetch, write,
-                   clock=lambda: (T0 + 5_000) / 1000), written
+                   clock=lambda: (T0 + 5_000) / 1000, settle_s=settle_s), sent
 
 
 def test_the_overview_merges_every_workers_windows_and_names_the_silent() -> None:
@@ -103,6 +117,9 @@ def test_a_change_is_validated_and_written_as_quotas_alter_writes_it() -> None:
     assert record["entity"] == {"user": "carol", "client_id": "<default>"}
     assert record["quotas"] == {"producer_byte_rate": 2048, "request_percentage": None}
     assert body["written"] == [record] and update.quotas == record["quotas"]
+    assert body["in_force"] is True
+    listed = {(q["level"], q["quota"]): q["value"] for q in served.quotas()[1]["quotas"]}
+    assert listed[("/config/users/carol/clients/<default>", "producer_byte_rate")] == 2048
     for bad, reason in ((b"{", "not JSON"), (b"[]", "JSON object"),
                         (orjson.dumps({**ALTER, "add": "producer_byte_rate=1.5"}), "integer"),
                         (orjson.dumps({**ALTER, "entity": []}), "one or two parts"),
@@ -121,3 +138,17 @@ def test_the_quota_list_is_what_describe_lists() -> None:
         ("/config/users/<default>", "producer_byte_rate"),
         ("/config/users/<default>", "request_percentage"),
         ("/config/users/bob", "producer_byte_rate")}
+
+
+@pytest.mark.parametrize("read_back_after,in_force", [(5, True), (None, False)])
+def test_a_change_is_answered_once_this_worker_reads_it_back(read_back_after: int | None,
+                                                             in_force: bool) -> None:
+    """The page lists the quotas right after the answer: a worker still catching up on the
+    config topic answers when it has read the change, or says it has not within the wait."""
+    engine, index, _ = windows(seconds=1)
+    served, _ = console(index, engine, read_back_after=read_back_after, settle_s=0.5)
+    change = {"entity": [{"type": "users", "name": "carol"}], "add": "producer_byte_rate=1000"}
+    status, body = asyncio.run(served.change(orjson.dumps(change), f"Bearer {TOKEN}", "h"))
+    assert status == 200 and body["in_force"] is in_force
+    listed = {(q["level"], q["quota"]) for q in served.quotas()[1]["quotas"]}
+    assert (("/config/users/carol", "producer_byte_rate") in listed) is in_force
