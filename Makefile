@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test chromium test-fast bench clean
 
 # The engine and the pipeline's per-sample modules are compiled in place by the install
 # (setup.py, app/engine_build.py), so editing one reinstalls: a stale extension would shadow
@@ -32,8 +32,11 @@ setup: $(VENV)/.installed $(KAFKA_LIBS)/.fetched
 demo: setup   ## local Kafka, a worker, two gateways, real clients, live view (Ctrl-C stops all)
 	$(BIN)/quota-streams demo
 
-test: setup   ## the whole suite, as CI runs it
+test: chromium setup   ## the whole suite, as CI runs it
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+
+chromium:   # checked before the setup: the console's browser test drives it
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { echo "make test needs Chromium for the console's browser test: apt-get install chromium" >&2; exit 2; }
 
 test-fast: setup   ## unit tests only (no Kafka, no Spark)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit

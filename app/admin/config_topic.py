@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
@@ -104,7 +104,8 @@ async def load_configs(bootstrap: str, topic: str, *, signing: Signing,
 
 async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str, Any], ConfigUpdate]],
                         spec: tuple[str, int, Any] | None, stamp_now: bool = False, *,
-                        signing: Signing = Signing(), security: KafkaSecurity = PLAINTEXT) -> None:
+                        signing: Signing = Signing(), security: KafkaSecurity = PLAINTEXT,
+                        clock: Callable[[], float] = time.time) -> None:
     """Produce config records (value = contract JSON, compaction-safe key), acked by the cluster,
     each sealed with `signing`'s first key (none: unsealed, which signing readers refuse).
 
@@ -123,7 +124,7 @@ async def write_records(bootstrap: str, topic: str, updates: list[tuple[dict[str
         futures = []
         for record, update in updates:
             if stamp_now:
-                record["ts"] = int(time.time() * 1000)
+                record["ts"] = int(clock() * 1000)
             key = config_key(update)
             futures.append(await p.send(topic, signing.seal(topic, key, orjson.dumps(record)),
                                         key=key, partition=entity_partition(update, partitions)))

@@ -2,6 +2,11 @@
 two gateways and the real clients of scenarios/demo.yaml, for 30 s, then everything stopped.
 
 It runs alone: eight client processes, two gateways, a worker and a broker keep both cores busy.
+
+The abusive clients' bounds are two-sided: held, neither let through nor starved. Measured with
+`python bench/bench_closed_loop.py tests/integration/test_demo_command.py --runs 5` on the 2-core
+box with one core spinning (bench/RESULTS.md): the one-IP storm 0.83-0.84x of its quota (median
+0.84x), terraform's 1.00x in every run, the storm's attempts closed unanswered 0.785-0.788.
 """
 
 from __future__ import annotations
@@ -14,9 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.measured import measured
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: x quota after the warm-up: the one-IP connection storm and terraform's topic storm
+STORM, TERRAFORM = (0.7, 1.1), (0.8, 1.2)
+#: the connection storm's attempts closed unanswered (it offers 5x its quota)
+CLOSED = (0.5, 0.95)
 
 
 def _ours() -> set[int]:
@@ -61,14 +72,19 @@ def test_demo_runs_real_clients_through_gateways_and_stops_everything(tmp_path: 
                    "legacy-admin"):
         assert client in rows, client
     assert "/config/clients/<default>" in rows["client_id=nightly-batch"]
-    # the abusive ones were held to their quotas after the warm-up (a mutation quota's token
-    # bucket lets a 15 s window read a few % over) ...
-    assert held(rows["ip=127.0.0.9"]) <= 1.1 and held(rows["client_id=terraform"]) <= 1.2
-    # ... the connection storm by closing what it opened past its quota. The strict CreateTopics
-    # storm honours its throttles, so whether one of its requests comes in debt and is rejected
-    # in 30 s is chance; test_gateway's storm asserts the rejection
+    # the abusive ones were held to their quotas after the warm-up, neither let through nor
+    # starved (a mutation quota's token bucket lets a 15 s window read a few % over) ...
+    storm = measured("ip=127.0.0.9 x quota", held(rows["ip=127.0.0.9"]), STORM)
+    assert STORM[0] <= storm <= STORM[1], rows["ip=127.0.0.9"]
+    terraform = measured("terraform x quota", held(rows["client_id=terraform"]), TERRAFORM)
+    assert TERRAFORM[0] <= terraform <= TERRAFORM[1], rows["client_id=terraform"]
+    # ... the connection storm by closing what it opened past its quota: at 5x its quota, most
+    # of what it opens. The strict CreateTopics storm honours its throttles, so whether one of
+    # its requests comes in debt and is rejected in 30 s is chance; test_gateway's storm asserts
+    # the rejection
     accepted, attempts, closed = map(int, re.search(
         r"(\d+)/(\d+) accepted\s+closed (\d+)", rows["storm"]).groups())  # type: ignore[union-attr]
-    assert closed > 0 or attempts <= 2 * accepted, rows["storm"]
+    share = measured("storm closed / attempts", closed / max(1, attempts), CLOSED)
+    assert CLOSED[0] <= share <= CLOSED[1] and accepted + closed <= attempts, rows["storm"]
     assert "rejected 0" in rows["legacy-admin"]  # permissive: throttled, never rejected
     assert not _ours() - before  # nothing the demo started is left running

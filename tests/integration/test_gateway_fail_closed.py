@@ -51,6 +51,7 @@ from app.kafka.topics import create_topics_sync
 from app.kafka.whole_topic import read_topic
 from app.pipeline.topology import topic_specs
 from app.settings import load
+from tests.integration.measured import measured
 from tests.integration.raw_kafka import RawConnection, metadata_v12, produce_v9, record_batch
 from tests.integration.raw_kafka import schema as nested_schema
 from tests.unit.kafka_frames import header_size, request
@@ -66,7 +67,8 @@ COORDINATOR_NOT_AVAILABLE = 15
 LISTENER_CONFIGS = ("listeners", "advertised.listeners", "controller.quorum.voters",
                     "controller.quorum.bootstrap.servers")
 #: the good client's slowest round trip allowed while a hostile frame is handled (seconds: a
-#: loop held by it would show in whole seconds), and that frame's size
+#: loop held by it would show in whole seconds; 12-31 ms in three runs on the 2-core box with
+#: one core spinning, `bench/bench_closed_loop.py`), and that frame's size
 STALL_BOUND_S = 2.0
 HOSTILE_FRAME = 16 * 1024 * 1024
 
@@ -456,7 +458,8 @@ def test_a_huge_tagged_field_count_does_not_stall_other_clients(single: Gateway)
     assert pinger.error is None and served, pinger.error
     assert closed
     assert single.closed("bad_header") == before + 1
-    slowest = pinger.slowest_during(start, end)
+    slowest = measured("slowest round trip, s", pinger.slowest_during(start, end),
+                       (0.0, STALL_BOUND_S))
     assert slowest < STALL_BOUND_S, (f"a good client waited {slowest:.2f} s while the hostile "
                                      f"frame was handled ({end - start:.2f} s)")
 

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from app.kafka.topics import create_topics
 from app.signing import Signing
@@ -43,8 +44,10 @@ def _key(d: dict[str, Any]) -> bytes:
     return orjson.dumps(d.get("entity"), option=orjson.OPT_SORT_KEYS)
 
 
-async def _produce(bootstrap: str, topic: str, values: list[Any], batch_size: int = 40) -> None:
-    """Produce in several record batches, so "the end" falls after a batch, not inside one."""
+async def _produce(bootstrap: str, topic: str, values: list[Any], batch_size: int = 40,
+                   timestamp_ms: int | None = None) -> None:
+    """Produce in several record batches, so "the end" falls after a batch, not inside one;
+    `timestamp_ms` stamps the records (what `offsets_for_times` searches)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
@@ -53,7 +56,8 @@ async def _produce(bootstrap: str, topic: str, values: list[Any], batch_size: in
             for value in values[start : start + batch_size]:
                 raw = value if isinstance(value, bytes) else orjson.dumps(value)
                 key = _key(value) if isinstance(value, dict) else b"junk"
-                futures.append(await producer.send(topic, raw, key=key))
+                futures.append(await producer.send(topic, raw, key=key,
+                                                   timestamp_ms=timestamp_ms))
             await producer.flush()
             for future in futures:
                 await future
@@ -165,14 +169,20 @@ async def test_empty_topic_is_ready_and_lookback_start(kafka_bootstrap: str) -> 
     await empty.stop()
     assert len(empty) == 0 and empty.is_ready
 
+    # Records older than the lookback are skipped even though their directives would still be
+    # active: read from the beginning, the old ones count too.
     now = wall_clock_ms()
+    old = [_directive(f"old{i}", now + 60_000, now) for i in range(30)]
+    await _produce(kafka_bootstrap, topic, old, timestamp_ms=now - 600_000)
     fresh = [_directive(f"u{i}", now + 60_000, now) for i in range(50)]
     await _produce(kafka_bootstrap, topic, fresh)
     bounded = await _started(kafka_bootstrap, topic, lookback_ms=120_000)
+    whole = await _started(kafka_bootstrap, topic)
     try:
-        assert len(bounded) == 50
+        assert len(bounded) == 50 and len(whole) == 80
     finally:
         await bounded.stop()
+        await whole.stop()
 
 
 async def test_missing_topic_fails_start_without_creating_it(kafka_bootstrap: str) -> None:
@@ -181,3 +191,9 @@ async def test_missing_topic_fails_start_without_creating_it(kafka_bootstrap: st
     with pytest.raises(SubscriberError):
         await sub.start()
     assert not sub.is_ready
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        assert sub.topic not in await admin.list_topics()
+    finally:
+        await admin.close()

@@ -75,10 +75,10 @@ def test_alter_then_describe_round_trip(env: Settings, capsys: pytest.CaptureFix
     assert cli(capsys, "quotas", "alter", "--broker", "1", "--add-config",
                "listener.name.EXTERNAL.max.connection.creation.rate=30")[0] == 0
 
-    # each record's ts is stamped as it is sent, once connected: in Kafka (LogAppendTime) a few
-    # ms later on a quiet machine, never before; the bound leaves room for a busy one
+    # each record's ts is stamped as it is sent, once connected (tests/unit/admin): Kafka
+    # (LogAppendTime) appends it after that, never before
     written = records(env, str(env.topic_configs))
-    assert written and all(0 <= r.timestamp - orjson.loads(r.value)["ts"] < 100 for r in written)
+    assert written and all(r.timestamp >= orjson.loads(r.value)["ts"] for r in written)
     rows = cli_json(capsys, "quotas", "describe")
     assert [(r["level"], r["quota"], r["value"]) for r in rows] == [
         ("/config/users/alice/clients/<default>", "producer_byte_rate", 1048576),

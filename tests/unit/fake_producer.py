@@ -1,4 +1,5 @@
-"""A stand-in for the AIOKafkaProducer the usage publisher uses, for tests without Kafka."""
+"""A stand-in for the AIOKafkaProducer the usage publisher and the config writer use, for
+tests without Kafka."""
 
 from __future__ import annotations
 
@@ -33,3 +34,6 @@ class Producer:
             delivery.set_result(None)
         self.deliveries.append(delivery)
         return delivery
+
+    async def flush(self) -> None:
+        """Every send is delivered (or failed) at once: nothing is pending."""

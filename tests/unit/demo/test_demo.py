@@ -171,11 +171,12 @@ def test_the_products_cpu_is_read_from_proc_and_summarised_after_the_warm_up(
     from app.devstack.procstat import CpuMeter
 
     busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
-                             "while time.process_time() < end: pass\ntime.sleep(30)"])
+                             "while time.process_time() < end: pass\nprint('spent', flush=True)\n"
+                             "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
         meter = CpuMeter({"workers": [os.getpid()], "gateways": [busy.pid]})
         first = meter.sample()
-        time.sleep(1.0)
+        assert busy.stdout is not None and busy.stdout.readline() == "spent\n"  # 0.3 CPU-s used
         later = meter.sample()
         assert first is not None and later is not None
         assert later["gateways"] >= 0.25 and later["workers"] >= first["workers"]

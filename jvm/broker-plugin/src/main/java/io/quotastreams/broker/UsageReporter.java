@@ -12,6 +12,7 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.LongSupplier;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -174,22 +175,55 @@ public final class UsageReporter implements MetricsReporter {
         return interval - Math.floorMod(now - READ_DELAY_MS, interval);
     }
 
-    /** The second a look at {@code now} stamps its events with: the one holding its interval's middle. */
-    static long second(long now, long interval) {
-        return Math.floorDiv(now - interval / 2, 1000) * 1000;
+    /** The second a look due at {@code due} stamps its events with: the one holding its interval's middle. */
+    static long second(long due, long interval) {
+        return Math.floorDiv(due - interval / 2, 1000) * 1000;
+    }
+
+    /** Sleeps the reader thread (a test's advances its clock). */
+    interface Sleeper {
+        void sleep(long ms) throws InterruptedException;
+    }
+
+    /**
+     * When the reader looks, and the second each look stamps: a look is due {@code READ_DELAY_MS}
+     * after each interval ends and is stamped with the second of the interval it is due for,
+     * however late its thread wakes. Stamped by the wake-up instead, a look woken late into the
+     * next second and the next look on time would stamp one second twice.
+     */
+    static final class Looks {
+        private final LongSupplier clock;
+        private final Sleeper sleeper;
+        private final long interval;
+
+        Looks(LongSupplier clock, Sleeper sleeper, long interval) {
+            this.clock = clock;
+            this.sleeper = sleeper;
+            this.interval = interval;
+        }
+
+        /** Sleep until the next look is due; the second it stamps. */
+        long next() throws InterruptedException {
+            long now = clock.getAsLong();
+            long due = now + untilNextRead(now, interval);
+            sleeper.sleep(due - now);
+            return second(due, interval);
+        }
     }
 
     private void readLoop() {
         long[] reportedDrops = {0, 0};
+        Looks looks = new Looks(System::currentTimeMillis, Thread::sleep, settings.usageIntervalMs());
         while (running) {
+            long second;
             try {
-                Thread.sleep(untilNextRead(System.currentTimeMillis(), settings.usageIntervalMs()));
+                second = looks.next();
             } catch (InterruptedException e) {
                 return;
             }
             List<byte[]> records;
             try {
-                records = read(second(System.currentTimeMillis(), settings.usageIntervalMs()));
+                records = read(second);
             } catch (ReflectiveOperationException e) {
                 LOG.error("quota-streams: reading a quota sensor failed ({}); no usage is written", e.toString());
                 running = false;

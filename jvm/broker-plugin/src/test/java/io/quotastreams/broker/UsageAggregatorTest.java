@@ -11,6 +11,7 @@ import io.quotastreams.broker.UsageAggregator.Kind;
 import io.quotastreams.broker.UsageAggregator.Sample;
 import io.quotastreams.broker.UsageAggregator.Source;
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.apache.kafka.common.MetricName;
@@ -154,5 +155,20 @@ class UsageAggregatorTest {
         assertEquals(10_000, UsageReporter.second(11_050, 1_000));  // the second that ended
         assertEquals(10_000, UsageReporter.second(11_400, 1_000));  // a late wake-up, the same
         assertFalse(UsageReporter.second(11_600, 1_000) == 10_000);  // mostly the next second
+    }
+
+    @Test
+    void aLookWokenLateStampsTheSecondItWasDueForSoNoSecondIsStampedTwice() throws Exception {
+        long[] now = {10_100};
+        long[] late = {600, 0, 900, 0, 0, 450};  // how late each wake-up is (a busy machine, a GC)
+        int[] looked = {0};
+        UsageReporter.Looks looks = new UsageReporter.Looks(() -> now[0],
+                ms -> now[0] += ms + late[looked[0]++], 1_000);
+        List<Long> stamps = new ArrayList<>();
+        for (int i = 0; i < late.length; i++) {
+            stamps.add(looks.next());
+        }
+        // the first look is due at 11.05 s and woken at 11.65 s: it stamps 10 s, the next 11 s
+        assertEquals(List.of(10_000L, 11_000L, 12_000L, 13_000L, 14_000L, 15_000L), stamps);
     }
 }
