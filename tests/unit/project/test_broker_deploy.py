@@ -159,8 +159,10 @@ def docs_by_kind(*paths: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def strimzi() -> dict[str, list[dict[str, Any]]]:
+    """The objects of strimzi/'s resource files (its ../metrics directory builds a ConfigMap)."""
     kustomization = yaml.safe_load((PLUGIN / "strimzi" / "kustomization.yaml").read_text())
-    return docs_by_kind(*(PLUGIN / "strimzi" / r for r in kustomization["resources"]))
+    files = [PLUGIN / "strimzi" / r for r in kustomization["resources"]]
+    return docs_by_kind(*(f for f in files if f.is_file()))
 
 
 def selfmanaged() -> dict[str, list[dict[str, Any]]]:
@@ -605,3 +607,64 @@ def test_the_workers_overlays_patch_what_deploy_k8s_holds() -> None:
     base_script = base[("CronJob", "quota-streams-audit")]["spec"]["jobTemplate"]["spec"][
         "template"]["spec"]["containers"][0]["command"][2]
     assert replace["value"].startswith(base_script + " --allocations")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def java_gauges() -> set[tuple[str, str]]:
+    """(group, name) of every gauge the plugin registers (`m.gauge(PluginMetrics.GROUP, "name"`)."""
+    groups = dict(re.findall(r'static final String (\w+) = "([\w.-]+)";',
+                             java_class("io.quotastreams.broker.PluginMetrics")))
+    found = set()
+    for path in sorted((ROOT / "jvm" / "broker-plugin" / "src" / "main").rglob("*.java")):
+        for group, name in re.findall(r'gauge\(PluginMetrics\.(\w+),\s*"([\w-]+)"',
+                                      path.read_text()):
+            found.add((groups[group], name))
+    return found
+
+
+def exporter_rules() -> list[dict[str, Any]]:
+    text = (PLUGIN / "metrics" / "jmx-exporter.yaml").read_text()
+    return list(yaml.safe_load(text)["rules"])
+
+
+def test_every_plugin_metric_has_an_exporter_rule_and_every_rule_a_metric() -> None:
+    """A gauge without a rule is never scraped; a rule without a gauge is an empty panel. A
+    bean is DOMAIN:type=GROUP[,tags], its attribute the metric (PluginMetrics.java)."""
+    domain = dict(re.findall(r'static final String (\w+) = "([\w.-]+)";',
+                             java_class("io.quotastreams.broker.PluginMetrics")))["DOMAIN"]
+    gauges = java_gauges()
+    assert {name for _, name in gauges} >= {"allocations-in-force", "allocations-fail-safe",
+                                            "records-total", "usage-records-dropped-total",
+                                            "usage-records-written-total"}
+    matched: set[tuple[str, str]] = set()
+    for rule in exporter_rules():
+        bean = re.fullmatch(r"(.+?)<type=(\w+)(.*?)><>(.+)", rule["pattern"])
+        assert bean, rule["pattern"]
+        assert bean.group(1).replace("\\.", ".") == domain, rule["pattern"]
+        key = (bean.group(2), bean.group(4))
+        assert key in gauges, (rule["pattern"], sorted(gauges))
+        assert rule["name"].startswith("quota_streams_plugin_")
+        assert rule["type"] == ("COUNTER" if key[1].endswith("-total") else "GAUGE")
+        matched.add(key)
+    assert matched == gauges, gauges - matched
+
+
+def test_a_followers_bean_is_matched_by_its_rule_with_its_labels() -> None:
+    """The tags' order is the bean's key order (Follower.java puts follower, then outcome)."""
+    (rule,) = [r for r in exporter_rules() if "type=follower" in r["pattern"]]
+    bean = "io.quotastreams.broker<type=follower, follower=control, outcome=bad.unsigned><>records-total"
+    found = re.fullmatch(rule["pattern"], bean)
+    assert found and rule["labels"] == {"follower": "$1", "outcome": "$2"}
+    assert (found.group(1), found.group(2)) == ("control", "bad.unsigned")
+    source = java_class("io.quotastreams.broker.Follower")
+    assert re.search(r'tags\("follower", name, "outcome", outcome\)', source)
+
+
+def test_the_strimzi_brokers_run_the_exporter_with_the_plugins_rules() -> None:
+    (kafka,) = strimzi()["Kafka"]
+    ref = kafka["spec"]["kafka"]["metricsConfig"]["valueFrom"]["configMapKeyRef"]
+    generated = kustomization(PLUGIN / "metrics")["configMapGenerator"]
+    assert [(g["name"], g["files"]) for g in generated] == [(ref["name"], [ref["key"]])]
+    assert "../metrics" in kustomization(PLUGIN / "strimzi")["resources"]

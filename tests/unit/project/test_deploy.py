@@ -67,7 +67,13 @@ def exported_metrics() -> frozenset[str]:
     names = {str(n) for n in METRIC_NAMES}
     # prometheus_client appends _total to a counter declared without it.
     return frozenset(names | {f"{n}_total" for n in names if not n.endswith("_total")}
-                     | gateway_metrics())
+                     | gateway_metrics() | plugin_metrics())
+
+
+def plugin_metrics() -> frozenset[str]:
+    """What the brokers' JMX exporter names the broker plugin's beans (its rules)."""
+    rules = yaml.safe_load((DEPLOY / "broker-plugin" / "metrics" / "jmx-exporter.yaml").read_text())
+    return frozenset(rule["name"] for rule in rules["rules"])
 
 
 def gateway_metrics() -> frozenset[str]:

@@ -39,6 +39,17 @@ public final class AllocationTable {
         return held.size();
     }
 
+    /** How many allocations are in force at {@code now} (the rest are on their static split). */
+    public int validCount(long now) {
+        int valid = 0;
+        for (Allocation a : held.values()) {
+            if (a.validUntil() > now && a.limit() > 0) {
+                valid++;
+            }
+        }
+        return valid;
+    }
+
     /** Take a validated allocation read at {@code now}. */
     public synchronized Outcome apply(Allocation a, long now) throws BadRecord {
         if (a.ts() > now + Records.MAX_FUTURE_MS) {

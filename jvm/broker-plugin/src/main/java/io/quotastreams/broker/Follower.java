@@ -1,6 +1,7 @@
 package io.quotastreams.broker;
 
 import java.time.Duration;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -33,6 +34,7 @@ public abstract class Follower implements Runnable {
     private final String topic;
     private final String name;
     private final Map<String, AtomicLong> counts = new ConcurrentHashMap<>();
+    private volatile PluginMetrics metrics;
     private volatile boolean running = true;
     private volatile KafkaConsumer<byte[], byte[]> consumer;
 
@@ -57,7 +59,37 @@ public abstract class Follower implements Runnable {
     }
 
     protected void count(String what) {
-        counts.computeIfAbsent(what, k -> new AtomicLong()).incrementAndGet();
+        AtomicLong counter = counts.get(what);
+        if (counter == null) {
+            counter = counts.computeIfAbsent(what, k -> new AtomicLong());
+            register(what, counter);
+        }
+        counter.incrementAndGet();
+    }
+
+    /**
+     * Report every count, now and from now on, as {@code records-total} of the {@code follower}
+     * group, tagged with this follower's name and the outcome (records, tombstones,
+     * consumer_errors, bad.REASON for a refused record, and the subclass's own).
+     */
+    public void reportTo(PluginMetrics metrics) {
+        this.metrics = metrics;
+        counts.forEach(this::register);
+    }
+
+    private static Map<String, String> tags(String k1, String v1, String k2, String v2) {
+        Map<String, String> tags = new LinkedHashMap<>();
+        tags.put(k1, v1);
+        tags.put(k2, v2);
+        return tags;
+    }
+
+    private void register(String outcome, AtomicLong counter) {
+        PluginMetrics m = metrics;
+        if (m != null) {
+            m.gauge(PluginMetrics.FOLLOWER, "records-total", "records read from " + topic + " by outcome",
+                    tags("follower", name, "outcome", outcome), counter::get);
+        }
     }
 
     /** Take one record as read from the topic (public for tests: no Kafka needed). */

@@ -40,6 +40,7 @@ public final class QuotaCallback implements ClientQuotaCallback {
     private AllocationTable table;
     private ControlFollower control;
     private ConfigFollower configs;
+    private PluginMetrics metrics;
     private volatile int brokers;
 
     public QuotaCallback() {
@@ -57,6 +58,10 @@ public final class QuotaCallback implements ClientQuotaCallback {
         table = new AllocationTable(settings.failSafeMs());
         control = new ControlFollower(settings, table, clock);
         this.configs = new ConfigFollower(settings, configured, clock);
+        metrics = new PluginMetrics();
+        reportTo(metrics);
+        control.reportTo(metrics);
+        this.configs.reportTo(metrics);
         control.start();
         this.configs.start();
     }
@@ -69,6 +74,22 @@ public final class QuotaCallback implements ClientQuotaCallback {
         callback.settings = new Settings("", "", "", "", true, Seal.parse(""), brokerId, brokers, 0,
                 1000, 1, Map.of());
         return callback;
+    }
+
+    /**
+     * The callback's gauges: allocations held, in force, and on their static split after one
+     * ended (the fail-safe), and the brokers the static split divides by.
+     */
+    void reportTo(PluginMetrics m) {
+        m.gauge(PluginMetrics.CALLBACK, "allocations-held", "allocations held (in force or fail-safe)",
+                Map.of(), table::size);
+        m.gauge(PluginMetrics.CALLBACK, "allocations-in-force", "allocations whose bounds are in force",
+                Map.of(), () -> table.validCount(clock.getAsLong()));
+        m.gauge(PluginMetrics.CALLBACK, "allocations-fail-safe",
+                "allocations that ended: the static split holds until the fail-safe time",
+                Map.of(), () -> table.size() - table.validCount(clock.getAsLong()));
+        m.gauge(PluginMetrics.CALLBACK, "brokers", "the brokers the static split divides a quota among",
+                Map.of(), () -> brokers);
     }
 
     /** The workers' quota configs this callback holds (a test feeds them). */
@@ -157,6 +178,9 @@ public final class QuotaCallback implements ClientQuotaCallback {
         if (control != null) {
             control.stop();
             configs.stop();
+        }
+        if (metrics != null) {
+            metrics.close();
         }
     }
 }

@@ -14,6 +14,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongSupplier;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.MetricName;
@@ -49,6 +50,8 @@ public final class UsageReporter implements MetricsReporter {
     static final String OWN_CLIENT_PREFIX = "quota-streams-plugin-";
     /** how long after an interval ends its sensors are read: the requests handled at its end are in */
     static final long READ_DELAY_MS = 50;
+    /** the longest wait between two tries to make the usage producer */
+    static final long MAX_BACKOFF_MS = 30_000;
 
     /** A metric the reporter reads: whose sensor it is, and which. */
     record Read(UsageAggregator.Source source, UsageAggregator.Kind kind) {}
@@ -58,12 +61,14 @@ public final class UsageReporter implements MetricsReporter {
     private final Map<MetricName, Read> known = new HashMap<>();
     private final AtomicLong dropped = new AtomicLong();
     private final AtomicLong sent = new AtomicLong();
+    private final AtomicLong producerErrors = new AtomicLong();
     private Settings settings;
     private UsageAggregator aggregator;
     private BlockingQueue<byte[]> queue;
     private volatile boolean running;
     private Thread reader;
     private Thread sender;
+    private PluginMetrics metrics;
     private Field rateStat;
     private Field statSamples;
     private Field metricLock;
@@ -74,10 +79,29 @@ public final class UsageReporter implements MetricsReporter {
     @Override
     public void configure(Map<String, ?> configs) {
         if (prepare(configs)) {
+            metrics = new PluginMetrics();
+            reportTo(metrics);
             running = true;
             reader = daemon(this::readLoop, "quota-streams-usage-reader");
-            sender = daemon(this::sendLoop, "quota-streams-usage-sender");
+            sender = startSender(KafkaProducer::new);
         }
+    }
+
+    /**
+     * The reporter's gauges: usage records written, dropped, waiting; client sensors followed;
+     * failed tries to make its producer.
+     */
+    void reportTo(PluginMetrics m) {
+        m.gauge(PluginMetrics.REPORTER, "usage-records-written-total", "usage records the event topic acknowledged",
+                Map.of(), sent::get);
+        m.gauge(PluginMetrics.REPORTER, "usage-records-dropped-total",
+                "usage records dropped: the queue full or the write failed", Map.of(), dropped::get);
+        m.gauge(PluginMetrics.REPORTER, "usage-records-queued", "usage records waiting for the producer",
+                Map.of(), () -> queue.size());
+        m.gauge(PluginMetrics.REPORTER, "client-sensors", "client quota sensors the reporter reads",
+                Map.of(), () -> sensors.size());
+        m.gauge(PluginMetrics.REPORTER, "producer-errors-total", "failed tries to make the usage producer",
+                Map.of(), producerErrors::get);
     }
 
     /** The settings and the reflective access to Kafka's samples; false when that is missing. */
@@ -229,11 +253,7 @@ public final class UsageReporter implements MetricsReporter {
                 running = false;
                 return;
             }
-            for (byte[] record : records) {
-                if (!queue.offer(record)) {
-                    dropped.incrementAndGet();
-                }
-            }
+            enqueue(records);
             reportedDrops = reportDrops(reportedDrops);
         }
     }
@@ -262,6 +282,15 @@ public final class UsageReporter implements MetricsReporter {
         return aggregator.drain(second);
     }
 
+    /** Hand records to the sender; past the queue's bound a record is dropped and counted. */
+    void enqueue(List<byte[]> records) {
+        for (byte[] record : records) {
+            if (!queue.offer(record)) {
+                dropped.incrementAndGet();
+            }
+        }
+    }
+
     /** Say in the broker's log, at most once a minute, how many usage records were lost. */
     private long[] reportDrops(long[] reported) {
         long now = System.currentTimeMillis();
@@ -274,38 +303,80 @@ public final class UsageReporter implements MetricsReporter {
         return reported;
     }
 
-    private void sendLoop() {
+    /** Makes the sender's producer (a test's makes a MockProducer). */
+    interface Producers {
+        Producer<byte[], byte[]> create(Map<String, Object> config);
+    }
+
+    /**
+     * The sender thread's work: a producer, and each queued record written to this broker's
+     * partition of the request topic. A producer that cannot be made (a bootstrap address that
+     * does not resolve yet, a certificate not yet mounted) is tried again with a backoff up to
+     * {@code MAX_BACKOFF_MS}, counted in {@code producer_errors}; meanwhile records wait in the
+     * queue and past its bound are dropped and counted, as on any failed write.
+     */
+    Thread startSender(Producers producers) {
+        running = true;
+        return daemon(() -> sendLoop(producers), "quota-streams-usage-sender");
+    }
+
+    private void sendLoop(Producers producers) {
+        long backoff = 100;
+        while (running) {
+            try (Producer<byte[], byte[]> producer = producers.create(producerConfig())) {
+                backoff = 100;
+                send(producer);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            } catch (RuntimeException e) {
+                if (producerErrors.getAndIncrement() == 0) {
+                    LOG.warn("quota-streams: cannot make the usage producer ({}); retrying, later failures only counted",
+                            e.toString());
+                }
+                try {
+                    Thread.sleep(backoff);
+                } catch (InterruptedException stop) {
+                    return;
+                }
+                backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+            }
+        }
+    }
+
+    private Map<String, Object> producerConfig() {
         Map<String, Object> config = new HashMap<>(settings.clientConfig());
         config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, settings.bootstrap());
         config.put(ProducerConfig.CLIENT_ID_CONFIG, OWN_CLIENT_PREFIX + "usage-" + settings.brokerId());
         config.put(ProducerConfig.LINGER_MS_CONFIG, 0);
+        config.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        config.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        return config;
+    }
+
+    private void send(Producer<byte[], byte[]> producer) throws InterruptedException {
         byte[] key = ("broker/" + settings.brokerId()).getBytes(StandardCharsets.UTF_8);
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(config, new ByteArraySerializer(),
-                new ByteArraySerializer())) {
-            Integer partition = null;
-            while (running) {
-                byte[] value = queue.poll(200, TimeUnit.MILLISECONDS);
-                if (value == null) {
-                    continue;
-                }
-                try {
-                    if (partition == null) {
-                        partition = (int) (settings.brokerId() % producer.partitionsFor(settings.requestTopic()).size());
-                    }
-                    producer.send(new ProducerRecord<>(settings.requestTopic(), partition, key, value), (meta, error) -> {
-                        if (error == null) {
-                            sent.incrementAndGet();
-                        } else {
-                            dropped.incrementAndGet();
-                        }
-                    });
-                } catch (RuntimeException e) {
-                    dropped.incrementAndGet();
-                    LOG.warn("quota-streams: writing usage to {} failed ({})", settings.requestTopic(), e.toString());
-                }
+        Integer partition = null;
+        while (running) {
+            byte[] value = queue.poll(200, TimeUnit.MILLISECONDS);
+            if (value == null) {
+                continue;
             }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+            try {
+                if (partition == null) {
+                    partition = (int) (settings.brokerId() % producer.partitionsFor(settings.requestTopic()).size());
+                }
+                producer.send(new ProducerRecord<>(settings.requestTopic(), partition, key, value), (meta, error) -> {
+                    if (error == null) {
+                        sent.incrementAndGet();
+                    } else {
+                        dropped.incrementAndGet();
+                    }
+                });
+            } catch (RuntimeException e) {
+                dropped.incrementAndGet();
+                LOG.warn("quota-streams: writing usage to {} failed ({})", settings.requestTopic(), e.toString());
+            }
         }
     }
 
@@ -314,6 +385,9 @@ public final class UsageReporter implements MetricsReporter {
         running = false;
         if (reader != null) {
             reader.interrupt();
+        }
+        if (metrics != null) {
+            metrics.close();
         }
     }
 }
