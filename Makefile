@@ -3,7 +3,14 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test chromium test-fast bench clean
+.PHONY: setup prerequisites demo test chromium test-fast bench clean
+
+# What the README lists, checked before anything is built: one line naming what to install.
+prerequisites:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { echo "make setup needs Python 3.11 or newer as $(PYTHON): apt-get install python3 python3-venv" >&2; exit 2; }
+	@command -v cc >/dev/null || command -v gcc >/dev/null || { echo "make setup needs a C compiler for the compiled engine: apt-get install gcc" >&2; exit 2; }
+	@command -v java >/dev/null || { echo "make setup needs Java 17 for Apache Kafka: apt-get install openjdk-17-jdk-headless" >&2; exit 2; }
+	@command -v mvn >/dev/null || { echo "make setup needs Maven to fetch Apache Kafka: apt-get install maven" >&2; exit 2; }
 
 # The engine and the pipeline's per-sample modules are compiled in place by the install
 # (setup.py, app/engine_build.py), so editing one reinstalls: a stale extension would shadow
@@ -27,12 +34,12 @@ $(KAFKA_LIBS)/.fetched: jvm/pom.xml jvm/kafka/pom.xml jvm/clients/pom.xml jvm/st
 	mvn -q -B -C -f jvm/pom.xml package
 	touch $@
 
-setup: $(VENV)/.installed $(KAFKA_LIBS)/.fetched
+setup: prerequisites $(VENV)/.installed $(KAFKA_LIBS)/.fetched
 
 demo: setup   ## local Kafka, a worker, two gateways, real clients, live view (Ctrl-C stops all)
 	$(BIN)/quota-streams demo
 
-test: chromium setup   ## the whole suite, as CI runs it
+test: prerequisites chromium setup   ## the whole suite, as CI runs it
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 chromium:   # checked before the setup: the console's browser test drives it
