@@ -52,6 +52,22 @@ class ClockSeeder:
             self.seeded += 1
             return found
 
+    async def log_start(self, topic: str, partition: int) -> int | None:
+        """The partition's first offset, or None if the broker did not answer in time: where a
+        partition its group never committed is read from (the worker's offset continuity)."""
+        tp = TopicPartition(topic, partition)
+        async with self._lock:
+            try:
+                consumer = await asyncio.wait_for(self._started(), self.timeout_s)
+                starts = await asyncio.wait_for(consumer.beginning_offsets([tp]), self.timeout_s)
+            except Exception as exc:  # never stall the agent: its records are then taken as
+                self.failed += 1  # they come, as before the lookup
+                log.warning("%s/%d: could not read the partition's first offset (%r); its "
+                            "records are taken from the first one delivered", topic, partition,
+                            exc)
+                return None
+            return int(starts[tp])
+
     async def _read_back(self, tp: TopicPartition, offset: int) -> list[int]:
         consumer = await self._started()
         consumer.assign([tp])

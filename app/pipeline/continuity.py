@@ -11,14 +11,20 @@ past the next one expected is a gap, and one before it a record delivered twice.
 
 `Continuity` judges each record's offset against the next expected for its partition: the
 offset after the last one processed, or at the first record of an assignment the group's
-committed offset. A gap asks the worker to seek back to the expected offset and to drop records
+committed offset (the partition's first offset when the group has none). A gap asks the worker to seek back to the expected offset and to drop records
 until that one arrives (asked again, at most `max_seeks` times, if it does not within
 `reseek_s`: a seek lost in a rebalance); a record delivered twice is dropped (it was processed,
 and its ack is pending or done). Pure: the worker passes the times in.
+
+The commit keeps the same rule (`commit_point`, `faust_patches` item 6): the worker acks a
+record whose samples all went to other workers when they are sent, and one that changed windows
+here only once those are on the changelog, so acks come out of offset order. An offset is
+committed only when every record before it was acked; a SIGKILL then loses no record's windows.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import Enum
@@ -62,7 +68,8 @@ class Continuity:
 
     def judge(self, tp: Hashable, offset: int, committed: int | None, now: float) -> Verdict:
         """The verdict on the record at `offset`; `committed` is the group's committed offset
-        for `tp` as the consumer read it at assignment (None if there is none)."""
+        for `tp` as the consumer read it at assignment, or the partition's first offset when
+        there is none (None if that is unknown too: any first record is taken)."""
         expected = self._next.get(tp, committed)
         if expected is None or offset == expected:
             self._rewinds.pop(tp, None)
@@ -100,3 +107,28 @@ class Continuity:
         """A partition revoked: its next owner starts from the committed offset."""
         self._next.pop(tp, None)
         self._rewinds.pop(tp, None)
+
+
+def commit_point(acked: list[int], committed: int | None, pending: int | None) -> int | None:
+    """The offset to commit for one partition, or None for nothing new.
+
+    One past the run of consecutive acked offsets that begins at `committed` (at the lowest
+    acked offset when the group has none: Faust reads a committed 0 as none too), and never
+    past `pending`, the lowest offset delivered and not acked yet. Offsets are consecutive in
+    the topics this applies to (above), so an offset missing from the run is a record still in
+    flight, never one a compaction removed. `acked` is sorted.
+    """
+    if not acked:
+        return None
+    start = acked[0] if committed is None else committed
+    i = bisect_left(acked, start)
+    if i == len(acked) or acked[i] != start:
+        return None
+    end = start + 1
+    for offset in acked[i + 1:]:
+        if offset != end:
+            break
+        end += 1
+    if pending is not None and pending < end:
+        end = pending
+    return end if end > start else None

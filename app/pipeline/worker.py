@@ -342,6 +342,10 @@ class Worker:
         # Faust's own record of the group's committed offset, read at assignment and kept at
         # each commit (None for none, or 0)
         committed = consumer._committed_offset.get(tp)  # type: ignore[attr-defined]
+        if committed is None and self.continuity.expected(tp) is None:
+            # none committed (Faust reads a committed 0 as none too): the partition is read
+            # from its start (`faust_patches` item 3), so a first record past the start is a gap
+            committed = await self.seeder.log_start(tp.topic, tp.partition)
         given_up = self.continuity.given_up
         verdict = self.continuity.judge(tp, message.offset, committed, time.monotonic())
         if verdict is Verdict.PROCESS:
@@ -352,6 +356,9 @@ class Worker:
                     self.continuity.given_up - given_up)
             return True
         metrics.OFFSET_GAPS.labels(tp.topic, verdict.value).inc()
+        # never acked (processed already, or delivered again after the seek): a commit must
+        # not wait for it (`faust_patches` item 6)
+        faust_patches.untrack(self.app, event)
         if verdict is Verdict.GAP:
             expected = self.continuity.expected(tp)
             assert expected is not None

@@ -1,6 +1,7 @@
 """The event timestamps before an offset, read back from Kafka: what a worker that takes a
 partition over (`ClockSeeder`) and an audit that starts inside one (`clock_seeds`) seed their
-stream clocks with."""
+stream clocks with; and a partition's first offset, where a worker reads one its group never
+committed from."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import uuid
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from app.audit.kafka_reads import clock_seeds
 from app.audit.session import Progress
+from app.kafka.clock_seed import ClockSeeder
 from app.kafka.security import PLAINTEXT
 from app.kafka.topics import create_topics
 
@@ -52,3 +55,31 @@ def test_an_audit_reads_back_the_last_five_judged_timestamps_before_its_first_of
     assert seeds == {(topic, 0): (T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 5)}
     assert clock_seeds(kafka_bootstrap, {(topic, 0): 1}, Progress(quiet=True), PLAINTEXT) == {
         (topic, 0): (T0, T0 + 1)}
+
+
+def test_a_partitions_first_offset_is_where_its_log_starts_now(kafka_bootstrap: str) -> None:
+    """What a worker expects first from a partition its group never committed: 0 for a new
+    one, the start retention left for one whose first records were deleted."""
+    topic = f"seed.{uuid.uuid4().hex[:8]}"
+    asyncio.run(create_topics(kafka_bootstrap, [(topic, 1, {})]))
+    asyncio.run(produce(kafka_bootstrap, topic, [orjson.dumps(event(T0 + k)) for k in range(6)]))
+
+    async def starts() -> tuple[int | None, int | None]:
+        seeder = ClockSeeder(kafka_bootstrap)
+        try:
+            before = await seeder.log_start(topic, 0)
+            await delete_before(kafka_bootstrap, TopicPartition(topic, 0), 4)
+            return before, await seeder.log_start(topic, 0)
+        finally:
+            await seeder.stop()
+
+    assert asyncio.run(starts()) == (0, 4)
+
+
+async def delete_before(bootstrap: str, tp: TopicPartition, offset: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({tp: RecordsToDelete(before_offset=offset)})
+    finally:
+        await admin.close()

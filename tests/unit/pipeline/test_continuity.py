@@ -1,5 +1,6 @@
-"""Offset continuity (`app.pipeline.continuity`), and the seek to the committed offsets that
-moves every input partition (`faust_patches` patch 3)."""
+"""Offset continuity (`app.pipeline.continuity`), the seek to the committed offsets that
+moves every input partition (`faust_patches` patch 3), and commits that never pass a record in
+flight (patch 6)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import faust
 from aiokafka import TopicPartition
+from faust.types import TP as FaustTP
+from faust.types import Message
 
-from app.pipeline.continuity import Continuity, Verdict
-from app.pipeline.faust_patches import _seek_to_committed
+from app.pipeline.continuity import Continuity, Verdict, commit_point
+from app.pipeline.faust_patches import _seek_to_committed, install
 
 TP = ("samples", 1)
 
@@ -122,3 +126,59 @@ def test_a_seek_back_is_asked_again_at_most_max_seeks_times_in_all() -> None:
     continuity.judge(TP, 9, 3, now=0.0)
     asked = [continuity.due(t) for t in (5.0, 10.0, 15.0, 20.0)]
     assert asked == [[(TP, 3)], [(TP, 3)], [], []]
+
+
+def test_the_commit_point_is_the_end_of_the_acked_run_from_the_committed_offset() -> None:
+    assert commit_point([14, 15, 16], committed=14, pending=None) == 17
+    assert commit_point([14, 15, 17], committed=14, pending=None) == 16
+    # the record at the committed offset is in flight: nothing is committed past it
+    assert commit_point([15, 16], committed=14, pending=14) is None
+    assert commit_point([15, 16], committed=14, pending=None) is None
+    # an in-flight record inside the run stops it too
+    assert commit_point([14, 15, 16, 17], committed=14, pending=16) == 16
+
+
+def test_without_a_committed_offset_nothing_passes_a_record_in_flight() -> None:
+    assert commit_point([3, 4], committed=None, pending=None) == 5
+    assert commit_point([3, 4], committed=None, pending=2) is None
+    assert commit_point([3, 4, 5], committed=None, pending=5) == 5
+    assert commit_point([], committed=None, pending=None) is None
+
+
+def faust_consumer() -> Any:
+    """A Faust consumer (never started) with the project's patches."""
+    app = faust.App(f"commit-{id(object())}", broker="kafka://127.0.0.1:1")
+    install(app)
+    app.topics._acking_topics.add("request")  # as an agent reading it would
+    return app.consumer
+
+
+def delivered(consumer: Any, tp: FaustTP, offset: int) -> Any:
+    message = Message(tp.topic, tp.partition, offset, 0.0, 0, None, None, b"", None)
+    consumer.track_message(message)
+    return message
+
+
+def test_faust_commits_no_offset_past_a_record_still_in_flight() -> None:
+    """A record whose windows wait for the flush, the next one acked at once (its samples all
+    went to other workers): Faust alone would commit past the first."""
+    consumer, tp = faust_consumer(), FaustTP("request", 0)
+    consumer._committed_offset[tp] = 14
+    waiting, sent = delivered(consumer, tp, 14), delivered(consumer, tp, 15)
+    consumer.ack(sent)
+    assert consumer._new_offset(tp) is None
+    consumer.ack(waiting)
+    assert consumer._new_offset(tp) == 16
+    assert consumer._acked[tp] == []
+
+
+def test_faust_fills_no_jump_in_offsets_as_if_it_were_acked() -> None:
+    """Offsets seen to jump are records skipped (continuity reads them again), never acked."""
+    consumer, tp = faust_consumer(), FaustTP("request", 0)
+    consumer._committed_offset[tp] = 3
+    for offset in (3, 4):
+        consumer.ack(delivered(consumer, tp, offset))
+    asyncio.run(consumer._add_gap(tp, 5, 9))
+    consumer.ack(delivered(consumer, tp, 10))
+    assert consumer._new_offset(tp) == 5
+    assert consumer._new_offset(tp) is None

@@ -4,6 +4,7 @@ waits on the consumer's thread for one, and one that fails or hangs is asked aga
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +26,8 @@ class Consumer:
         self.behaviour = behaviour
         self._committed_offset = {TP: 10}
         self.seeks: list[int] = []
+        #: the records delivered and not acked, which a commit may not pass
+        self._unacked_messages: set[Any] = set()
 
     async def seek_wait(self, partitions: dict[TopicPartition, int]) -> None:
         self.seeks.extend(partitions.values())
@@ -41,14 +44,35 @@ class SeekingWorker:
     seek_back: Any = Worker.seek_back
     _seek: Any = Worker._seek
 
-    def __init__(self, behaviour: str) -> None:
+    def __init__(self, behaviour: str, log_start: int | None = None) -> None:
         self.continuity = Continuity(reseek_s=0.0)
         self.app = SimpleNamespace(consumer=Consumer(behaviour))
         self._seeks: set[asyncio.Future[None]] = set()
+        self.seeder = Seeder(log_start)
+
+
+class Seeder:
+    """The side reader's answer for a partition's first offset (None: no answer in time)."""
+
+    def __init__(self, start: int | None) -> None:
+        self.start = start
+        self.asked = 0
+
+    async def log_start(self, topic: str, partition: int) -> int | None:
+        self.asked += 1
+        return self.start
+
+
+@dataclass(eq=False)
+class Message:
+    """Faust's message as the worker sees it: hashed by identity, as Faust's is."""
+
+    tp: TopicPartition
+    offset: int
 
 
 def message(offset: int) -> Any:
-    return SimpleNamespace(message=SimpleNamespace(tp=TP, offset=offset))
+    return SimpleNamespace(message=Message(TP, offset))
 
 
 @pytest.mark.parametrize("behaviour", ["hangs", "revoked", "moves"])
@@ -87,3 +111,53 @@ def test_a_seek_that_failed_is_asked_again_on_the_flush_cadence(
 
     asyncio.run(run())
     assert worker.app.consumer.seeks == [11, 11]
+
+
+def test_a_record_not_admitted_is_no_longer_waited_for_by_a_commit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A duplicate or a record dropped while rewinding is never acked: left among the records
+    in flight, it would hold the partition's commits back (`faust_patches` item 6)."""
+    monkeypatch.setattr(worker_module, "SEEK_TIMEOUT_S", 0.05)
+    worker = SeekingWorker("moves")
+    records = [message(offset) for offset in (10, 13, 14, 10)]  # a gap, then a duplicate
+    in_flight = worker.app.consumer._unacked_messages
+    in_flight.update(record.message for record in records)
+
+    async def run() -> list[bool]:
+        admitted = [await worker.admit(record) for record in records]
+        await asyncio.sleep(0.1)
+        return admitted
+
+    assert asyncio.run(asyncio.wait_for(run(), 5)) == [True, False, False, False]
+    assert in_flight == {records[0].message}
+
+
+@pytest.mark.parametrize("log_start", [0, 40])
+def test_a_partition_never_committed_is_read_from_its_first_offset(
+        log_start: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No committed offset: the first record delivered past the partition's first offset is a
+    gap (records a rebalance discarded), sought back to that offset, asked for once."""
+    monkeypatch.setattr(worker_module, "SEEK_TIMEOUT_S", 0.05)
+    worker = SeekingWorker("moves", log_start=log_start)
+    worker.app.consumer._committed_offset = {}
+
+    async def run() -> list[bool]:
+        admitted = [await worker.admit(message(log_start + 7))]
+        await asyncio.sleep(0.1)
+        return admitted + [await worker.admit(message(offset))
+                           for offset in range(log_start, log_start + 8)]
+
+    assert asyncio.run(asyncio.wait_for(run(), 5)) == [False] + [True] * 8
+    assert worker.app.consumer.seeks == [log_start]
+    assert worker.seeder.asked == 1
+
+
+def test_a_partition_whose_first_offset_is_unknown_is_taken_from_its_first_record() -> None:
+    worker = SeekingWorker("moves", log_start=None)
+    worker.app.consumer._committed_offset = {}
+
+    async def run() -> list[bool]:
+        return [await worker.admit(message(offset)) for offset in (7, 8)]
+
+    assert asyncio.run(asyncio.wait_for(run(), 5)) == [True, True]
+    assert worker.app.consumer.seeks == []
