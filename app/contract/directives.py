@@ -47,6 +47,10 @@ MAX_THROTTLE_MS = 2**31 - 1
 #: How far ahead of the reader's clock a directive's `ts` may be (the workers' stream clock
 #: accepts events up to a day off).
 MAX_FUTURE_MS = 86_400_000
+#: The largest control record value a reader takes (the broker plugin's too): an allocation at
+#: every other bound (1,024 enforcers, names of 1,024 characters, each escaped) stays far below
+#: it; a larger record is refused unread (`too_large`), whatever the topic lets in.
+MAX_RECORD_BYTES = 262_144
 
 
 class BadDirective(ValueError):

@@ -29,11 +29,14 @@ def plugin_properties(env: Mapping[str, str], brokers: int = 3) -> dict[str, str
 
 
 def plugin_cluster(env: Mapping[str, str], work_dir: Path, brokers: int = 3,
-                   extra: Mapping[str, str] | None = None) -> KafkaCluster:
+                   extra: Mapping[str, str] | None = None,
+                   metrics_rules: Path | None = None) -> KafkaCluster:
     """`brokers` brokers running the plugin for the stack of `env` (not started); `extra` adds
-    broker properties (a `quota.window.num`, say)."""
+    broker properties (a `quota.window.num`, say); `metrics_rules` runs the JMX exporter in
+    each with those rules (deploy/broker-plugin/metrics/jmx-exporter.yaml)."""
     return KafkaCluster(brokers=brokers, work_dir=work_dir, classpath=(PLUGIN_JAR,),
-                        broker_config={**plugin_properties(env, brokers), **(extra or {})})
+                        broker_config={**plugin_properties(env, brokers), **(extra or {})},
+                        metrics_rules=metrics_rules)
 
 
 def create_assigned_topic(bootstrap: str, topic: str, replicas: list[list[int]],

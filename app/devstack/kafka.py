@@ -46,6 +46,8 @@ from app.errors import UserError
 ROOT = Path(__file__).resolve().parents[2]
 #: where `make setup` puts Kafka's jars (QS_KAFKA_LIBS overrides it)
 LIBS = ROOT / "jvm" / "kafka" / "target" / "libs"
+#: the Prometheus JMX exporter's javaagent (`make setup` fetches it beside Kafka's jars)
+JMX_EXPORTER = ROOT / "jvm" / "kafka" / "target" / "agents" / "jmx_prometheus_javaagent.jar"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_ITERATIONS = 4096
@@ -155,6 +157,11 @@ class Node:
     def address(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
 
+    @property
+    def metrics_url(self) -> str:
+        """Where this node's JMX exporter serves (a cluster started with `metrics_rules`)."""
+        return f"http://127.0.0.1:{self.ports['METRICS']}/metrics"
+
 
 @dataclass
 class KafkaCluster:
@@ -164,6 +171,8 @@ class KafkaCluster:
     connect to; `users` maps each user to its password; `ca` is the CA file TLS clients trust.
     `broker_config` adds to (or overrides) every node's server.properties; `classpath` puts
     more jars on every node's classpath after Kafka's (a broker plugin, docs/broker-plugin.md).
+    `metrics_rules` runs the Prometheus JMX exporter in every node with those rules, serving
+    on a loopback port of its own (`metrics_url`).
     """
 
     brokers: int = 1
@@ -171,6 +180,7 @@ class KafkaCluster:
     users: Mapping[str, str | None] = field(default_factory=dict)
     broker_config: Mapping[str, str] = field(default_factory=dict)
     classpath: tuple[Path, ...] = ()
+    metrics_rules: Path | None = None
     work_dir: Path | None = None
     heap_mb: int = 512
     startup_timeout: float = 90.0
@@ -224,9 +234,9 @@ class KafkaCluster:
             self.ca = self._dev_ca.cert
             server_cert = self._dev_ca.issue("broker")
         (self.work_dir / "log4j2.properties").write_text(_LOG4J)
-        self.nodes = [Node(i, self.work_dir / f"node-{i}",
-                           {name: free_port() for name in (*self.listeners, "INTERNAL",
-                                                           "CONTROLLER")})
+        ports = (*self.listeners, "INTERNAL", "CONTROLLER",
+                 *(("METRICS",) if self.metrics_rules else ()))
+        self.nodes = [Node(i, self.work_dir / f"node-{i}", {name: free_port() for name in ports})
                       for i in range(1, self.brokers + 1)]
         cluster_id = kafka_uuid()
         for node in self.nodes:
@@ -329,11 +339,20 @@ class KafkaCluster:
                                "the JVM modules)")
         return os.pathsep.join([f"{libs}/*", *(str(jar) for jar in self.classpath)])
 
+    def _agents(self, node: Node) -> list[str]:
+        """The JMX exporter's javaagent option for `node`, when the cluster has `metrics_rules`."""
+        if self.metrics_rules is None:
+            return []
+        if not JMX_EXPORTER.is_file():
+            raise ClusterError(f"{JMX_EXPORTER} not found: run `make setup` (it fetches it)")
+        return [f"-javaagent:{JMX_EXPORTER}=127.0.0.1:{node.ports['METRICS']}:"
+                f"{self.metrics_rules}"]
+
     def _spawn(self, node: Node, java_bin: str, libs: Path) -> None:
         cmd = [java_bin, f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={self.work_dir}/log4j2.properties",
-               "-cp", self._classpath(libs), "kafka.Kafka",
+               *self._agents(node), "-cp", self._classpath(libs), "kafka.Kafka",
                str(node.directory / "server.properties")]
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
@@ -358,6 +377,20 @@ class KafkaCluster:
                                    f"(logs in {self.work_dir})")
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    def restart(self, index: int, timeout: float = 20.0) -> None:
+        """Stop node `index` (SIGTERM, SIGKILL past `timeout`) and start it again on its data,
+        ports and properties, without waiting: the caller watches what it does meanwhile."""
+        node = self.nodes[index]
+        proc = node.proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._spawn(node, java(), libs_dir())
 
     @staticmethod
     def _why(node: Node) -> str:

@@ -29,7 +29,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from app.contract.directives import BadDirective
+from app.contract.directives import MAX_RECORD_BYTES, BadDirective
 from app.kafka.clients import TopicMissing, partitions_of
 from app.kafka.offsets import read_to_highwater
 from app.kafka.security import PLAINTEXT, KafkaSecurity
@@ -278,7 +278,9 @@ class DirectiveSubscriber:
     def _apply(self, record: ConsumerRecord, now: int) -> None:
         directive: Any = None
         reason = ""
-        if record.value is not None:
+        if record.value is not None and len(record.value) > MAX_RECORD_BYTES:
+            reason = "too_large"
+        elif record.value is not None:
             payload, refused = self._signing.open(record.topic, record.key, record.value)
             if payload is None:
                 reason = refused or "unsigned"

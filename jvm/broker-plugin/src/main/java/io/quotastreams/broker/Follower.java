@@ -22,12 +22,16 @@ import org.slf4j.LoggerFactory;
 /**
  * Follows one of the workers' topics, as app.subscriber.consumer does: no consumer group (every
  * broker needs every record), every partition read from the beginning at start, so what it holds
- * is rebuilt from what the topic holds; a refused record is counted by reason and skipped, and no
- * error ever stops the reading (it is retried with a backoff). What a record means is the
- * subclass's ({@link #apply}).
+ * is rebuilt from what the topic holds; a refused record (one over {@link Records#MAX_RECORD_BYTES}
+ * unread) is counted by reason and skipped, and no error ever stops the reading (it is retried
+ * with a backoff). What a record means is the subclass's ({@link #apply}).
  */
 public abstract class Follower implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(Follower.class);
+    /** How often the topic's partitions are looked up again (from the consumer's metadata). */
+    private static final long PARTITION_CHECK_NS = 5_000_000_000L;
+    /** How old the consumer's metadata may get: a partition added is seen within this. */
+    static final int METADATA_MAX_AGE_MS = 30_000;
 
     protected final Settings settings;
     protected final LongSupplier clock;
@@ -70,7 +74,7 @@ public abstract class Follower implements Runnable {
     /**
      * Report every count, now and from now on, as {@code records-total} of the {@code follower}
      * group, tagged with this follower's name and the outcome (records, tombstones,
-     * consumer_errors, bad.REASON for a refused record, and the subclass's own).
+     * consumer_errors, partitions_added, bad.REASON for a refused record, and the subclass's own).
      */
     public void reportTo(PluginMetrics metrics) {
         this.metrics = metrics;
@@ -99,8 +103,11 @@ public abstract class Follower implements Runnable {
             count("tombstones");
             return;
         }
-        Seal.Opened opened = settings.seal().open(topic, key, value);
         try {
+            if (value.length > Records.MAX_RECORD_BYTES) {
+                throw new BadRecord("too_large", value.length + " bytes, over " + Records.MAX_RECORD_BYTES);
+            }
+            Seal.Opened opened = settings.seal().open(topic, key, value);
             if (opened.payload() == null) {
                 throw new BadRecord(opened.refused(), "");
             }
@@ -132,12 +139,17 @@ public abstract class Follower implements Runnable {
                 List<TopicPartition> partitions = waitForPartitions(c);
                 c.assign(partitions);
                 c.seekToBeginning(partitions);
+                long checked = System.nanoTime();
                 while (running) {
                     for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
                         handle(r.topic(), r.key(), r.value(), clock.getAsLong());
                     }
                     tick(clock.getAsLong());
                     backoff = 100;
+                    if (System.nanoTime() - checked >= PARTITION_CHECK_NS) {
+                        partitions = followNewPartitions(c, partitions);
+                        checked = System.nanoTime();
+                    }
                 }
             } catch (WakeupException | InterruptException e) {
                 return;
@@ -149,6 +161,37 @@ public abstract class Follower implements Runnable {
                 backoff = Math.min(backoff * 2, 5000);
             }
         }
+    }
+
+    /**
+     * The topic's partitions now: when it gained some since {@code assigned} (partitions added,
+     * or the topic deleted and recreated with more), all are read again from their beginning,
+     * as at start (what the follower holds is rebuilt from what the topic holds, and a recreated
+     * topic's old partitions are new logs too); a failed look-up keeps {@code assigned} until
+     * the next check.
+     */
+    private List<TopicPartition> followNewPartitions(KafkaConsumer<byte[], byte[]> c,
+                                                     List<TopicPartition> assigned) {
+        List<PartitionInfo> infos;
+        try {
+            infos = c.partitionsFor(topic, Duration.ofSeconds(1));
+        } catch (RuntimeException e) {
+            return assigned;
+        }
+        if (infos == null || infos.isEmpty()) {
+            return assigned;
+        }
+        List<TopicPartition> now = infos.stream().map(p -> new TopicPartition(p.topic(), p.partition())).toList();
+        List<TopicPartition> added = now.stream().filter(tp -> !assigned.contains(tp)).toList();
+        if (added.isEmpty()) {
+            return assigned;
+        }
+        LOG.info("quota-streams: {} has {} partitions now; reading them all again from their beginning", topic,
+                now.size());
+        c.assign(now);
+        c.seekToBeginning(now);
+        count("partitions_added");
+        return now;
     }
 
     private List<TopicPartition> waitForPartitions(KafkaConsumer<byte[], byte[]> c) {
@@ -179,6 +222,7 @@ public abstract class Follower implements Runnable {
         config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
         config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         config.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, 100);
+        config.put(ConsumerConfig.METADATA_MAX_AGE_CONFIG, METADATA_MAX_AGE_MS);
         // asking for a missing topic must not create it with the broker's defaults
         config.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, false);
         config.remove(ConsumerConfig.GROUP_ID_CONFIG);

@@ -5,6 +5,7 @@ import java.util.Map;
 import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.function.LongSupplier;
 import org.apache.kafka.common.Cluster;
+import org.apache.kafka.common.Node;
 import org.apache.kafka.common.security.auth.KafkaPrincipal;
 import org.apache.kafka.server.quota.ClientQuotaCallback;
 import org.apache.kafka.server.quota.ClientQuotaEntity;
@@ -164,10 +165,14 @@ public final class QuotaCallback implements ClientQuotaCallback {
         kafkaQuotas.remove(type, entity);
     }
 
-    /** Where Kafka passes its metadata, the static split divides by the brokers it lists. */
+    /**
+     * Where Kafka passes its metadata, the static split divides by the brokers it lists. KRaft's
+     * {@code MetadataCache.toCluster} lists a broker once per listener, so brokers are counted by
+     * id: by nodes, three brokers with two listeners each would hold a sixth of a quota each.
+     */
     @Override
     public boolean updateClusterMetadata(Cluster cluster) {
-        int live = Math.max(1, cluster.nodes().size());
+        int live = (int) Math.max(1, cluster.nodes().stream().mapToInt(Node::id).distinct().count());
         boolean changed = live != brokers;
         brokers = live;
         return changed;

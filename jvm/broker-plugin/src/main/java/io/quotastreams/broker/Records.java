@@ -27,6 +27,12 @@ public final class Records {
     static final int MAX_NAME = 1024;
     static final long MAX_THROTTLE_MS = Integer.MAX_VALUE;
     static final long MAX_FUTURE_MS = 86_400_000L;
+    /**
+     * The largest record value a follower reads (app.contract.directives.MAX_RECORD_BYTES): an
+     * allocation at every other bound (1,024 enforcers, names of 1,024 characters, each escaped)
+     * stays far below it; a larger one is refused unread, whatever the topic lets in.
+     */
+    static final int MAX_RECORD_BYTES = 262_144;
     private static final Set<String> DIRECTIVE_QUOTAS = Set.of("producer_byte_rate", "consumer_byte_rate",
             "request_percentage", "controller_mutation_rate", "connection_creation_rate", "max_connection_creation_rate");
 

@@ -32,12 +32,17 @@ class ControlFollowerTest {
         assertEquals(3L, counts.get("records"));
     }
 
-    @Test
-    void withoutKeysAllocationsAreTakenAndDirectivesOnlyChecked() {
+    /** A follower without signing keys, into {@code table}, at t = 2 s. */
+    private static ControlFollower unsigned(AllocationTable table) {
         Settings settings = Settings.from(Map.of("node.id", "1", "quota.streams.bootstrap.servers", "127.0.0.1:9092",
                 "quota.streams.brokers", "3"));
+        return new ControlFollower(settings, table, () -> 2000L);
+    }
+
+    @Test
+    void withoutKeysAllocationsAreTakenAndDirectivesOnlyChecked() {
         AllocationTable table = new AllocationTable(60_000);
-        ControlFollower follower = new ControlFollower(settings, table, () -> 2000L);
+        ControlFollower follower = unsigned(table);
         follower.handle("quota.directives", null,
                 b(RecordsTest.allocation("producer_byte_rate", 1000, 6000, "600000", RecordsTest.THREE)), 2000);
         follower.handle("quota.directives", null, b("{\"v\":1,\"ts\":1000,\"until\":2000,\"scope\":\"cluster\","
@@ -49,6 +54,24 @@ class ControlFollowerTest {
         assertEquals(1L, counts.get("added"));
         assertEquals(1L, counts.get("directives_not_enforced"));
         assertEquals(1L, counts.get("bad.ts_in_future"));
+    }
+
+    @Test
+    void aRecordOverTheSizeBoundIsRefusedUnreadAndTheNextOneTaken() {
+        AllocationTable table = new AllocationTable(60_000);
+        ControlFollower follower = unsigned(table);
+        String allocation = RecordsTest.allocation("producer_byte_rate", 1000, 6000, "600000", RecordsTest.THREE);
+        // a valid allocation padded past the bound: refused for its size alone
+        String padded = allocation.substring(0, allocation.length() - 1) + ",\"pad\":\""
+                + "x".repeat(Records.MAX_RECORD_BYTES) + "\"}";
+        follower.handle("quota.directives", null, b(padded), 2000);
+        assertEquals(0, table.size());
+        follower.handle("quota.directives", null, b(allocation), 2000);
+        assertEquals(1, table.size());
+        Map<String, Long> counts = follower.counts();
+        assertEquals(1L, counts.get("bad.too_large"));
+        assertEquals(1L, counts.get("added"));
+        assertEquals(2L, counts.get("records"));
     }
 
     /** A loopback port nothing listens on. */

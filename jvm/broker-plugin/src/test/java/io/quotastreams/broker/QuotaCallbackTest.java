@@ -5,9 +5,13 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.common.Cluster;
+import org.apache.kafka.common.Node;
 import org.apache.kafka.common.security.auth.KafkaPrincipal;
 import org.apache.kafka.server.quota.ClientQuotaEntity;
 import org.apache.kafka.server.quota.ClientQuotaType;
@@ -87,6 +91,22 @@ class QuotaCallbackTest {
         Map<String, String> tags = broker(1).quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "other");
         assertEquals(Map.of("user", "ANONYMOUS", "client-id", "other"), tags);
         assertNull(broker(1).quotaLimit(ClientQuotaType.PRODUCE, tags));
+    }
+
+    @Test
+    void theStaticSplitCountsBrokersNotTheirListeners() {
+        QuotaCallback callback = QuotaCallback.over(table, 1, 1, now::get);
+        callback.configured().update(ClientQuotaType.PRODUCE, null, "loader", 600000.0);
+        // as KRaft lists them: each broker once per listener (PLAINTEXT and INTERNAL here)
+        List<Node> nodes = new ArrayList<>();
+        for (int id = 1; id <= 3; id++) {
+            nodes.add(new Node(id, "127.0.0.1", 9000 + id));
+            nodes.add(new Node(id, "127.0.0.1", 9100 + id));
+        }
+        assertTrue(callback.updateClusterMetadata(new Cluster("c", nodes, List.of(), Set.of(), Set.of())));
+        Map<String, String> tags = callback.quotaMetricTags(ClientQuotaType.PRODUCE, ANON, "loader");
+        assertEquals(200000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));  // 600000 / 3
+        assertFalse(callback.updateClusterMetadata(new Cluster("c", nodes.subList(0, 6), List.of(), Set.of(), Set.of())));
     }
 
     @Test
