@@ -48,9 +48,9 @@ WARM_S, MEASURE_S, LEAD_S = 12, 30, 2.0
 STORM_S, PING_S = 20, 25
 #: the loader runs on after the worker is killed (at WARM_S + MEASURE_S): the last allocation
 #: holds for its validity (QS_ALLOCATION_VALIDITY_MS, 5 s), then each broker the static split
-ORPHAN_S, VALIDITY_S = 60, 5
+ORPHAN_S, VALIDITY_S = 40, 5
 #: x QUOTA: the loader with the workers dead (the test's docstring): held, never above the quota
-ORPHANED = (0.1, 1.15)
+ORPHANED = (0.45, 1.15)
 #: each partition's leader: 3/2/1
 LEADERS = [1, 1, 1, 2, 2, 3]
 
@@ -206,14 +206,13 @@ def test_a_request_percentage_is_divided_among_the_brokers_by_their_request_time
 def test_with_the_workers_dead_the_brokers_hold_the_static_split(run: Run) -> None:
     """The worker killed while the loader's allocations were in force: each broker keeps the
     last one for its validity, then holds quota / 3 from the config topic (the plugin's
-    fail-safe), so the cluster still holds the quota: with leaders 3/2/1 the brokers leading
-    more of the loader's partitions throttle it, and it gets less than the quota, never more.
-    Measured from 2 s after the validity ended to the end of the run: 0.24x and 0.30x of the
-    quota in two runs on the 2-core box with one core spinning (0.37x over the last 20 s;
-    `bench/bench_closed_loop.py`, bench/RESULTS.md). The broker leading half the partitions
-    mutes the producers for seconds as its bound drops from its allocation to the split, and
-    each producer's unanswered requests stall it on the other brokers meanwhile. A fallback
-    with no bound reads 2x, one with the whole quota per broker up to that."""
+    fail-safe), so the cluster still holds the quota: with leaders 3/2/1 the broker leading half
+    the loader's partitions holds a third of the quota for them, and the producers, spreading
+    records evenly, get about two thirds of it, never more than all of it. Measured from 2 s
+    after the validity ended to the end of a run 20 s longer than now: 0.66x and 0.69x of the
+    quota in two runs on the 2-core box with one core spinning (`bench/bench_closed_loop.py`, bench/RESULTS.md). A
+    split divided by each broker's listeners too (KRaft lists a broker once per listener) read
+    0.24-0.30x; a fallback with no bound reads 2x, one with the whole quota per broker up to that."""
     killed_s = run.killed - run.epoch
     assert abs(killed_s - (WARM_S + MEASURE_S)) <= 5, killed_s
     # the loader's allocations were in force when the worker died, and none came after
