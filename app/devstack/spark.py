@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.devstack.launcher import free_port
+from app.devstack.kafka import distinct_free_ports
 
 
 def spark_home() -> Path:
@@ -66,13 +66,13 @@ class SparkStandalone:
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def start(self, timeout: float = 90.0) -> SparkStandalone:
-        self.port, self.ui_port = free_port(), free_port()
+        self.port, self.ui_port, *worker_ui_ports = distinct_free_ports(2 + self.workers)
         self._launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                      "--port", str(self.port), "--webui-port", str(self.ui_port))
         for i in range(self.workers):
             self._launch(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
                          "--host", "127.0.0.1", "--cores", str(self.cores), "--memory",
-                         self.memory, "--webui-port", str(free_port()),
+                         self.memory, "--webui-port", str(worker_ui_ports[i]),
                          "--work-dir", str(self.work_dir / f"work-{i}"), self.url)
         deadline = time.monotonic() + timeout
         while True:
