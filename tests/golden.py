@@ -1,0 +1,170 @@
+"""The deterministic drivers' outputs on fixed inputs, as the bytes `tests/data/golden/` holds.
+
+`tests/unit/project/test_golden_outputs.py` computes each output again and compares it with its
+file byte for byte, so a refactor of the engine, the intake or the audit that changes what they
+decide fails there, at the first line that differs. Each output is JSON lines with sorted keys.
+
+The input is `app.audit.synth`'s scenario on two brokers, with three lines the intake
+dead-letters in its middle, one config that makes the controller mutation quota bite within
+seconds, and named gateways on the requests (they only matter with allocations). On it every
+quota type decides: byte rates, request time, strict and legacy controller mutations, IP and
+broker connection rates.
+"""
+
+from __future__ import annotations
+
+import marshal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.audit.explode import ExplodeContext
+from app.audit.in_process import recompute_local
+from app.audit.recompute import MODE_FILE, archive_configs
+from app.audit.synth import CONFIGS, T0, USERS, scenario
+from app.engine.engine import EngineSettings
+from app.intake.replay import replay
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
+RECORD = ".venv/bin/python -m tests.golden"
+
+JSON_LINE = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+
+#: `ops` creates 6 partitions a request, once a second on each broker (legacy requests on
+#: broker 1, strict ones on broker 2): at 1 partition/s (a burst of 11) broker scope throttles
+#: the legacy ones from 2 s and rejects the strict ones from 3.5 s; at `synth.CONFIGS`' 2/s,
+#: from 5 s and 6.5 s
+MUTATION_CONFIG: dict[str, Any] = {
+    "type": "quota_config", "v": 1, "ts": 0,
+    "entity": {"user": "ops", "client_id": "terraform"},
+    "quotas": {"controller_mutation_rate": 1},
+}
+
+#: the named gateway each client connects through: alice's two clients through different ones,
+#: so her quota is divided between them
+GATEWAY = {client: 1 + n % 2 for n, client in enumerate(USERS)}
+
+
+def dead_letters(ts: int) -> list[dict[str, Any]]:
+    """Records the intake refuses, each for a reason of its own wording (a JSON parser's
+    message would change with orjson's version); a batch keeps its good event."""
+    request = {"type": "request", "v": 1, "ts": ts, "user": "carol", "client_id": "ui",
+               "api": "Produce", "bytes": 300}
+    return [
+        {"type": "heartbeat", "v": 1},
+        {**request, "v": 2, "broker": 1},
+        {"type": "batch", "v": 1, "broker": 1, "events": [{**request, "bytes": -5}, request]},
+    ]
+
+
+def named(record: dict[str, Any]) -> dict[str, Any]:
+    """A record with its requests' gateway (a batch holds requests only)."""
+    if record["type"] != "batch":
+        return record
+    return {**record, "events": [{**e, "gateway": GATEWAY[e["user"], e["client_id"]]}
+                                 for e in record["events"]]}
+
+
+def input_lines(seconds: int, users: list[tuple[str, str]]) -> list[bytes]:
+    """The configs, then `seconds` of the scenario with the dead letters half way through."""
+    events = scenario(seed=7, start_ms=T0, seconds=seconds, brokers=2, users=users)
+    half = len(events) // 2
+    records = [*CONFIGS, MUTATION_CONFIG, *events[:half],
+               *dead_letters(T0 + seconds * 500), *events[half:]]
+    return [orjson.dumps(named(r)) for r in records]
+
+
+def replayed(settings: EngineSettings) -> bytes:
+    """`replay`'s directives in the order it yields them, each line's dead letters after its
+    directives (`{"dead_letter": reason, "line": index}`), over 5 s of the input."""
+    out = bytearray()
+    for result in replay(input_lines(5, USERS), settings):
+        for directive in result.directives:
+            out += orjson.dumps(directive, option=JSON_LINE)
+        for reason, _ in result.bad:
+            out += orjson.dumps({"dead_letter": reason, "line": result.index}, option=JSON_LINE)
+    return bytes(out)
+
+
+def replay_broker_kafka() -> bytes:
+    return replayed(EngineSettings(scope="broker", accounting="kafka"))
+
+
+def replay_broker_served() -> bytes:
+    return replayed(EngineSettings(scope="broker", accounting="served"))
+
+
+def replay_cluster_kafka() -> bytes:
+    return replayed(EngineSettings(scope="cluster", accounting="kafka"))
+
+
+def replay_cluster_served() -> bytes:
+    return replayed(EngineSettings(scope="cluster", accounting="served"))
+
+
+def replay_cluster_allocations() -> bytes:
+    """Client quotas divided among the named gateways, which report what they served."""
+    return replayed(EngineSettings(scope="cluster", accounting="served", allocations=True))
+
+
+#: the columns that order an audit row within its kind: input position, then summary cell
+ROW_ORDER = ("s", "pos", "i", "di", "entity", "quota", "broker", "bucket")
+
+
+def audit_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the recompute's table without its null columns (its `kind` says which are
+    set), a sketch as its state with the bins in order instead of `marshal` bytes."""
+    out = {k: v for k, v in row.items() if v is not None}
+    if "sketch" in out:
+        low, high, bins = marshal.loads(out["sketch"])
+        out["sketch"] = {"low": low, "high": high, "bins": sorted(bins.items())}
+    return out
+
+
+def audit_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    values = (row.get(c) for c in ROW_ORDER)
+    return (row["kind"], *((v is None, 0 if v is None else v) for v in values))
+
+
+def audit_cluster() -> bytes:
+    """The audit's recompute in-process (`recompute_local`, both steps, no Spark) in cluster
+    scope over windows of 11 x 100 ms: the first line its event and dead-letter counts, then
+    its table's rows by kind and position. One second of the input and one client, as a row
+    per decision is ~300 bytes; windows this short make every quota type decide in it."""
+    lines = input_lines(1, USERS[:1])
+    settings = EngineSettings(scope="cluster", window_ms=100, controller_window_ms=100)
+    ctx = ExplodeContext(settings, MODE_FILE, tuple(archive_configs(lines)[0]), {"f": 0})
+    result = recompute_local((("f", i, line, None) for i, line in enumerate(lines)), ctx)
+    rows = sorted((audit_row(r) for r in result.table.to_pylist()), key=audit_order)
+    head = {"events": result.events, "bad": result.bad}
+    return b"".join(orjson.dumps(r, option=JSON_LINE) for r in [head, *rows])
+
+
+#: file name (without `.jsonl`) -> the output it holds
+OUTPUTS: dict[str, Callable[[], bytes]] = {
+    "replay-broker-kafka": replay_broker_kafka,
+    "replay-broker-served": replay_broker_served,
+    "replay-cluster-kafka": replay_cluster_kafka,
+    "replay-cluster-served": replay_cluster_served,
+    "replay-cluster-allocations": replay_cluster_allocations,
+    "audit-cluster": audit_cluster,
+}
+
+
+def path(name: str) -> Path:
+    return GOLDEN / f"{name}.jsonl"
+
+
+def main() -> None:
+    """Re-record every golden: only for a change meant to change an output; its commit says why."""
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    for name, output in OUTPUTS.items():
+        data = output()
+        path(name).write_bytes(data)
+        print(f"{path(name).name}: {len(data.splitlines())} lines, {len(data)} bytes")
+
+
+if __name__ == "__main__":
+    main()
