@@ -11,10 +11,10 @@ past the next one expected is a gap, and one before it a record delivered twice.
 
 `Continuity` judges each record's offset against the next expected for its partition: the
 offset after the last one processed, or at the first record of an assignment the group's
-committed offset (the partition's first offset when the group has none). A gap asks the worker to seek back to the expected offset and to drop records
-until that one arrives (asked again, at most `max_seeks` times, if it does not within
-`reseek_s`: a seek lost in a rebalance); a record delivered twice is dropped (it was processed,
-and its ack is pending or done). Pure: the worker passes the times in.
+committed offset (the partition's first offset when the group has none). A gap asks the worker
+to seek back to the expected offset and to drop records until that one arrives (asked again, at
+most `max_seeks` times, if it does not within `reseek_s`: a seek lost in a rebalance); a record
+delivered twice is dropped (it was processed, and its ack is pending or done). Pure: the worker passes the times in.
 
 The commit keeps the same rule (`commit_point`, `faust_patches` item 6): the worker acks a
 record whose samples all went to other workers when they are sent, and one that changed windows

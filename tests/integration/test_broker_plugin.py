@@ -208,11 +208,11 @@ def test_with_the_workers_dead_the_brokers_hold_the_static_split(run: Run) -> No
     last one for its validity, then holds quota / 3 from the config topic (the plugin's
     fail-safe), so the cluster still holds the quota: with leaders 3/2/1 the broker leading half
     the loader's partitions holds a third of the quota for them, and the producers, spreading
-    records evenly, get about two thirds of it, never more than all of it. Measured from 2 s
-    after the validity ended to the end of a run 20 s longer than now: 0.66x and 0.69x of the
-    quota in two runs on the 2-core box with one core spinning (`bench/bench_closed_loop.py`, bench/RESULTS.md). A
-    split divided by each broker's listeners too (KRaft lists a broker once per listener) read
-    0.24-0.30x; a fallback with no bound reads 2x, one with the whole quota per broker up to that."""
+    records evenly, get about two thirds of it, never more than all of it: 0.66x and 0.69x in
+    two runs on the 2-core box with one core spinning, over the 53 s after the validity of a
+    60 s fallback (`bench/bench_closed_loop.py`, bench/RESULTS.md). A split over brokers x
+    listeners (KRaft lists a broker once per listener) reads 0.24-0.30x; a fallback with no
+    bound reads 2x, one with the whole quota per broker up to that."""
     killed_s = run.killed - run.epoch
     assert abs(killed_s - (WARM_S + MEASURE_S)) <= 5, killed_s
     # the loader's allocations were in force when the worker died, and none came after
