@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -119,11 +120,16 @@ def test_three_nodes_lead_partitions_on_different_brokers(kafka_cluster3: KafkaC
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         assert len(admin.describe_cluster()["brokers"]) == 3
-        leaders = {p["leader_id"] for t in admin.describe_topics([topic])
-                   for p in t["partitions"]}
+        # the node asked may list a topic created a moment ago without its partitions yet
+        deadline = time.monotonic() + 30
+        while True:
+            partitions = [p for t in admin.describe_topics([topic]) for p in t["partitions"]]
+            if len(partitions) == 6 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         admin.close()
-    assert leaders == {1, 2, 3}
+    assert {p["leader_id"] for p in partitions} == {1, 2, 3}
 
 
 async def test_produce_consume_roundtrip(kafka_bootstrap: str) -> None:
