@@ -60,8 +60,8 @@ class ClockSeeder:
             try:
                 consumer = await asyncio.wait_for(self._started(), self.timeout_s)
                 starts = await asyncio.wait_for(consumer.beginning_offsets([tp]), self.timeout_s)
-            except Exception as exc:  # never stall the agent: its records are then taken as
-                self.failed += 1  # they come, as before the lookup
+            except Exception as exc:  # never stall the agent: its records are then taken
+                self.failed += 1  # from the first one delivered
                 log.warning("%s/%d: could not read the partition's first offset (%r); its "
                             "records are taken from the first one delivered", topic, partition,
                             exc)

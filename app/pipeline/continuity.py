@@ -14,7 +14,8 @@ offset after the last one processed, or at the first record of an assignment the
 committed offset (the partition's first offset when the group has none). A gap asks the worker
 to seek back to the expected offset and to drop records until that one arrives (asked again, at
 most `max_seeks` times, if it does not within `reseek_s`: a seek lost in a rebalance); a record
-delivered twice is dropped (it was processed, and its ack is pending or done). Pure: the worker passes the times in.
+delivered twice is dropped (it was processed, and its ack is pending or done). Pure: the worker
+passes the times in.
 
 The commit keeps the same rule (`commit_point`, `faust_patches` item 6): the worker acks a
 record whose samples all went to other workers when they are sent, and one that changed windows
