@@ -25,7 +25,8 @@ import org.apache.kafka.server.quota.ClientQuotaType;
  * force is its static split (quota / brokers; in broker scope the quota), and of a controller
  * mutation quota the whole quota: the active controller charges every mutation of the cluster.
  * {@link #quotaResetRequired} answers true once after the allocations or the configs changed,
- * and Kafka then re-reads every sensor's bound.
+ * and Kafka then re-reads every sensor's bound. The allocations, the workers' configs and their
+ * followers are the process's ({@link NodeState}), shared with its other callback if it has one.
  */
 public final class QuotaCallback implements ClientQuotaCallback {
     static final String USER = "user";
@@ -33,16 +34,11 @@ public final class QuotaCallback implements ClientQuotaCallback {
 
     private final LongSupplier clock;
     private final KafkaQuotas kafkaQuotas = new KafkaQuotas();
-    /** the workers' quota configs, from the config topic */
-    private final KafkaQuotas configured = new KafkaQuotas();
     /** per quota type, the version Kafka last re-read the bounds at (-1: never) */
     private final AtomicLongArray applied = newApplied();
     private Settings settings;
-    private AllocationTable table;
-    private ControlFollower control;
-    private ConfigFollower configs;
-    private PluginMetrics metrics;
-    private volatile int brokers;
+    /** the allocations, workers' configs and broker count, shared with this process's other callback */
+    private NodeState state;
 
     public QuotaCallback() {
         this(System::currentTimeMillis);
@@ -55,47 +51,26 @@ public final class QuotaCallback implements ClientQuotaCallback {
     @Override
     public void configure(Map<String, ?> configs) {
         settings = Settings.from(configs);
-        brokers = settings.brokers();
-        table = new AllocationTable(settings.failSafeMs());
-        control = new ControlFollower(settings, table, clock);
-        this.configs = new ConfigFollower(settings, configured, clock);
-        metrics = new PluginMetrics();
-        reportTo(metrics);
-        control.reportTo(metrics);
-        this.configs.reportTo(metrics);
-        control.start();
-        this.configs.start();
+        state = NodeState.acquire(settings, clock);
     }
 
     /** For tests: a callback over a given table and configs, with no reader. */
     static QuotaCallback over(AllocationTable table, long brokerId, int brokers, LongSupplier clock) {
         QuotaCallback callback = new QuotaCallback(clock);
-        callback.table = table;
-        callback.brokers = brokers;
+        callback.state = new NodeState(table, brokers, clock);
         callback.settings = new Settings("", "", "", "", true, Seal.parse(""), brokerId, brokers, 0,
                 1000, 1, Map.of());
         return callback;
     }
 
-    /**
-     * The callback's gauges: allocations held, in force, and on their static split after one
-     * ended (the fail-safe), and the brokers the static split divides by.
-     */
-    void reportTo(PluginMetrics m) {
-        m.gauge(PluginMetrics.CALLBACK, "allocations-held", "allocations held (in force or fail-safe)",
-                Map.of(), table::size);
-        m.gauge(PluginMetrics.CALLBACK, "allocations-in-force", "allocations whose bounds are in force",
-                Map.of(), () -> table.validCount(clock.getAsLong()));
-        m.gauge(PluginMetrics.CALLBACK, "allocations-fail-safe",
-                "allocations that ended: the static split holds until the fail-safe time",
-                Map.of(), () -> table.size() - table.validCount(clock.getAsLong()));
-        m.gauge(PluginMetrics.CALLBACK, "brokers", "the brokers the static split divides a quota among",
-                Map.of(), () -> brokers);
+    /** What this callback shares with the process's other one (a test reads it). */
+    NodeState state() {
+        return state;
     }
 
     /** The workers' quota configs this callback holds (a test feeds them). */
     KafkaQuotas configured() {
-        return configured;
+        return state.configured;
     }
 
     /** The quota the workers allocate for a type of Kafka's client quotas, or null for none. */
@@ -112,11 +87,11 @@ public final class QuotaCallback implements ClientQuotaCallback {
     public Map<String, String> quotaMetricTags(ClientQuotaType type, KafkaPrincipal principal, String clientId) {
         String quota = quotaName(type);
         String user = principal.getName();
-        Allocation a = quota == null ? null : table.entityFor(quota, user, clientId);
+        Allocation a = quota == null ? null : state.table.entityFor(quota, user, clientId);
         if (a != null) {
             return Map.of(USER, a.user(), CLIENT_ID, a.clientId());
         }
-        String[] level = configured.tags(type, user, clientId);
+        String[] level = state.configured.tags(type, user, clientId);
         if (level == null) {
             level = kafkaQuotas.tags(type, user, clientId);
         }
@@ -129,11 +104,13 @@ public final class QuotaCallback implements ClientQuotaCallback {
         String user = tags.getOrDefault(USER, "");
         String clientId = tags.getOrDefault(CLIENT_ID, "");
         long now = clock.getAsLong();
+        AllocationTable table = state.table;
+        int brokers = state.brokers();
         Double allocated = quota == null ? null : table.limit(quota, user, clientId, settings.brokerId(), brokers, now);
         if (allocated != null && table.valid(quota, user, clientId, now)) {
             return allocated;
         }
-        Double whole = configured.limit(type, user, clientId);
+        Double whole = state.configured.limit(type, user, clientId);
         if (whole != null) {
             boolean split = quota != null && settings.clusterScope();
             return split ? whole / Math.max(1, brokers) : whole;
@@ -150,7 +127,7 @@ public final class QuotaCallback implements ClientQuotaCallback {
     /** Asked by Kafka on every request: lock-free, one atomic swap. */
     @Override
     public boolean quotaResetRequired(ClientQuotaType type) {
-        long version = table.version() + configured.version() + kafkaQuotas.version();
+        long version = state.table.version() + state.configured.version() + kafkaQuotas.version();
         return applied.getAndSet(type.ordinal(), version) != version;
     }
 
@@ -172,20 +149,13 @@ public final class QuotaCallback implements ClientQuotaCallback {
      */
     @Override
     public boolean updateClusterMetadata(Cluster cluster) {
-        int live = (int) Math.max(1, cluster.nodes().stream().mapToInt(Node::id).distinct().count());
-        boolean changed = live != brokers;
-        brokers = live;
-        return changed;
+        return state.brokers((int) Math.max(1, cluster.nodes().stream().mapToInt(Node::id).distinct().count()));
     }
 
     @Override
     public void close() {
-        if (control != null) {
-            control.stop();
-            configs.stop();
-        }
-        if (metrics != null) {
-            metrics.close();
+        if (state != null) {
+            state.release();
         }
     }
 }

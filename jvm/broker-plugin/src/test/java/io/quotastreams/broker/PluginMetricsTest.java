@@ -33,7 +33,7 @@ class PluginMetricsTest {
                 RecordsTest.THREE)), now[0]);
         QuotaCallback callback = QuotaCallback.over(table, 1, 3, () -> now[0]);
         try (PluginMetrics metrics = new PluginMetrics()) {
-            callback.reportTo(metrics);
+            callback.state().reportTo(metrics);
             assertEquals(2, read("type=callback", "allocations-in-force"));
             now[0] = 7_000;  // the produce allocation ended: its static split holds
             assertEquals(1, read("type=callback", "allocations-in-force"));
