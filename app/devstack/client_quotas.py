@@ -37,7 +37,7 @@ def alter_request(client_id: str, quotas: Mapping[str, float], correlation_id: i
         request_api_key=i16(ALTER_CLIENT_QUOTAS), request_api_version=i16(1),
         correlation_id=i32(correlation_id), client_id="quota-streams-bench"))
     entry = EntryData(entity=(EntityData(entity_type="client-id", entity_name=client_id),),
-                      ops=tuple(OpData(key=k, value=f64(v), remove=False)
+                      ops=tuple(OpData(key=k, value=f64(float(v)), remove=False)
                                 for k, v in quotas.items()))
     entity_writer(AlterClientQuotasRequest)(buf, AlterClientQuotasRequest(
         entries=(entry,), validate_only=False))

@@ -154,6 +154,8 @@ class Node:
     directory: Path
     ports: dict[str, int]  # listener name -> port (client listeners, INTERNAL, CONTROLLER)
     proc: subprocess.Popen[bytes] | None = None
+    #: its server.properties, as last written
+    config: dict[str, str] = field(default_factory=dict)
 
     @property
     def log(self) -> Path:
@@ -247,8 +249,8 @@ class KafkaCluster:
         cluster_id = kafka_uuid()
         for node in self.nodes:
             node.directory.mkdir(parents=True, exist_ok=True)
-            (node.directory / "server.properties").write_text(
-                properties(self._config(node, server_cert)))
+            node.config = self._config(node, server_cert)
+            (node.directory / "server.properties").write_text(properties(node.config))
         try:
             with ThreadPoolExecutor(len(self.nodes)) as pool:
                 list(pool.map(lambda n: self._format(n, java_bin, libs, cluster_id), self.nodes))
@@ -384,9 +386,11 @@ class KafkaCluster:
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    def restart(self, index: int, timeout: float = 20.0) -> None:
-        """Stop node `index` (SIGTERM, SIGKILL past `timeout`) and start it again on its data,
-        ports and properties, without waiting: the caller watches what it does meanwhile."""
+    def restart(self, index: int, timeout: float = 20.0,
+                changes: Mapping[str, str | None] | None = None) -> None:
+        """Stop node `index` (SIGTERM, SIGKILL past `timeout`) and start it again on its data
+        and ports, without waiting: the caller watches what it does meanwhile. `changes` sets
+        (or, given None, removes) properties first: one step of a rolling change."""
         node = self.nodes[index]
         proc = node.proc
         if proc is not None and proc.poll() is None:
@@ -396,6 +400,13 @@ class KafkaCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if changes:
+            for key, value in changes.items():
+                if value is None:
+                    node.config.pop(key, None)
+                else:
+                    node.config[key] = value
+            (node.directory / "server.properties").write_text(properties(node.config))
         self._spawn(node, java(), libs_dir())
 
     @staticmethod

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from app.devstack.launcher import isolated_env
 from app.kafka.topics import create_topics
 from app.kafka.whole_topic import read_topic
 from tests.integration.measured import measured
+from tests.integration.plugin_control import allocation, scrape, send
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,6 @@ pytestmark = pytest.mark.integration
 REBUILT_WITHIN_S = (0.0, 10.0)
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "broker-plugin" / "metrics" / \
     "jmx-exporter.yaml"
-VALIDITY_MS = 120_000
 
 
 @dataclass
@@ -53,12 +52,8 @@ class Stack:
         return self.env["QS_TOPIC_DIRECTIVES"]
 
     def scrape(self) -> dict[str, float]:
-        """The plugin's series on the broker's exporter, by name and labels as exposed."""
-        with urllib.request.urlopen(self.kafka.nodes[0].metrics_url, timeout=5) as page:
-            text = page.read().decode()
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines()
-                if line.startswith("quota_streams_plugin_")}
+        """The plugin's series on the broker's exporter."""
+        return scrape(self.kafka.nodes[0].metrics_url)
 
     def control_count(self, outcome: str) -> float:
         series = f'quota_streams_plugin_records_total{{follower="control",outcome="{outcome}"}}'
@@ -86,27 +81,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield Stack(kafka, env, bootstrap)
     finally:
         kafka.stop(graceful=False)  # throwaway: its data goes with it
-
-
-def allocation(client: str, limit: float) -> bytes:
-    """An allocation of `client`'s producer byte rate to the one broker, valid for two minutes."""
-    now = int(time.time() * 1000)
-    return orjson.dumps({
-        "v": 1, "kind": "allocation", "ts": now, "scope": "cluster",
-        "entity": {"user": "", "client_id": client}, "quota": "producer_byte_rate",
-        "limit": limit, "window_ms": 11000, "config_level": f"/config/clients/{client}",
-        "valid_until": now + VALIDITY_MS, "others": 0.0,
-        "enforcers": [{"enforcer": 1, "limit": limit, "usage": 1.0, "saturated": True}]})
-
-
-async def send(bootstrap: str, topic: str, records: list[tuple[int, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2 * MAX_RECORD_BYTES)
-    await producer.start()
-    try:
-        for partition, value in records:
-            await producer.send_and_wait(topic, value, partition=partition)
-    finally:
-        await producer.stop()
 
 
 @dataclass

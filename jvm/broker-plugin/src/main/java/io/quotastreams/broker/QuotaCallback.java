@@ -98,11 +98,28 @@ public final class QuotaCallback implements ClientQuotaCallback {
         return level == null ? Map.of(USER, user, CLIENT_ID, clientId) : Map.of(USER, level[0], CLIENT_ID, level[1]);
     }
 
+    /**
+     * The bound of the window {@code tags} name: the workers' (see the class comment), capped by
+     * Kafka's own quota config of that entity where one is set. Kafka's own configs are a
+     * per-broker ceiling, so a broker with the plugin never lets a client through more than the
+     * same broker without it would: brokers may take the plugin one at a time, and the workers
+     * take over a quota whole once its Kafka config is removed (docs/broker-plugin.md).
+     */
     @Override
     public Double quotaLimit(ClientQuotaType type, Map<String, String> tags) {
-        String quota = quotaName(type);
         String user = tags.getOrDefault(USER, "");
         String clientId = tags.getOrDefault(CLIENT_ID, "");
+        Double workers = workersLimit(type, user, clientId);
+        Double kafka = kafkaQuotas.limit(type, user, clientId);
+        if (workers == null || kafka == null) {
+            return workers == null ? kafka : workers;
+        }
+        return Math.min(workers, kafka);
+    }
+
+    /** The workers' bound of a window: allocation, static split of their config, or none. */
+    private Double workersLimit(ClientQuotaType type, String user, String clientId) {
+        String quota = quotaName(type);
         long now = clock.getAsLong();
         AllocationTable table = state.table;
         int brokers = state.brokers();
@@ -115,7 +132,7 @@ public final class QuotaCallback implements ClientQuotaCallback {
             boolean split = quota != null && settings.clusterScope();
             return split ? whole / Math.max(1, brokers) : whole;
         }
-        return allocated != null ? allocated : kafkaQuotas.limit(type, user, clientId);
+        return allocated;
     }
 
     private static AtomicLongArray newApplied() {

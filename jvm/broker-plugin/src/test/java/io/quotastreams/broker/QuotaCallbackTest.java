@@ -180,4 +180,26 @@ class QuotaCallbackTest {
         allocate(1000, 6000);
         assertEquals(200000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, produce));
     }
+
+    @Test
+    void kafkasOwnConfigIsACeilingOnWhatTheWorkersGiveABroker() throws BadRecord {
+        QuotaCallback callback = broker(2);
+        Map<String, String> tags = Map.of("user", "", "client-id", "loader");
+        callback.configured().update(ClientQuotaType.PRODUCE, null, "loader", 1_800_000.0);
+        callback.updateQuota(ClientQuotaType.PRODUCE,
+                entity(part(ClientQuotaEntity.ConfigEntityType.CLIENT_ID, "loader")), 150000.0);
+        // before any allocation: the static split, 600000, over the broker's own 150000
+        assertEquals(150000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));
+        allocate(1000, 6000);  // 250000 for broker 2
+        assertEquals(150000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));
+        callback.updateQuota(ClientQuotaType.PRODUCE,
+                entity(part(ClientQuotaEntity.ConfigEntityType.DEFAULT_CLIENT_ID, "<default>")), 100000.0);
+        assertEquals(150000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));  // its own comes first
+        callback.removeQuota(ClientQuotaType.PRODUCE,
+                entity(part(ClientQuotaEntity.ConfigEntityType.CLIENT_ID, "loader")));
+        assertEquals(100000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));  // then the default
+        callback.removeQuota(ClientQuotaType.PRODUCE,
+                entity(part(ClientQuotaEntity.ConfigEntityType.DEFAULT_CLIENT_ID, "<default>")));
+        assertEquals(250000.0, callback.quotaLimit(ClientQuotaType.PRODUCE, tags));  // removed: the workers'
+    }
 }
