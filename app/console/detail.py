@@ -4,36 +4,19 @@ with where they come from, and the charted history."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
 from typing import Any
 
 from app.audit.explain import Explanation, Snapshot, window_text
-from app.console.index import ConsoleIndex, check_broker, entity_label
+from app.console.index import ConsoleIndex, check_broker
 from app.console.query import StateOf, window_row
 from app.engine.configs import REQUEST, QuotaConfigs
 from app.engine.engine import Decision, EngineSettings
 from app.engine.kafka_math import UNLIMITED, bounded_throttle_time_ms, throttle_time_ms
 from app.engine.stats import Rate
 
-#: the longest entity parameter a page may send (JSON text)
-MAX_ENTITY_BYTES = 10_000
-
-
-class EntityError(ValueError):
-    """An entity parameter the page cannot use."""
-
-
-def parse_entity(value: Any) -> dict[str, Any]:
-    """The contract entity a page names: a JSON object of user/client_id/ip/broker/listener."""
-    if not isinstance(value, dict) or not value or len(value) > 3:
-        raise EntityError("entity must be a JSON object such as {\"user\": \"alice\"}")
-    allowed = {"user", "client_id", "ip", "broker", "listener"}
-    if not set(value) <= allowed:
-        raise EntityError(f"entity fields are {', '.join(sorted(allowed))}")
-    for k, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, (str, int)):
-            raise EntityError(f"entity field {k} must be a string or a broker id")
-    return dict(value)
+#: an entity's key as `index.entity_id` issues it
+ENTITY_ID = re.compile(r"[0-9a-f]{24}")
 
 
 def as_decision(check: Any, settings: EngineSettings) -> Decision:
@@ -54,16 +37,17 @@ def as_decision(check: Any, settings: EngineSettings) -> Decision:
                     rate.clock, check_broker(check))
 
 
-def entity_windows(index: ConsoleIndex, entity: Mapping[str, Any], state_of: StateOf,
-                   configs: QuotaConfigs, settings: EngineSettings, now_ms: int, worker: str
-                   ) -> list[dict[str, Any]]:
-    """Every window of `entity` this worker holds, with its explanation and history."""
-    label = entity_label(entity)
+def entity_windows(index: ConsoleIndex, ident: str, state_of: StateOf, configs: QuotaConfigs,
+                   settings: EngineSettings, now_ms: int, worker: str) -> list[dict[str, Any]]:
+    """Every window this worker holds of the entity whose key is `ident`, with its
+    explanation and history."""
     out = []
     now_s = now_ms // 1000
     for partition, key, check in index.items():
-        if index.label(key, check) != label or dict(check.entity) != dict(entity):
+        if index.entity_id(key, check) != ident:
             continue
+        entity = check.entity
+        label = index.label(key, check)
         index.history.pin(key, now_s)
         row = window_row(index, partition, key, check, state_of, now_ms, worker)
         state = state_of(partition, key)

@@ -10,11 +10,14 @@ history.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+import orjson
 
 from app.engine.configs import MUTATION
 from app.engine.engine import SEP, Decision
@@ -51,6 +54,14 @@ def entity_label(entity: Mapping[str, Any]) -> str:
     """`user=alice,client_id=app`: how the console names an entity (and matches a filter); a
     window of a user quota names no client id."""
     return ",".join(f"{k}={v}" for k, v in entity.items() if v != "")
+
+
+def entity_id(entity: Mapping[str, Any]) -> str:
+    """A short key naming an entity in a page's URL, whatever its names: a 1,024-character
+    name's JSON in a query string outgrows aiohttp's 8,190-byte request line. Derived from the
+    entity alone, so every worker issues the same one."""
+    return hashlib.blake2b(orjson.dumps(dict(entity), option=orjson.OPT_SORT_KEYS),
+                           digest_size=12).hexdigest()
 
 
 def limit_or_none(limit: float) -> float | None:
@@ -226,7 +237,8 @@ class ConsoleIndex:
         #: (quota, entity label) -> recent throttles (ts ms, throttle ms), charted entities only
         self.marks: dict[tuple[str, str], deque[tuple[int, int]]] = {}
         self.history = History(history_windows)
-        self._labels: dict[str, str] = {}
+        #: state key -> (entity label, entity id), computed once per window
+        self._names: dict[str, tuple[str, str]] = {}
 
     def checks(self, partition: int) -> dict[str, Any]:
         """The dict the engine step of `partition` fills with its checks."""
@@ -252,25 +264,31 @@ class ConsoleIndex:
                 return partition, found
         return None
 
-    def label(self, key: str, check: Any) -> str:
-        found = self._labels.get(key)
+    def _named(self, key: str, check: Any) -> tuple[str, str]:
+        found = self._names.get(key)
         if found is None:
-            found = self._labels[key] = entity_label(check.entity)
+            found = self._names[key] = (entity_label(check.entity), entity_id(check.entity))
         return found
+
+    def label(self, key: str, check: Any) -> str:
+        return self._named(key, check)[0]
+
+    def entity_id(self, key: str, check: Any) -> str:
+        return self._named(key, check)[1]
 
     def forget(self, partition: int, keys: list[str]) -> None:
         """Windows that expired (their states left the store)."""
         checks = self.partitions.get(partition, {})
         for key in keys:
             checks.pop(key, None)
-            self._labels.pop(key, None)
+            self._names.pop(key, None)
         self.history.forget(keys)
 
     def forget_partition(self, partition: int) -> None:
         """A partition this worker no longer holds (its new owner shows it)."""
         checks = self.partitions.pop(partition, {})
         for key in checks:
-            self._labels.pop(key, None)
+            self._names.pop(key, None)
         self.history.forget(list(checks))
 
     def published_record(self, record: Mapping[str, Any]) -> None:

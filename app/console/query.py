@@ -160,6 +160,7 @@ def window_row(index: ConsoleIndex, partition: int, key: str, check: Any, state_
     observed, utilization = usage(check)
     return {
         "key": key, "quota": check.quota, "entity": check.entity, "label": label,
+        "id": index.entity_id(key, check),
         "level": check_level(check), "limit": limit, "observed": observed,
         "tokens": check.observed if observed is None and limit is not None else None,
         "utilization": utilization,

@@ -27,7 +27,7 @@ from app.admin.entities import (
     parse_entity as parse_entity_options,
 )
 from app.admin.views import describe_all
-from app.console.detail import MAX_ENTITY_BYTES, EntityError, entity_windows, parse_entity
+from app.console.detail import ENTITY_ID, entity_windows
 from app.console.index import ConsoleIndex
 from app.console.query import QueryError, StateOf, merge, parse_query, select
 from app.engine.configs import ConfigUpdate, QuotaConfigs
@@ -137,23 +137,24 @@ class Console:
                      "workers": 1 + len(answers), "missing": missing}
 
     async def entity(self, params: Mapping[str, str]) -> Answer:
-        """An entity's windows on every worker, with explanations, configs and charts."""
-        try:
-            raw = params.get("entity", "")
-            if len(raw) > MAX_ENTITY_BYTES:
-                raise EntityError(f"the entity is longer than {MAX_ENTITY_BYTES:,} characters")
-            entity = parse_entity(orjson.loads(raw))
-        except (orjson.JSONDecodeError, EntityError) as exc:
-            return 400, {"error": f"entity: {exc}"}
+        """An entity's windows on every worker, with explanations, configs and charts; the
+        entity is named by the key its overview rows carry (`id`)."""
+        ident = params.get("id", "")
+        if not ENTITY_ID.fullmatch(ident):
+            return 400, {"error": "id: an entity's key as the overview's rows give it"}
         now = self.now_ms()
-        windows = entity_windows(self.index, entity, self.state_of, self.configs(),
+        windows = entity_windows(self.index, ident, self.state_of, self.configs(),
                                  self.engine_settings, now, self.url)
         if params.get("local") == "1":
             return 200, {"windows": windows}
-        answers, missing = await self._ask_peers("/console/api/entity", {"entity": raw})
+        answers, missing = await self._ask_peers("/console/api/entity", {"id": ident})
         for answer in answers:
             windows.extend(answer["windows"])
+        if not windows:
+            return 404, {"error": "no worker holds a window of this entity now (an idle "
+                                  "entity's windows expire)", "missing": missing}
         windows.sort(key=lambda w: (w["quota"], -1 if w["broker"] is None else w["broker"]))
+        entity = windows[0]["entity"]
         named = {k: v for k, v in entity.items() if v != ""}  # a user quota's window: no client
         return 200, {"entity": entity, "level": level_path(named), "windows": windows,
                      "now_ms": now, "missing": missing,

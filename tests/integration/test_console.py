@@ -40,6 +40,9 @@ pytestmark = pytest.mark.integration
 
 HOSTILE = "<img src=x onerror=window.__pwned=1>"
 WIDE = ("Ünïcødé-名前-" * 100)[:1024]  # the longest name an event may carry, 2.3 kB of UTF-8
+CJK = "長" * 1024  # as long, 3 kB of UTF-8: its JSON URL-encoded is 9 kB, past aiohttp's 8,190
+OVERRIDE = "mallory\u202e-rtl"  # RIGHT-TO-LEFT OVERRIDE: reverses what follows it, unisolated
+NEWLINE = "two\nlines"  # without an escape, reads as "two lines"
 TOKEN = secrets.token_hex(16)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
@@ -113,7 +116,8 @@ def test_the_console_shows_the_workers_windows_in_a_browser(
         chromium: str, workers: LocalCluster, console_env: dict[str, str]) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    users = [*USERS, (HOSTILE, "app"), (WIDE, "wide")]
+    users = [*USERS, (HOSTILE, "app"), (WIDE, "wide"), (CJK, "cjk"), (OVERRIDE, "app"),
+             (NEWLINE, "app")]
     now = int(time.time() * 1000)
     events = scenario(seed=11, start_ms=now - 30_000, seconds=15, users=users)
     bootstrap = workers.start_broker()
@@ -180,6 +184,50 @@ def test_the_console_shows_the_workers_windows_in_a_browser(
             assert page.evaluate("window.__pwned") is None
             page.get_by_test_id("filter").fill("名前")
             expect(page.locator("#entities tbody tr").first).to_contain_text(WIDE)
+
+            # names are isolated, their invisible characters shown: the override reverses
+            # nothing after it, the newline is an escape, not a space
+            page.get_by_test_id("filter").fill("mallory")
+            link = page.get_by_test_id("entity-link").first
+            expect(link).to_contain_text("mallory\\u202E-rtl")
+            assert "\u202e" not in link.inner_text()
+            assert link.locator("bdi").count() == 1
+            page.get_by_test_id("filter").fill("lines")
+            expect(page.get_by_test_id("entity-link").first).to_contain_text("two\\nlines")
+
+            # the longest name opens by its short key, and its page shows its windows
+            page.get_by_test_id("filter").fill("長長長")
+            expect(page.get_by_test_id("entity-link").first).to_contain_text(CJK)
+            href = str(page.get_by_test_id("entity-link").first.get_attribute("href"))
+            assert len(href) < 64, href
+            page.get_by_test_id("entity-link").first.click()
+            page.wait_for_selector("[data-testid=window] [data-testid=explanation]")
+            assert CJK in page.get_by_test_id("entity-title").inner_text()
+            assert "error" not in page.get_by_test_id("status").inner_text()
+            assert not errors, errors
+
+            # an answer that is not JSON (a proxy's page, aiohttp's own 400) is shown as an error
+            page.goto(f"http://127.0.0.1:{workers.ports[0]}/console#entity=nope")
+            expect(page.get_by_test_id("status")).to_contain_text("error: 400")
+            page.route("**/console/api/entity?*", lambda route: route.fulfill(
+                status=400, body="Bad Request: Got more than 8190 bytes", content_type="text/plain"))
+            page.goto(f"http://127.0.0.1:{workers.ports[0]}/console#entity={'0' * 24}")
+            expect(page.get_by_test_id("status")).to_contain_text(
+                "error: 400 Bad Request: Got more than 8190 bytes")
+            page.unroute("**/console/api/entity?*")
+            errors.clear()
+
+            # the override's entity page: its name isolated in the explanation too
+            page.goto(f"http://127.0.0.1:{workers.ports[0]}/console")
+            page.get_by_test_id("filter").fill("mallory")
+            page.get_by_test_id("entity-link").first.click()
+            page.wait_for_selector("[data-testid=window] [data-testid=explanation]")
+            explanation = page.get_by_test_id("explanation").first
+            assert explanation.locator("bdi").count() >= 1
+            assert "\u202e" not in explanation.inner_text()
+            assert "\u202e" not in page.get_by_test_id("entity-title").inner_text()
+            page.goto(f"http://127.0.0.1:{workers.ports[0]}/console")
+            page.wait_for_selector("[data-testid=entity-link]")
 
             # a click reaches the entity's windows, chart and explanation
             page.get_by_test_id("filter").fill("user=alice")

@@ -1,5 +1,7 @@
 // The quota-streams console: plain DOM, no dependencies. Every name a client chose (client ids,
-// user names) reaches the page as text (textContent), never as markup.
+// user names) reaches the page as text (textContent), never as markup, in a <bdi> of its own
+// (a right-to-left name cannot reorder the text around it), its control and bidi formatting
+// characters shown as escapes.
 "use strict";
 
 const UNITS = {
@@ -46,18 +48,72 @@ function rateText(row, unit) {
   return row.tokens !== null ? `${row.tokens.toFixed(2)} tokens left` : "-";
 }
 
-function entityText(entity) {
-  return Object.entries(entity).filter(([, v]) => v !== "").map(([k, v]) => `${k}=${v}`).join(", ");
+// control characters and the bidi formatting ones (marks, embeddings, overrides, isolates)
+const INVISIBLE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+const SHORT_ESCAPES = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+function escaped(ch) {
+  return SHORT_ESCAPES[ch] || "\\u" + ch.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0");
+}
+
+// a name as the page shows it: isolated, each invisible character a visible escape
+function nameNode(name) {
+  const node = el("bdi", { class: "name" });
+  let last = 0;
+  for (const m of name.matchAll(INVISIBLE)) {
+    if (m.index > last) node.append(name.slice(last, m.index));
+    node.append(el("span", { class: "ctl", title: "U+" + m[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") }, escaped(m[0])));
+    last = m.index + m[0].length;
+  }
+  if (last < name.length) node.append(name.slice(last));
+  return node;
+}
+
+function namesOf(entity) {
+  return Object.values(entity || {}).map(String).filter((v) => v !== "" && v !== "<default>");
+}
+
+// server text (a config level, an explanation) with every occurrence of a name as nameNode
+function withNames(text, names) {
+  const sorted = [...new Set(names)].sort((a, b) => b.length - a.length);
+  if (!sorted.length) return [text];
+  const pattern = new RegExp(sorted.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|"), "g");
+  const nodes = [];
+  let last = 0;
+  for (const m of text.matchAll(pattern)) {
+    if (m.index > last) nodes.push(text.slice(last, m.index));
+    nodes.push(nameNode(m[0]));
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) nodes.push(text.slice(last));
+  return nodes;
+}
+
+// user=alice, client_id=app: each name a nameNode
+function entityNodes(entity) {
+  const nodes = [];
+  for (const [k, v] of Object.entries(entity).filter(([, v]) => v !== "")) {
+    if (nodes.length) nodes.push(", ");
+    nodes.push(k + "=", nameNode(String(v)));
+  }
+  return nodes;
 }
 
 function clock(ms) {
   return new Date(ms).toISOString().slice(11, 19) + " UTC";
 }
 
+// the answer's JSON; an error answer (JSON or not: a proxy's or aiohttp's own page) throws
+// with what the server said
 async function getJSON(url) {
   const response = await fetch(url, { headers: { Accept: "application/json" } });
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.error || response.statusText);
+  const text = await response.text();
+  let body = null;
+  try { body = JSON.parse(text); } catch (e) { body = null; }
+  if (!response.ok || body === null) {
+    const said = body && body.error ? body.error : text.trim().slice(0, 200) || response.statusText;
+    throw new Error(`${response.status} ${said}`);
+  }
   return body;
 }
 
@@ -65,8 +121,8 @@ function setStatus(text) {
   document.getElementById("status").textContent = text;
 }
 
-function entityHash(entity) {
-  return "#entity=" + encodeURIComponent(JSON.stringify(entity));
+function entityHash(id) {
+  return "#entity=" + id;
 }
 
 // -- the overview ---------------------------------------------------------------------------
@@ -96,7 +152,8 @@ async function loadOverview() {
 
 function overviewRow(row, now) {
   const unit = UNITS[row.quota] || "";
-  const link = el("a", { href: entityHash(row.entity), "data-testid": "entity-link" }, row.label || "(all)");
+  const named = entityNodes(row.entity);
+  const link = el("a", { href: entityHash(row.id), "data-testid": "entity-link" }, ...(named.length ? named : ["(all)"]));
   const utilization = el("td", { class: "num", "data-testid": "utilization" });
   if (row.utilization !== null) {
     const pct = row.utilization * 100;
@@ -120,7 +177,7 @@ function overviewRow(row, now) {
   return el("tr", { "data-key": row.key },
     el("td", { class: "entity" }, link),
     el("td", {}, row.quota),
-    el("td", {}, row.level || "-"),
+    el("td", {}, ...withNames(row.level || "-", namesOf(row.entity))),
     el("td", { class: "num", "data-testid": "limit" }, human(row.limit, unit)),
     el("td", { class: "num", "data-testid": "observed", "data-value": String(row.observed) }, rateText(row, unit)),
     utilization,
@@ -132,10 +189,11 @@ function overviewRow(row, now) {
 
 // -- an entity ------------------------------------------------------------------------------
 
-async function loadEntity(entity) {
-  const data = await getJSON("/console/api/entity?" + new URLSearchParams({ entity: JSON.stringify(entity) }));
-  document.getElementById("entity-title").textContent = entityText(entity);
-  document.getElementById("entity-level").textContent = "config entity " + data.level;
+async function loadEntity(id) {
+  const data = await getJSON("/console/api/entity?" + new URLSearchParams({ id }));
+  document.getElementById("entity-title").replaceChildren(...entityNodes(data.entity));
+  document.getElementById("entity-level").replaceChildren(
+    ...withNames("config entity " + data.level, namesOf(data.entity)));
   const cards = data.windows.map((w) => windowCard(w, data.now_ms));
   if (!cards.length) cards.push(el("p", { class: "muted" }, "No active window of this entity on any worker."));
   document.getElementById("windows").replaceChildren(...cards);
@@ -151,11 +209,12 @@ function windowCard(w, now) {
       w.throttled_until ? el("span", { class: "throttled" }, ` · throttled until ${clock(w.throttled_until)}`) : ""));
   card.append(w.history ? chart(w, unit) : el("p", { class: "muted" }, "No history yet: charted from now on."));
   const levels = el("table", { class: "levels" }, el("tr", {}, el("th", {}, "Config level Kafka checks"), el("th", { class: "num" }, "Value")));
+  const names = namesOf(w.entity);
   for (const level of w.precedence) {
-    levels.append(el("tr", {}, el("td", {}, level.level), el("td", { class: "num" }, level.value === null ? "-" : human(level.value, unit))));
+    levels.append(el("tr", {}, el("td", {}, ...withNames(level.level, names)), el("td", { class: "num" }, level.value === null ? "-" : human(level.value, unit))));
   }
   card.append(levels, el("h4", {}, "Why (the explanation explain gives)"),
-    el("pre", { "data-testid": "explanation" }, w.explanation));
+    el("pre", { "data-testid": "explanation" }, ...withNames(w.explanation, names)));
   return card;
 }
 
@@ -229,7 +288,7 @@ async function loadQuotas() {
       remove.addEventListener("click", () => change(partsOf(q.entity), "", q.quota));
       cell.append(remove);
     }
-    return el("tr", {}, el("td", {}, q.level), el("td", {}, q.quota),
+    return el("tr", {}, el("td", {}, ...withNames(q.level, namesOf(q.entity))), el("td", {}, q.quota),
       el("td", { class: "num" }, q.value === null ? "-" : String(q.value)), cell);
   }));
   document.getElementById("alter").hidden = !data.editable;
@@ -283,9 +342,8 @@ function route() {
   for (const id of ["overview", "entity", "quotas"]) document.getElementById(id).hidden = id !== view;
   let load;
   if (view === "entity") {
-    let entity;
-    try { entity = JSON.parse(decodeURIComponent(hash.slice("#entity=".length))); } catch (e) { entity = null; }
-    load = () => loadEntity(entity);
+    const id = hash.slice("#entity=".length);
+    load = () => loadEntity(id);
   } else if (view === "quotas") {
     load = loadQuotas;
   } else {

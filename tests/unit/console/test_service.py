@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import orjson
 import pytest
 
-from app.console.index import ConsoleIndex
+from app.console.index import ConsoleIndex, entity_id
 from app.console.query import Query, select
 from app.console.service import Console, ConsoleAccess
 from tests.unit.console.engine_windows import T0, state_of, windows
@@ -76,9 +76,10 @@ def test_the_overview_merges_every_workers_windows_and_names_the_silent() -> Non
 def test_an_entity_page_explains_each_window_with_kafkas_formula() -> None:
     engine, index, _ = windows()
     served, _ = console(index, engine)
-    status, page = asyncio.run(served.entity({"entity": orjson.dumps(
-        {"user": "erin", "client_id": ""}).decode()}))
+    ident = entity_id({"user": "erin", "client_id": ""})
+    status, page = asyncio.run(served.entity({"id": ident}))
     assert status == 200 and page["level"] == "/config/users/erin"
+    assert page["entity"] == {"user": "erin", "client_id": ""}
     quotas = {w["quota"]: w for w in page["windows"]}
     assert set(quotas) == {"producer_byte_rate", "request_percentage"}
     produce = quotas["producer_byte_rate"]
@@ -86,8 +87,20 @@ def test_an_entity_page_explains_each_window_with_kafkas_formula() -> None:
     assert "limit      T = 20,000 B/s from /config/users/<default>" in produce["explanation"]
     assert produce["precedence"][-1] == {"level": "/config/users/<default>", "value": 20000.0}
     assert produce["history"] is not None  # opened: charted from now on
-    for bad in ("{", "[1]", '{"user": {"x": 1}}', '{"topic": "t"}', "x" * 10_001):
-        assert asyncio.run(served.entity({"entity": bad}))[0] == 400
+    for bad in ("", "erin", ident.upper(), ident + "0", '{"user": "erin"}'):
+        assert asyncio.run(served.entity({"id": bad}))[0] == 400
+    gone = entity_id({"user": "nobody", "client_id": ""})
+    assert asyncio.run(served.entity({"id": gone}))[0] == 404
+
+
+def test_an_entity_with_the_longest_names_has_a_short_key_of_its_own() -> None:
+    """A 1,024-character CJK client id: its key fits any URL, and differs from the key of the
+    same names as a user-quota window (no client id) or another client."""
+    wide = "名" * 1024
+    keys = {entity_id({"user": "", "client_id": wide}), entity_id({"client_id": wide}),
+            entity_id({"user": "", "client_id": wide[:-1]}), entity_id({"user": wide})}
+    assert len(keys) == 4 and all(len(k) == 24 for k in keys)
+    assert entity_id({"client_id": wide, "user": ""}) == entity_id({"user": "", "client_id": wide})
 
 
 ALTER = {"entity": [{"type": "users", "name": "carol"}, {"type": "clients", "default": True}],
