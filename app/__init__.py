@@ -17,7 +17,8 @@ tests/unit/project/test_architecture.py holds every package to it):
 The few modules at this level are what every layer shares or what sits outside the layers:
 `errors` (errors a user can act on), `signing` (the seal every writer and reader of the control
 topics applies), `settings` (the environment, read once, and what is built from it),
-`gc_tuning` (the collector settings of every process), `cli` (the console command) and
+`gc_tuning` (the collector settings of every process), `explanation` (the text explaining a
+window's decision, which `explain` prints and the console shows), `cli` (the console command) and
 `engine_build` (which modules are compiled, read by setup.py before the package is installed,
 so standard library only).
 """

@@ -11,10 +11,11 @@ step 2, `in_process` both without Spark; `event_codec`, `request_items` and `sum
 per-row work.
 
 The rest: `diff` the comparator (pure: a spec of the statuses); `results`, `recommend`, `report`
-the outputs; `explain` one entity's decisions; `common` the small pieces (times, entity names)
-they share; `synth` synthetic input for the tests.
+the outputs; `explain` one entity's decisions (its text is `app.explanation`'s, which the
+console shows too); `common` the small pieces (times, entity candidates) they share; `synth`
+synthetic input for the tests.
 
-It may import the engine, the intake, `app.contract` (the directive format and keys),
-`app.kafka`, `app.settings`, `app.signing` and `app.errors`; `diff` only `app.audit.common`,
-`app.signing` and `app.contract`.
+It may import the engine, the intake, `app.contract` (the directive format, keys and entity
+names), `app.explanation`, `app.kafka`, `app.settings`, `app.signing` and `app.errors`; `diff`
+only `app.audit.common`, `app.signing` and `app.contract`.
 """

@@ -1,4 +1,4 @@
-"""Small pieces the audit, the report and `explain` share: times, entity names, nice numbers.
+"""Small pieces the audit, the report and `explain` share: times, entity candidates, nice numbers.
 
 Pure Python (no pyspark), so the command-line parsing and the unit tests need no JVM.
 """
@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
-#: Order of the keys in an entity string; the same order the engine builds entity dicts in.
-ENTITY_KEYS = ("user", "client_id", "ip", "broker", "listener")
+from app.contract.entities import entity_string
 
 
 def parse_when(raw: str) -> int:
@@ -38,53 +37,6 @@ def parse_when(raw: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=_dt.timezone.utc)
     return int(round(moment.timestamp() * 1000))
-
-
-def format_ms(ts: int | None) -> str:
-    """Epoch ms as `2025-11-22T08:26:40.123Z` (UTC), for humans."""
-    if ts is None:
-        return "-"
-    moment = _dt.datetime.fromtimestamp(ts / 1000, tz=_dt.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts % 1000:03d}Z"
-
-
-def entity_string(entity: Mapping[str, Any]) -> str:
-    """Canonical `k=v,k=v` name of a quota entity (empty and missing parts left out).
-
-    {"user": "alice", "client_id": ""} -> "user=alice" (a user-level window);
-    {"user": "", "client_id": "app"} -> "client_id=app"; {"broker": 1, "listener": "EXT"} ->
-    "broker=1,listener=EXT". The engine's entity dicts and the directives' `entity` field both
-    map to one string, so the audit can group and join on it.
-    """
-    parts = []
-    for key in ENTITY_KEYS:
-        value = entity.get(key)
-        if value is None or value == "":
-            continue
-        parts.append(f"{key}={value}")
-    return ",".join(parts)
-
-
-def parse_entity(raw: str) -> dict[str, str]:
-    """`user=alice,client_id=app` -> {"user": "alice", "client_id": "app"}; ValueError if bad."""
-    entity: dict[str, str] = {}
-    for part in raw.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in ENTITY_KEYS:
-            raise ValueError(
-                f"{raw!r}: expected k=v pairs with keys from {', '.join(ENTITY_KEYS)} "
-                "(e.g. user=alice,client_id=app)"
-            )
-        if key in entity:
-            raise ValueError(f"{raw!r}: {key} given twice")
-        entity[key] = value.strip()
-    if not entity:
-        raise ValueError("empty entity (e.g. user=alice,client_id=app)")
-    return entity
 
 
 def entity_candidates(spec: Mapping[str, str]) -> list[str]:

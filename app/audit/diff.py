@@ -1,7 +1,7 @@
 """Compare recomputed directives (expected) with the control topic (actual).
 
 Directives are grouped by who they throttle: `(scope, broker, entity, quota)`, the entity as
-its canonical string (`app.audit.common.entity_string`). Inside a group they are paired by
+its canonical string (`app.contract.entities.entity_string`). Inside a group they are paired by
 `ts` (the decision time the directive carries); directives with the same `ts` pair in order
 (expected: input order; actual: control-topic order). Each pair or leftover gets a status:
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from app.audit.common import entity_string
+from app.contract.entities import entity_string
 from app.contract.directives import grouping_problem
 from app.contract.keys import directive_key
 from app.signing import Signing

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from app.audit import diff as diffmod
 from app.audit import recommend
-from app.audit.common import entity_candidates, entity_string, parse_entity
+from app.audit.common import entity_candidates
+from app.contract.entities import entity_string, parse_entity_string
 from app.audit.frames import diff_frame, directives_frame, recompute, usage_frame
 from app.audit.input_plan import InputPlan, plan_archive, plan_kafka
 from app.audit.options import AuditError, AuditOptions
@@ -169,7 +170,7 @@ def run_audit(spark: SparkSession, opts: AuditOptions, progress: Progress | None
     entities = []
     for raw in opts.entities:
         try:
-            entities.append(parse_entity(raw))
+            entities.append(parse_entity_string(raw))
         except ValueError as exc:
             raise AuditError(f"--entity {exc}") from None
     spark.dataSource.register(KafkaDataSource)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.audit.common import format_ms
+from app.explanation import format_ms
 from app.audit.diff import STATUSES
 from app.audit.recommend import UNITS, limit_text
 

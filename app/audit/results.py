@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from app.audit.common import entity_string
+from app.contract.entities import entity_string
 from app.audit.summaries import AMOUNT_OF, ONE, Amounts, Summaries, request_amounts
 from app.engine.batch import RequestColumns
 from app.engine.engine import Decision

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.audit.common import entity_string
+from app.contract.entities import entity_string
 from app.audit.event_codec import EVENT_CLASSES
 from app.audit.recompute import ConfigEntry, Item, Key, engine_with_configs, gc_paused
 from app.audit.request_items import gather_requests

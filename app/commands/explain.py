@@ -40,14 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.audit.common import parse_entity, parse_when
-    from app.audit.explain import ExplainError, explain, iter_quota_names, read_files, read_kafka, render
+    from app.audit.common import parse_when
+    from app.audit.explain import ExplainError, explain, iter_quota_names, read_files, read_kafka
+    from app.contract.entities import parse_entity_string
+    from app.explanation import render
     from app.audit.options import AuditError, Topics
     from app.errors import UserError
     from app.settings import load
 
     try:
-        spec = parse_entity(args.entity)
+        spec = parse_entity_string(args.entity)
         at = parse_when(args.at)
     except ValueError as exc:
         raise UserError(str(exc)) from None

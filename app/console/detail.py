@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.audit.explain import Explanation, Snapshot, window_text
+from app.explanation import Explanation, Snapshot, window_text
 from app.console.index import ConsoleIndex, check_broker
 from app.console.query import StateOf, window_row
 from app.engine.configs import REQUEST, QuotaConfigs

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from app.contract.entities import entity_string
 from app.engine.configs import MUTATION
 from app.engine.engine import SEP, Decision
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
@@ -48,12 +49,6 @@ def check_broker(check: Any) -> int | None:
         return check.broker
     where = str(check.key).split(SEP, 2)[1]
     return None if where == "*" else int(where)
-
-
-def entity_label(entity: Mapping[str, Any]) -> str:
-    """`user=alice,client_id=app`: how the console names an entity (and matches a filter); a
-    window of a user quota names no client id."""
-    return ",".join(f"{k}={v}" for k, v in entity.items() if v != "")
 
 
 def entity_id(entity: Mapping[str, Any]) -> str:
@@ -267,7 +262,7 @@ class ConsoleIndex:
     def _named(self, key: str, check: Any) -> tuple[str, str]:
         found = self._names.get(key)
         if found is None:
-            found = self._names[key] = (entity_label(check.entity), entity_id(check.entity))
+            found = self._names[key] = (entity_string(check.entity), entity_id(check.entity))
         return found
 
     def label(self, key: str, check: Any) -> str:
@@ -293,7 +288,7 @@ class ConsoleIndex:
 
     def published_record(self, record: Mapping[str, Any]) -> None:
         """A directive or an allocation this worker just published."""
-        label = entity_label(record["entity"])
+        label = entity_string(record["entity"])
         self.published[(record["quota"], label)] = dict(record)
         marks = self.marks.get((record["quota"], label))
         if marks is not None and record.get("kind") != "allocation":

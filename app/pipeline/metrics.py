@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from app.contract.entities import entity_string
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 EVENTS = Counter("quota_streams_events", "Contract records consumed, by source type",
@@ -123,7 +125,7 @@ class TopEntities:
     def export(self, top: list[Any], throttled: int) -> None:
         """Publish `top` (latest checks: anything with quota, entity, observed, limit) and drop
         every series that fell out of it; `throttled`: windows over their limit."""
-        labelled = {(d.quota, entity_label(d.entity)): d for d in top}
+        labelled = {(d.quota, entity_string(d.entity)): d for d in top}
         for key in self._exported - labelled.keys():
             ENTITY_OBSERVED.remove(*key)
             ENTITY_LIMIT.remove(*key)
@@ -139,11 +141,6 @@ def reason_label(reason: str) -> str:
     so `ts 17638... is more than ...` or `unknown type 'x'` do not mint a series per input."""
     text = re.sub(r"'[^']*'|\"[^\"]*\"|-?\d+(\.\d+)?", "_", reason)
     return re.split(r"[:(]", text, maxsplit=1)[0].strip()[:60]
-
-
-def entity_label(entity: dict[str, Any]) -> str:
-    """A short, stable label for an entity dict: `user=alice,client_id=app`."""
-    return ",".join(f"{k}={v}" for k, v in entity.items())
 
 
 def render() -> bytes:

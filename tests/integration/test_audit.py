@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover
     from spark_fixtures import spark  # type: ignore[no-redef]  # noqa: F401
 
 from app.audit import job, synth
-from app.audit.common import entity_string
+from app.contract.entities import entity_string
 from app.audit.job import run_audit
 from app.audit.options import AuditOptions, Topics
 from app.kafka.security import PLAINTEXT

@@ -8,7 +8,8 @@ import orjson
 import pytest
 
 from app.audit import synth
-from app.audit.explain import explain, read_files, render
+from app.audit.explain import explain, read_files
+from app.explanation import render
 from app.cli import main
 from app.engine.engine import EngineSettings
 

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from app.audit.common import entity_string, nice_ceil
+from app.audit.common import nice_ceil
+from app.contract.entities import entity_string
 from app.audit.recommend import finish, limit_text, merge_sketches, percentiles, suggest
 from app.audit.results import SKETCH_FIELDS
 from app.audit.summaries import Summaries

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pytest
 
 from app.audit import synth
-from app.audit.common import entity_string
+from app.contract.entities import entity_string
 from app.audit.explode import ExplodeContext, ExplodedRows, StreamExploder, explode_function
 from app.audit.in_process import recompute_local
 from app.audit.recompute import (

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.audit.common import (
-    entity_candidates,
-    entity_string,
-    format_ms,
-    parse_entity,
-    parse_when,
-)
+from app.audit.common import entity_candidates, parse_when
+from app.contract.entities import entity_string, parse_entity_string as parse_entity
+from app.explanation import format_ms
 from app.audit.report import format_recommendations, write_report
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.audit import synth
-from app.audit.common import entity_string
+from app.contract.entities import entity_string
 from app.audit.recommend import merge_sketches, percentiles
 from app.audit.explode import ExplodeContext, explode_function
 from app.audit.recompute import MODE_FILE, archive_configs, exploded_schema

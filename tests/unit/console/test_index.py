@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from app.console.index import HISTORY_S, MARKS_KEPT, ConsoleIndex, History, entity_label
+from app.console.index import HISTORY_S, MARKS_KEPT, ConsoleIndex, History
+from app.contract.entities import entity_string
 from tests.unit.console.engine_windows import T0, USERS, windows
 
 
@@ -59,7 +60,7 @@ def test_a_ring_older_than_the_history_reads_nothing_stale() -> None:
 def test_published_records_are_shown_while_in_force_and_marked_when_charted() -> None:
     _, index, published = windows()
     directive = published[-1]
-    label = entity_label(directive["entity"])
+    label = entity_string(directive["entity"])
     assert index.in_force(directive["quota"], label, directive["until"] - 1) is not None
     assert index.in_force(directive["quota"], label, directive["until"]) is None
     key = next(k for _, k, c in index.items()

@@ -12,3 +12,19 @@ def test_dead_letter_reasons_drop_values_and_numbers() -> None:
     assert reason_label("not JSON: unexpected character at line 1") == "not JSON"
     assert reason_label("unsupported version v=2 (this processor reads v=1)") == "unsupported version v=_"
     assert len(reason_label("x" * 500)) == 60
+
+
+def test_a_top_entity_is_labelled_as_the_console_names_it() -> None:
+    """A user quota's window has no client id: /metrics says `user=alice`, as the console's
+    overview and the audit do, not `user=alice,client_id=`."""
+    from types import SimpleNamespace
+
+    from app.console.index import ConsoleIndex
+    from app.pipeline.metrics import TopEntities, render
+
+    window = SimpleNamespace(quota="producer_byte_rate", entity={"user": "alice", "client_id": ""},
+                             observed=2.0, limit=1.0, key="k")
+    TopEntities(5).export([window], throttled=1)
+    label = ConsoleIndex(1).label("k", window)
+    assert label == "user=alice"
+    assert f'entity="{label}",quota="producer_byte_rate"' in render().decode()

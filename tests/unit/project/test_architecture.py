@@ -28,6 +28,7 @@ CONSOLE = "app.console"
 ADMIN, CLIENTS, DEMO, DEVSTACK = "app.admin", "app.clients", "app.demo", "app.devstack"
 COMMANDS, CLI = "app.commands", "app.cli"
 ERRORS, SIGNING, SETTINGS = "app.errors", "app.signing", "app.settings"
+EXPLANATION = "app.explanation"
 GC_TUNING, ENGINE_BUILD = "app.gc_tuning", "app.engine_build"
 
 #: unit -> the other units it may import
@@ -44,6 +45,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     GC_TUNING: set(),
     ENGINE_BUILD: set(),  # setup.py reads it before the install: standard library only
     SETTINGS: {ENGINE, KAFKA, SIGNING},  # builds the engine's settings, security, signing
+    # the text explaining a window's decision, for `explain` and the console: formatting only
+    # (its datetime formats a ts; it reads no clock)
+    EXPLANATION: {ENGINE, CONTRACT},
     # the Kafka I/O the components share
     KAFKA: {ENGINE, INTAKE, SIGNING},
     # what a broker or the gateway embeds
@@ -55,9 +59,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
                GC_TUNING},
     # the workers' web console: their windows, quota admin through the admin tools' code, and
     # the explanation `explain` gives
-    CONSOLE: {ENGINE, ADMIN, AUDIT, KAFKA, SIGNING, ERRORS},
+    CONSOLE: {ENGINE, CONTRACT, EXPLANATION, ADMIN, KAFKA, SIGNING, ERRORS},
     GATEWAY: {ENGINE, KAFKA, SUBSCRIBER, USAGE, ENFORCEMENT, SETTINGS, SIGNING, ERRORS},
-    AUDIT: {ENGINE, INTAKE, CONTRACT, KAFKA, SETTINGS, SIGNING, ERRORS},
+    AUDIT: {ENGINE, INTAKE, CONTRACT, EXPLANATION, KAFKA, SETTINGS, SIGNING, ERRORS},
     # the tools
     ADMIN: {ENGINE, INTAKE, CONTRACT, KAFKA, SETTINGS, SIGNING, ERRORS},
     DEVSTACK: {KAFKA, PIPELINE, SETTINGS, ERRORS},  # the launcher: topics and their specs
@@ -65,8 +69,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
           SIGNING, ERRORS},
     CLIENTS: {KAFKA, DEVSTACK, SIM, ERRORS},
     DEMO: {ENGINE, KAFKA, SUBSCRIBER, SIM, CLIENTS},
-    COMMANDS: {ENGINE, INTAKE, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE, GATEWAY,
-               AUDIT, SIM, ADMIN, CLIENTS, DEMO, DEVSTACK, SETTINGS, SIGNING, ERRORS, GC_TUNING},
+    COMMANDS: {ENGINE, INTAKE, CONTRACT, KAFKA, TABLES, SUBSCRIBER, USAGE, ENFORCEMENT, PIPELINE,
+               GATEWAY, AUDIT, SIM, ADMIN, CLIENTS, DEMO, DEVSTACK, SETTINGS, SIGNING, ERRORS,
+               GC_TUNING, EXPLANATION},
     CLI: {COMMANDS, SETTINGS, ERRORS, GC_TUNING},
 }.items()}
 
