@@ -4,15 +4,16 @@
 file byte for byte, so a refactor of the engine, the intake or the audit that changes what they
 decide fails there, at the first line that differs. Each output is JSON lines with sorted keys.
 
-The input is `app.audit.synth`'s scenario on two brokers, with three lines the intake
-dead-letters in its middle, one config that makes the controller mutation quota bite within
-seconds, and named gateways on the requests (they only matter with allocations). On it every
-quota type decides: byte rates, request time, strict and legacy controller mutations, IP and
-broker connection rates.
+The replay and audit input is `app.audit.synth`'s scenario on two brokers, with three lines
+the intake dead-letters in its middle, one config that makes the controller mutation quota bite
+within seconds, and named gateways on the requests (they only matter with allocations). On it
+every quota type decides: byte rates, request time, strict and legacy controller mutations, IP
+and broker connection rates. The gateway's is a scripted client session (`gateway_session`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import marshal
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,21 @@ from app.audit.in_process import recompute_local
 from app.audit.recompute import MODE_FILE, archive_configs
 from app.audit.synth import CONFIGS, T0, USERS, scenario
 from app.engine.engine import EngineSettings
+from app.gateway import apis
 from app.intake.replay import replay
+from app.usage.records import RecordEncoder
+from tests.unit.gateway_harness import BROKER, Clock, Harness, until
+from tests.unit.kafka_frames import (
+    create_topics_request,
+    create_topics_response,
+    fetch_request,
+    fetch_response,
+    metadata_response,
+    produce_request,
+    produce_response,
+    request,
+    request_body,
+)
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 RECORD = ".venv/bin/python -m tests.golden"
@@ -142,6 +157,57 @@ def audit_cluster() -> bytes:
     return b"".join(orjson.dumps(r, option=JSON_LINE) for r in [head, *rows])
 
 
+async def _session_events() -> list[dict[str, Any]]:
+    clock = Clock()
+    quotas = [{"entity": {"client_id": "app"}, "quotas": {"producer_byte_rate": 10_000}},
+              {"entity": {"client_id": "ops"}, "quotas": {"controller_mutation_rate": 10}}]
+    h = Harness(quotas=quotas, clock=clock)
+    gateway = h.gateway
+    events: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        for record in RecordEncoder().records(gateway.usage.flush()):
+            events.extend({"kind": record.kind, **e} for e in orjson.loads(record.value)["events"])
+
+    async def exchange(asked: bytes, answer: bytes, took_s: float) -> None:
+        h.send(asked)
+        h.broker.frames()
+        clock.now += took_s
+        h.answer(answer)
+        h.client.frames()
+        if h.session.muted:  # Kafka's mute: the clock runs past it, then the timer ends it
+            clock.now += (h.session._muted_until - gateway.now_ms()) / 1000 + 0.001
+            await until(lambda: not h.session.muted)
+        flush()
+
+    h.send(request(apis.METADATA, 12, request_body(
+        apis.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False), correlation_id=1))
+    h.broker.frames()
+    h.answer(metadata_response(12, [(BROKER, "b1", 9092)], correlation_id=1))
+    h.client.frames()
+    flush()
+    for corr in range(2, 8):  # ~3 kB each against 10 kB/s over 11 x 100 ms: the fourth mutes
+        await exchange(produce_request(corr, size=3000), produce_response(corr), 0.004)
+        clock.now += 0.02
+    await exchange(fetch_request(8), fetch_response(8, nbytes=7000), 0.05)
+    # 10 partitions/s over 11 x 100 ms: a bucket of 11; `a` fits, `b` takes it into debt, `c`
+    # is rejected by the gateway; after the mute `d` fits again
+    await exchange(create_topics_request(9, partitions=8, names=("a", "b", "c")),
+                   create_topics_response(9, ("a", "b")), 0.01)  # the broker creates what it got
+    await exchange(create_topics_request(10, partitions=8, names=("d",)),
+                   create_topics_response(10, ("d",)), 0.01)
+    return events
+
+
+def gateway_session() -> bytes:
+    """The usage events of one client session through the gateway (in-memory sockets, the
+    tests' `Harness`) on a clock only the script moves: a Metadata round trip, Produces of
+    `app` until its local quota mutes it and past the mute, a Fetch, and CreateTopics of `ops`
+    until its mutation quota rejects one; each event with its kind, in the order recorded."""
+    return b"".join(orjson.dumps(e, option=JSON_LINE) for e in asyncio.run(_session_events()))
+
+
 #: file name (without `.jsonl`) -> the output it holds
 OUTPUTS: dict[str, Callable[[], bytes]] = {
     "replay-broker-kafka": replay_broker_kafka,
@@ -150,6 +216,7 @@ OUTPUTS: dict[str, Callable[[], bytes]] = {
     "replay-cluster-served": replay_cluster_served,
     "replay-cluster-allocations": replay_cluster_allocations,
     "audit-cluster": audit_cluster,
+    "gateway-session": gateway_session,
 }
 
 

@@ -86,9 +86,10 @@ class FakeSocket:
 class Harness:
     def __init__(self, max_in_flight: int = 1, quotas: list[dict[str, Any]] | None = None,
                  upstream_sasl: bool = False, limits: Limits | None = None,
-                 proxy_protocol: bool = False) -> None:
+                 proxy_protocol: bool = False, clock: Clock | None = None) -> None:
         """A session on a gateway with directives only, or with `quotas` its own local engine
-        enforces (windows 11 x 100 ms, so tests wait little)."""
+        enforces (windows 11 x 100 ms, so tests wait little); with `clock`, the gateway's
+        connection clock and wall clock (ms) are both the test's, from the connection on."""
         self.active = ActiveSet(None)
         config = GatewayConfig(upstream=(("b1", 9092),), listen=("127.0.0.1", 9192),
                                advertised_host="gw", kafka_bootstrap="", topics={},
@@ -103,6 +104,9 @@ class Harness:
                 local.engine.add_config(parse_config_record(
                     {"type": "quota_config", "v": 1, "ts": 0, **q}))
         self.gateway = gw = Gateway(config, directives=self.active, local=local)
+        if clock is not None:
+            gw.clock = clock
+            gw.now_ms = lambda: int(clock.now * 1000)  # type: ignore[method-assign]
         gw.nodes = NodeMap(PortRule("gw", 9193, BROKER))
         gw.nodes.learn([Node(BROKER, "b1", 9092)])
         gw.bootstrap_node = BROKER

@@ -153,3 +153,25 @@ def fetch_response(corr: int, nbytes: int = 5000, records: bytes | None = None) 
                         partition_index=0, error_code=NONE, high_watermark=1,
                         aborted_transactions=None,
                         records=record_batch(nbytes) if records is None else records),)),))
+
+
+def fetch_request(corr: int, max_wait: int = 500) -> bytes:
+    body = request_body(apis.FETCH, 12, max_wait=ms(max_wait), min_bytes=1, session_id=0,
+                        session_epoch=-1, topics=(), forgotten_topics_data=())
+    return request(apis.FETCH, 12, body, correlation_id=corr)
+
+
+def create_topics_request(corr: int, version: int = 7, partitions: int = 4,
+                          names: tuple[str, ...] = ("new",)) -> bytes:
+    topic = nested(apis.CREATE_TOPICS, version, "CreatableTopic", response=False)
+    body = request_body(apis.CREATE_TOPICS, version, timeout=ms(1000), validate_only=False,
+                        topics=tuple(topic(name=n, num_partitions=partitions, replication_factor=1,
+                                           assignments=(), configs=()) for n in names))
+    return request(apis.CREATE_TOPICS, version, body, correlation_id=corr, client_id="ops")
+
+
+def create_topics_response(corr: int, names: tuple[str, ...], version: int = 7) -> bytes:
+    result = nested(apis.CREATE_TOPICS, version, "CreatableTopicResult")
+    return response(apis.CREATE_TOPICS, version, corr, throttle_time=ms(0), topics=tuple(
+        result(name=n, topic_id=None, error_code=NONE, error_message=None, configs=None)
+        for n in names))

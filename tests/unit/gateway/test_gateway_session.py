@@ -9,6 +9,9 @@ from app.gateway import apis, messages
 from app.gateway.frames import frame, request_header
 from tests.unit.gateway_harness import BROKER, Clock, Harness, answered, sent, until
 from tests.unit.kafka_frames import (
+    create_topics_request,
+    create_topics_response,
+    fetch_request,
     NONE,
     decode_response,
     fetch_response,
@@ -32,28 +35,6 @@ def api_versions_response(corr: int) -> bytes:
     ver = nested(apis.API_VERSIONS, 2, "ApiVersion")
     return response(apis.API_VERSIONS, 2, corr, error_code=NONE, throttle_time=ms(0),
                     api_keys=(ver(api_key=0, min_version=0, max_version=11),))
-
-
-def fetch_request(corr: int, max_wait: int = 500) -> bytes:
-    body = request_body(apis.FETCH, 12, max_wait=ms(max_wait), min_bytes=1, session_id=0,
-                        session_epoch=-1, topics=(), forgotten_topics_data=())
-    return request(apis.FETCH, 12, body, correlation_id=corr)
-
-
-def create_topics_request(corr: int, version: int = 7, partitions: int = 4,
-                          names: tuple[str, ...] = ("new",)) -> bytes:
-    topic = nested(apis.CREATE_TOPICS, version, "CreatableTopic", response=False)
-    body = request_body(apis.CREATE_TOPICS, version, timeout=ms(1000), validate_only=False,
-                        topics=tuple(topic(name=n, num_partitions=partitions, replication_factor=1,
-                                           assignments=(), configs=()) for n in names))
-    return request(apis.CREATE_TOPICS, version, body, correlation_id=corr, client_id="ops")
-
-
-def create_topics_response(corr: int, names: tuple[str, ...], version: int = 7) -> bytes:
-    result = nested(apis.CREATE_TOPICS, version, "CreatableTopicResult")
-    return response(apis.CREATE_TOPICS, version, corr, throttle_time=ms(0), topics=tuple(
-        result(name=n, topic_id=None, error_code=NONE, error_message=None, configs=None)
-        for n in names))
 
 
 # ----------------------------------------------------------------------------------- order
