@@ -9,6 +9,9 @@ The process's owner (a CLI command, the worker) loads them once and builds from 
 nowhere else, what its components take: the engine's settings (`Settings.engine`), the Kafka
 connections' security (`Settings.kafka_security`) and the control records' keys
 (`Settings.signing`). The workers' and the gateway's components read no environment variable.
+`replay`, `audit` and `explain` load them too: each engine flag not given is its setting here
+(`app.commands.support.ENGINE_FLAGS`), so with the workers' environment they decide as the
+workers do.
 
 What else reads the environment, not through here:
 
@@ -171,8 +174,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_CLUSTER_ENFORCEMENT", "directives", "cluster scope: `directives` (every broker throttles an entity over its cluster-wide quota until one time) or `allocations` (each broker gets a share of the quota by its recent usage and enforces it per request: docs/allocations.md)", _enforcement),
     Setting("QS_ALLOCATION_VALIDITY_MS", "5000", "how long a broker keeps an allocation without a newer one; then it enforces quota / live brokers", _int_at_least(MIN_VALIDITY_MS)),
     Setting("QS_ALLOCATION_SAMPLE_MS", "100", "enforcers of allocations (gateways): the sample length of the windows an allocation is held over, quota.window.num samples (short: an allocation that moves throttles briefly)", _positive_int),
-    Setting("QS_ALLOCATION_SPAN_MS", "1000", "how long each enforcer's usage is measured over when a quota is divided (set audit/replay --allocation-span-ms the same)", _positive_int),
-    Setting("QS_ENFORCER_WINDOW_MS", "11000", "the window brokers hold their allocations over (usage events that name no gateway), as brokers running the broker plugin do (quota.window.num x quota.window.size.seconds; Kafka's default: 11000): no allocation falls faster than it drains. Named gateways hold theirs over QS_QUOTA_WINDOW_NUM x QS_ALLOCATION_SAMPLE_MS, which the workers take from those settings (set audit/replay --enforcer-window-ms the same)", _positive_int),
+    Setting("QS_ALLOCATION_SPAN_MS", "1000", "how long each enforcer's usage is measured over when a quota is divided", _positive_int),
+    Setting("QS_ENFORCER_WINDOW_MS", "11000", "the window brokers hold their allocations over (usage events that name no gateway), as brokers running the broker plugin do (quota.window.num x quota.window.size.seconds; Kafka's default: 11000): no allocation falls faster than it drains. Named gateways hold theirs over QS_QUOTA_WINDOW_NUM x QS_ALLOCATION_SAMPLE_MS, which the workers take from those settings", _positive_int),
     Setting("QS_ACCOUNTING", "kafka", "`kafka`: take back what Kafka would have refused (exact); `served`: count every reported event, for closed-loop enforcement", _accounting),
     Setting("QS_QUOTA_WINDOW_NUM", "11", "quota.window.num: samples per rate window", _positive_int),
     Setting("QS_QUOTA_WINDOW_SIZE_MS", "1000", "quota.window.size.seconds, in ms", _positive_int),
@@ -196,10 +199,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QS_EVENT_FORMAT", "json", "how the gateway and the simulator write request events: `json` batches, or `columnar` batches (half the bytes, decoded several times faster by the workers: docs/contract.md); workers read both", _choice("json", "columnar")),
     Setting("QS_EVENT_RECORD_BYTES", "524288", "largest usage record the gateway and the simulator write (its encoded value): a flush is one record per event kind, split only past this; keep it below the event topics' max.message.bytes (65536-1000000)", _record_bytes),
     Setting("QS_INGEST_LINGER_MS", "10", "how long the ingest gathers source records to route them together (fewer engine steps and internal records; adds up to this much latency)", _positive_int),
-    Setting("QS_CONFIG_GRACE_MS", "20", "an event is judged once the config topic is read past its arrival plus this; a config record reaching Kafka more than half of it after its ts is in force from its arrival (set audit/replay --config-grace-ms the same)", _non_negative_int),
+    Setting("QS_CONFIG_GRACE_MS", "20", "an event is judged once the config topic is read past its arrival plus this; a config record reaching Kafka more than half of it after its ts is in force from its arrival", _non_negative_int),
     Setting("QS_CONFIG_POLL_MS", "10", "how long a fetch of the config topic waits for new records: when no config is written, the watermark events are held for advances about this often, so it adds up to about twice this to their latency (lower: less latency, more idle fetches, 1000/this a second per worker, and more load on the broker)", _positive_int),
     Setting("QS_CONFIG_HOLD_MAX_MS", "2000", "longest an event is held waiting for the config topic (counted when reached)", _positive_int),
-    Setting("QS_IDLE_EXPIRY_MS", "3600000", "a quota window idle longer than this (event time) starts afresh and leaves memory, RocksDB and the changelog, as Kafka expires an inactive sensor after an hour (set audit/replay --idle-expiry-ms the same; 0: never)", _non_negative_int),
+    Setting("QS_IDLE_EXPIRY_MS", "3600000", "a quota window idle longer than this (event time) starts afresh and leaves memory, RocksDB and the changelog, as Kafka expires an inactive sensor after an hour (0: never)", _non_negative_int),
     Setting("QS_FLUSH_INTERVAL_MS", "1000", "how often dirty windows are written to the table and their offsets acked", _positive_int),
     Setting("QS_METRICS_TOP_N", "20", "entities with per-entity gauges (bounds label cardinality; 0: none, so /metrics names no entity)", _non_negative_int),
     Setting("QS_LOG_LEVEL", "info", "log level", _log_level),

@@ -6,58 +6,71 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
 import time
-from typing import IO, Callable, Iterable, Iterator, TypeVar
-
-from app.engine.allocation import MIN_VALIDITY_MS, SPAN_MS, WINDOW_MS
+from typing import IO, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from app.engine.engine import EngineSettings
 from app.errors import reason
 from app.kafka.security import KafkaSecurity
-from app.settings import Settings
+from app.settings import SETTINGS, Setting, Settings, load
 
 T = TypeVar("T")
 
 
+#: replay's, audit's and explain's engine flags: (flag, the workers' setting it stands for, the
+#: `EngineSettings` field). A flag not given is the setting's value in the environment (the
+#: workers' ConfigMap in a deployment), else its default, parsed as the workers parse it.
+ENGINE_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--scope", "QS_SCOPE", "scope"),
+    ("--accounting", "QS_ACCOUNTING", "accounting"),
+    ("--window-num", "QS_QUOTA_WINDOW_NUM", "window_num"),
+    ("--window-ms", "QS_QUOTA_WINDOW_SIZE_MS", "window_ms"),
+    ("--controller-window-num", "QS_CONTROLLER_WINDOW_NUM", "controller_window_num"),
+    ("--controller-window-ms", "QS_CONTROLLER_WINDOW_SIZE_MS", "controller_window_ms"),
+    ("--config-grace-ms", "QS_CONFIG_GRACE_MS", "config_grace_ms"),
+    ("--idle-expiry-ms", "QS_IDLE_EXPIRY_MS", "idle_expiry_ms"),
+    ("--allocation-validity-ms", "QS_ALLOCATION_VALIDITY_MS", "allocation_validity_ms"),
+    ("--allocation-sample-ms", "QS_ALLOCATION_SAMPLE_MS", "allocation_sample_ms"),
+    ("--allocation-span-ms", "QS_ALLOCATION_SPAN_MS", "allocation_span_ms"),
+    ("--enforcer-window-ms", "QS_ENFORCER_WINDOW_MS", "enforcer_window_ms"),
+)
+
+
+METAVARS = {"--scope": "broker|cluster", "--accounting": "kafka|served"}
+
+
+def _flag_type(setting: Setting) -> Callable[[str], object]:
+    """The setting's parser, its refusal in argparse's words."""
+    def parse(raw: str) -> object:
+        try:
+            return setting.parse(raw.strip())
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc) or f"not a valid {setting.env}") from None
+    return parse
+
+
 def add_window_options(p: argparse.ArgumentParser) -> None:
-    """Scope and Kafka's window settings, defaulting to Kafka's defaults (11 x 1000 ms)."""
-    g = p.add_argument_group("quota windows (Kafka's quota.window.* settings)")
-    g.add_argument("--scope", choices=("broker", "cluster"), default="broker",
-                   help="broker: per-broker windows exactly as Kafka; cluster: windows over the "
-                   "sum of all brokers (default %(default)s)")
-    g.add_argument("--accounting", choices=("kafka", "served"), default="kafka",
-                   help="kafka: Kafka's take-backs, exact (default); served: count every "
-                   "reported event, for enforcement through delayed directives")
-    g.add_argument("--window-num", type=_positive, default=11, help="quota.window.num (default %(default)s)")
-    g.add_argument("--window-ms", type=_positive, default=1000,
-                   help="quota.window.size.seconds in ms (default %(default)s)")
-    g.add_argument("--controller-window-num", type=_positive, default=11,
-                   help="controller.quota.window.num (default %(default)s)")
-    g.add_argument("--controller-window-ms", type=_positive, default=1000,
-                   help="controller.quota.window.size.seconds in ms (default %(default)s)")
+    """The engine's settings as flags, each defaulting to the workers' setting (`ENGINE_FLAGS`),
+    so a replay, an audit or an explanation run with the workers' environment decides as they
+    did; flags given override it."""
+    g = p.add_argument_group("the engine's settings (default: the workers' QS_* setting)")
+    by_env = {s.env: s for s in SETTINGS}
+    for flag, env, _ in ENGINE_FLAGS:
+        setting = by_env[env]
+        g.add_argument(flag, type=_flag_type(setting), default=None, metavar=METAVARS.get(
+                           flag, "MS" if flag.endswith("-ms") else "N"),
+                       help=f"{setting.help} (default: ${env}, else "
+                       f"{setting.default})".replace("%", "%%"))
+    g.add_argument("--allocations", action=argparse.BooleanOptionalAction, default=None,
+                   help="cluster scope: divide client quotas among the enforcers and publish "
+                   "allocations (default: $QS_CLUSTER_ENFORCEMENT is allocations)")
     g.add_argument("--min-extension-ms", type=int_at_least(0), default=None,
                    help="a directive extending an active one is published only if it moves "
                    "'until' later by more than this (default: window/10)")
-    g.add_argument("--config-grace-ms", type=int_at_least(0), default=20,
-                   help="QS_CONFIG_GRACE_MS of the workers: a config record that reached Kafka "
-                   "more than half this after its ts is in force from its arrival (default "
-                   "%(default)s)")
-    g.add_argument("--allocations", action="store_true",
-                   help="QS_CLUSTER_ENFORCEMENT=allocations of the workers (cluster scope): "
-                   "client quotas are divided among brokers and published as allocations")
-    g.add_argument("--allocation-validity-ms", type=int_at_least(MIN_VALIDITY_MS), default=5000,
-                   help="QS_ALLOCATION_VALIDITY_MS of the workers (default %(default)s)")
-    g.add_argument("--allocation-span-ms", type=_positive, default=SPAN_MS,
-                   help="QS_ALLOCATION_SPAN_MS of the workers (default %(default)s)")
-    g.add_argument("--enforcer-window-ms", type=_positive, default=WINDOW_MS,
-                   help="QS_ENFORCER_WINDOW_MS of the workers (default %(default)s)")
-    g.add_argument("--idle-expiry-ms", type=int_at_least(0), default=3_600_000,
-                   help="QS_IDLE_EXPIRY_MS of the workers: a window idle longer than this starts "
-                   "afresh, as Kafka expires an inactive quota sensor (default %(default)s; "
-                   "0: never)")
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
@@ -84,20 +97,18 @@ def positive_float(raw: str) -> float:
     return value
 
 
-_positive = int_at_least(1)
-
-
-def engine_settings(args: argparse.Namespace) -> EngineSettings:
-    return EngineSettings(
-        scope=args.scope, accounting=args.accounting, window_num=args.window_num, window_ms=args.window_ms,
-        controller_window_num=args.controller_window_num,
-        controller_window_ms=args.controller_window_ms, min_extension_ms=args.min_extension_ms,
-        config_grace_ms=args.config_grace_ms, idle_expiry_ms=args.idle_expiry_ms,
-        allocations=args.allocations and args.scope == "cluster",
-        allocation_validity_ms=args.allocation_validity_ms,
-        allocation_span_ms=args.allocation_span_ms,
-        enforcer_window_ms=args.enforcer_window_ms,
-    )
+def engine_settings(args: argparse.Namespace,
+                    environ: Mapping[str, str] | None = None) -> EngineSettings:
+    """The workers' engine settings from `environ` (default: this process's), each flag given
+    in its place; a bad setting is a `SettingsError` naming it."""
+    settings = load(environ)
+    values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, _, field in ENGINE_FLAGS}
+    given = {field: value for field, value in values.items() if value is not None}
+    allocations = (settings.cluster_enforcement == "allocations" if args.allocations is None
+                   else args.allocations)
+    scope = given.get("scope", settings.scope)
+    return dataclasses.replace(settings.engine(), **given, min_extension_ms=args.min_extension_ms,
+                               allocations=allocations and scope == "cluster")
 
 
 def open_input(path: str, stack: contextlib.ExitStack) -> IO[bytes]:

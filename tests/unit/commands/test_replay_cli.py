@@ -247,3 +247,42 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
         main(["replay", "--help"])
     assert exc.value.code == 0
     assert "--decisions-out" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------ the engine's settings as flags
+
+
+def replay_engine(argv: list[str], env: dict[str, str]) -> Any:
+    from app.cli import build_parser
+    from app.commands.support import engine_settings
+
+    return engine_settings(build_parser().parse_args(["replay", *argv]), env)
+
+
+def test_an_engine_flag_not_given_is_the_workers_setting() -> None:
+    """With the workers' environment, replay decides as they do; a flag given wins."""
+    env = {"QS_QUOTA_WINDOW_SIZE_MS": "500", "QS_SCOPE": "cluster",
+           "QS_CLUSTER_ENFORCEMENT": "allocations", "QS_ALLOCATION_SAMPLE_MS": "50"}
+    settings = replay_engine([], env)
+    assert (settings.window_ms, settings.scope, settings.allocations,
+            settings.allocation_sample_ms) == (500, "cluster", True, 50)
+    assert replay_engine(["--window-ms", "200"], env).window_ms == 200
+    assert not replay_engine(["--no-allocations"], env).allocations
+    assert not replay_engine(["--scope", "broker"], env).allocations  # allocations: cluster only
+    defaults = replay_engine([], {})
+    assert (defaults.window_ms, defaults.scope, defaults.allocations) == (1000, "broker", False)
+
+
+def test_a_bad_engine_setting_is_one_line_naming_it(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("")
+    monkeypatch.setenv("QS_QUOTA_WINDOW_NUM", "0")
+    assert main(["replay", str(source), "--quiet"]) == 2
+    assert "QS_QUOTA_WINDOW_NUM" in capsys.readouterr().err
+    monkeypatch.delenv("QS_QUOTA_WINDOW_NUM")
+    with pytest.raises(SystemExit) as refused:
+        main(["replay", str(source), "--window-num", "0"])
+    assert refused.value.code == 2
+    assert "--window-num" in capsys.readouterr().err

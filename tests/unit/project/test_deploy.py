@@ -1132,6 +1132,7 @@ def test_the_scheduled_audit_audits_the_last_day_as_the_workers_decided(
     k8s: dict[str, dict[str, Any]], configmap: dict[str, str]
 ) -> None:
     from app.cli import build_parser
+    from app.commands.support import ENGINE_FLAGS, engine_settings
     from app.settings import load
 
     cronjob = k8s["CronJob"]
@@ -1141,15 +1142,12 @@ def test_the_scheduled_audit_audits_the_last_day_as_the_workers_decided(
     assert (args.time_from, args.time_to) == ("2026-11-27T00:00:00Z", "2026-11-28T00:00:00Z")
     assert args.input == ["kafka"] and args.master.startswith("local[")
     assert args.tolerance == "0" and not args.no_report
-    # the engine's settings are the workers' (the same ConfigMap)
-    workers = load(configmap).engine()
-    assert (args.scope, args.accounting) == (workers.scope, workers.accounting)
-    assert (args.window_num, args.window_ms) == (workers.window_num, workers.window_ms)
-    assert (args.controller_window_num, args.controller_window_ms) == (
-        workers.controller_window_num, workers.controller_window_ms)
-    assert (args.config_grace_ms, args.idle_expiry_ms) == (workers.config_grace_ms,
-                                                           workers.idle_expiry_ms)
-    assert args.allocations == workers.allocations
+    # the engine's settings are the workers' (the same ConfigMap), every one of them, and in
+    # allocations mode too: no flag of the command sets one
+    for mode in ("directives", "allocations"):
+        env = {**configmap, "QS_SCOPE": "cluster", "QS_CLUSTER_ENFORCEMENT": mode}
+        assert engine_settings(args, env) == load(env).engine()
+    assert not {flag for flag, _, _ in ENGINE_FLAGS} & set(argv)
     # the topics: the CLI's defaults are QS_TOPIC_*, which the ConfigMap gives the pod
     spec = cronjob["spec"]
     job = spec["jobTemplate"]["spec"]
