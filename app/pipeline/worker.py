@@ -146,7 +146,8 @@ class Worker:
                                        poll_ms=settings.config_poll_ms,
                                        supervision=Supervision(give_up=app.crash))
         self.hold_max_s = settings.config_hold_max_ms / 1000.0
-        self.top_entities = metrics.TopEntities(settings.metrics_top_n)
+        self.metrics = metrics.WorkerMetrics()
+        self.top_entities = metrics.TopEntities(self.metrics, settings.metrics_top_n)
         #: each window's latest check (filled by the engine step), for the console and the
         #: top entities' gauges
         self.windows = ConsoleIndex(settings.console_history_windows)
@@ -192,7 +193,7 @@ class Worker:
         app.on_partitions_revoked.connect(self.on_revoked)
 
         async def metrics_page(web: Any, request: Any) -> Any:
-            return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
+            return web.bytes(self.metrics.render(), content_type="text/plain; version=0.0.4")
 
         async def ready_page(web: Any, request: Any) -> Any:
             ready, owned = self.readiness()
@@ -266,13 +267,13 @@ class Worker:
         need = arrival + self.engine_settings.config_grace_ms
         follower = self.follower
         if follower.confirmed_ms < need:
-            metrics.CONFIG_HELD.labels(stage).inc()
+            self.metrics.config_held.labels(stage).inc()
             started = time.monotonic()
             if not await follower.wait_confirmed(need, self.hold_max_s):
-                metrics.CONFIG_HOLD_EXPIRED.labels(stage).inc()
+                self.metrics.config_hold_expired.labels(stage).inc()
                 log.warning("%s: config topic not confirmed within QS_CONFIG_HOLD_MAX_MS; "
                             "going on", stage)
-            metrics.CONFIG_HOLD_SECONDS.labels(stage).observe(time.monotonic() - started)
+            self.metrics.config_hold_seconds.labels(stage).observe(time.monotonic() - started)
 
     async def route(self, event: faust.EventT) -> None:
         """One source record through its partition's stream clock; what that lets go (the
@@ -288,7 +289,7 @@ class Worker:
         if stream is None:
             stream = self.streams[(message.topic, message.partition)] = StreamIntake(
                 await self.seeded_clock(message))
-        metrics.EVENTS.labels(message.topic).inc()
+        self.metrics.events.labels(message.topic).inc()
         released = stream.offer(decode_source(event.value, arrival), event)
         if not released or released[-1][1] is not event:
             faust_patches.untrack(self.app, event)
@@ -352,10 +353,10 @@ class Worker:
             if self.continuity.given_up > given_up:
                 log.error("%s: records before offset %d never arrived after repeated seeks "
                           "back; going on without them", tp, message.offset)
-                metrics.OFFSET_GAPS.labels(tp.topic, "given_up").inc(
+                self.metrics.offset_gaps.labels(tp.topic, "given_up").inc(
                     self.continuity.given_up - given_up)
             return True
-        metrics.OFFSET_GAPS.labels(tp.topic, verdict.value).inc()
+        self.metrics.offset_gaps.labels(tp.topic, verdict.value).inc()
         # never acked (processed already, or delivered again after the seek): a commit must
         # not wait for it (`faust_patches` item 6)
         faust_patches.untrack(self.app, event)
@@ -390,7 +391,7 @@ class Worker:
         """The clock a worker that had read the partition from its start would have here."""
         clock = StreamClock()
         found = await self.seeder.timestamps(message.topic, message.partition, message.offset)
-        metrics.CLOCK_SEEDS.labels("failed" if found is None else "seeded").inc()
+        self.metrics.clock_seeds.labels("failed" if found is None else "seeded").inc()
         if found:
             clock.seed(found)
         return clock
@@ -422,9 +423,9 @@ class Worker:
                                partition=partition)
             rekeyed += len(part_rows)
         for t, n in counts.items():
-            metrics.SAMPLES.labels(t).inc(n)
-        metrics.SAMPLES_PATH.labels("one_stage").inc(local)
-        metrics.SAMPLES_PATH.labels("rekeyed").inc(rekeyed)
+            self.metrics.samples.labels(t).inc(n)
+        self.metrics.samples_path.labels("one_stage").inc(local)
+        self.metrics.samples_path.labels("rekeyed").inc(rekeyed)
         if local:
             for event in held:  # released by its stream clock untracked, maybe: Faust must
                 faust_patches.track(self.app, event)  # wait for it at a rebalance again
@@ -447,7 +448,7 @@ class Worker:
 
     async def send_deadletter(self, reason: str, raw: Any, source: str,
                               key: bytes | None = None) -> None:
-        metrics.DEADLETTER.labels(metrics.reason_label(reason)).inc()
+        self.metrics.deadletter.labels(metrics.reason_label(reason)).inc()
         await self.deadletter_topic.send(key=key, value=encode_deadletter(reason, raw, source))
 
     async def produce(self, topic: str, value: bytes, key: bytes | None = None,
@@ -503,7 +504,7 @@ class Worker:
             expired = engine.expire(now)
             self.windows.forget(partition, expired)
             self.stats["expired"] += len(expired)
-            metrics.WINDOWS_EXPIRED.inc(len(expired))
+            self.metrics.windows_expired.inc(len(expired))
         cache.mark(engine.drain_touched())
         return out
 
@@ -525,11 +526,11 @@ class Worker:
         name = self.directives_name
         await self.produce(name, self.signing.seal(name, key, orjson.dumps(directive)), key=key)
         if directive.get("kind") == "allocation":  # cluster scope: no throttle of its own
-            metrics.DIRECTIVES.labels(directive["quota"], "allocation").inc()
+            self.metrics.directives.labels(directive["quota"], "allocation").inc()
         else:
-            metrics.DIRECTIVES.labels(directive["quota"], directive["action"]).inc()
-            metrics.THROTTLE_MS.observe(directive["throttle_time_ms"])
-        metrics.LATENCY.observe(max(0.0, time.time() - appended_ms / 1000.0))
+            self.metrics.directives.labels(directive["quota"], directive["action"]).inc()
+            self.metrics.throttle_ms.observe(directive["throttle_time_ms"])
+        self.metrics.latency.observe(max(0.0, time.time() - appended_ms / 1000.0))
 
     # -- flushing, revocation, health ------------------------------------------------------------
 
@@ -573,13 +574,13 @@ class Worker:
 
     def export_gauges(self) -> None:
         follower, seen = self.follower, self._metrics_seen
-        metrics.ACTIVE_ENTITIES.set(sum(len(c) for c in self.caches.values()))
-        metrics.CONFIG_WATERMARK_AGE.set(max(0.0, time.time() - follower.confirmed_ms / 1000.0))
-        metrics.CONFIG_LATE.inc(follower.late - seen["late"])
-        metrics.CONFIG_MISSED.inc(follower.missed - seen["missed"])
+        self.metrics.active_entities.set(sum(len(c) for c in self.caches.values()))
+        self.metrics.config_watermark_age.set(max(0.0, time.time() - follower.confirmed_ms / 1000.0))
+        self.metrics.config_late.inc(follower.late - seen["late"])
+        self.metrics.config_missed.inc(follower.missed - seen["missed"])
         seen["late"], seen["missed"] = follower.late, follower.missed
         for label, count in follower.refused.items():
-            metrics.CONFIG_REFUSED.labels(label).inc(count - seen[f"refused {label}"])
+            self.metrics.config_refused.labels(label).inc(count - seen[f"refused {label}"])
             seen[f"refused {label}"] = count
 
     async def flush_loop(self) -> None:
@@ -648,8 +649,8 @@ class Worker:
     def export_lag(self) -> None:
         """Records behind the last fetch's high watermark, and how long records waited to be
         taken (`LagMeter`)."""
-        metrics.LAG.clear()
-        metrics.LAG_SECONDS.clear()
+        self.metrics.lag.clear()
+        self.metrics.lag_seconds.clear()
         now_ms = time.time() * 1000.0
         for tp in self.app.consumer.assignment():
             try:
@@ -660,8 +661,8 @@ class Worker:
                 continue
             behind = max(0, highwater - self.processed[tp])
             labels = (tp.topic, str(tp.partition))
-            metrics.LAG.labels(*labels).set(behind)
-            metrics.LAG_SECONDS.labels(*labels).set(self.lag_meter.reading(tp, behind, now_ms))
+            self.metrics.lag.labels(*labels).set(behind)
+            self.metrics.lag_seconds.labels(*labels).set(self.lag_meter.reading(tp, behind, now_ms))
 
     async def on_revoked(self, sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         """Forget windows of partitions this worker lost; their new owner restores the table."""
@@ -681,7 +682,7 @@ class Worker:
     def readiness(self) -> tuple[bool, list[int]]:
         """Ready (configs read, tables recovered), and the samples partitions owned."""
         ready = self.follower.ready.is_set() and self.app.tables.recovery.completed.is_set()
-        metrics.RECOVERY_COMPLETE.set(1 if ready else 0)
+        self.metrics.recovery_complete.set(1 if ready else 0)
         owned = sorted(tp.partition for tp in self.app.consumer.assignment()
                        if tp.topic == self.samples_name)
         return ready, owned

@@ -19,6 +19,7 @@ from app.intake.routes import Router
 from app.intake.stream import HOLD_MS, StreamIntake
 from app.pipeline import codec
 from app.pipeline.ingest import Outbox
+from app.pipeline.metrics import WorkerMetrics
 from app.pipeline.worker import QUIET_MARGIN_MS, Worker
 
 
@@ -140,6 +141,7 @@ class QuietWorker:
         self.sent: list[tuple[int, int]] = []  # (samples partition, samples)
         self.dead: list[str] = []
         self.behind = True  # records of the partition fetched and not taken yet
+        self.metrics = WorkerMetrics()
 
     def caught_up(self, tp: Any) -> bool:
         return not self.behind
@@ -185,3 +187,5 @@ def test_a_quiet_partitions_held_records_are_judged_and_sent_on_within_seconds()
     assert not intake.held and acked == [0, 1]
     assert sum(n for _, n in worker.sent) == 2
     assert len(worker.dead) == 2 and all("from the stream time" in r for r in worker.dead)
+    assert worker.metrics.registry.get_sample_value("quota_streams_samples_path_total",
+                                                    {"path": "rekeyed"}) == 2

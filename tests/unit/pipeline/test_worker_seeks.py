@@ -14,6 +14,7 @@ from aiokafka.errors import IllegalStateError
 
 from app.pipeline import worker as worker_module
 from app.pipeline.continuity import Continuity
+from app.pipeline.metrics import WorkerMetrics
 from app.pipeline.worker import Worker
 
 TP = TopicPartition("quota.events.request", 0)
@@ -49,6 +50,7 @@ class SeekingWorker:
         self.app = SimpleNamespace(consumer=Consumer(behaviour))
         self._seeks: set[asyncio.Future[None]] = set()
         self.seeder = Seeder(log_start)
+        self.metrics = WorkerMetrics()
 
 
 class Seeder:

@@ -27,8 +27,8 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
 
-# The metrics the workers export, as documented for dashboards and alerts. app/pipeline/metrics.py's
-# METRIC_NAMES is the authority once it exists; this list must then be part of it.
+# The metrics the workers export, as documented for dashboards and alerts: a part of what their
+# registry holds (`exported_metrics`).
 DOCUMENTED_METRICS = frozenset(
     {
         "quota_streams_events_total",
@@ -56,18 +56,20 @@ PROMETHEUS_BUILTINS = frozenset({"up", "kube_job_status_failed"})
 
 
 def exported_metrics() -> frozenset[str]:
-    try:
-        from app.pipeline.metrics import METRIC_NAMES  # type: ignore[attr-defined]
-    except ModuleNotFoundError as exc:
-        if exc.name != "app.pipeline.metrics":
-            raise
-        return DOCUMENTED_METRICS
-    except ImportError:  # the module exists but has no METRIC_NAMES (yet)
-        return DOCUMENTED_METRICS
-    names = {str(n) for n in METRIC_NAMES}
-    # prometheus_client appends _total to a counter declared without it.
-    return frozenset(names | {f"{n}_total" for n in names if not n.endswith("_total")}
-                     | gateway_metrics() | plugin_metrics())
+    """What the workers, the gateways and the broker plugin export, as Prometheus names them."""
+    from app.pipeline.metrics import WorkerMetrics
+
+    return registry_names(WorkerMetrics().registry) | gateway_metrics() | plugin_metrics()
+
+
+def registry_names(registry: Any) -> frozenset[str]:
+    """A registry's metric names as Prometheus shows them (a counter's with `_total`)."""
+    names = set()
+    for family in registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+    return frozenset(names)
 
 
 def plugin_metrics() -> frozenset[str]:
@@ -80,12 +82,7 @@ def gateway_metrics() -> frozenset[str]:
     """What a gateway exports (its own registry), as Prometheus names them."""
     from app.gateway.metrics import GatewayMetrics
 
-    names = set()
-    for family in GatewayMetrics().registry.collect():
-        names.add(family.name)
-        if family.type == "counter":
-            names.add(f"{family.name}_total")
-    return frozenset(names)
+    return registry_names(GatewayMetrics().registry)
 
 
 # --------------------------------------------------------------------------- loading
