@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.explanation import Explanation, Snapshot, window_text
 from app.console.index import ConsoleIndex, check_broker
 from app.console.query import StateOf, window_row
 from app.engine.configs import REQUEST, QuotaConfigs
 from app.engine.engine import Decision, EngineSettings
 from app.engine.kafka_math import UNLIMITED, bounded_throttle_time_ms, throttle_time_ms
 from app.engine.stats import Rate
+from app.explanation import Explanation, Snapshot, window_text
 
 #: an entity's key as `index.entity_id` issues it
 ENTITY_ID = re.compile(r"[0-9a-f]{24}")
