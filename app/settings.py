@@ -55,6 +55,15 @@ class Setting:
     parse: Callable[[str], object] = str
     secret: bool = False
 
+    def read(self, raw: str) -> object:
+        """`raw` parsed, or a `ValueError` saying why not in a user's words."""
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            reason = str(exc) if self.parse is not int else "must be an integer"
+            raise ValueError("must be an integer" if "invalid literal" in reason
+                             else reason) from None
+
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
@@ -323,13 +332,10 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     for setting in SETTINGS:
         raw = env.get(setting.env, setting.default).strip()
         try:
-            values[attr_name(setting.env)] = setting.parse(raw)
+            values[attr_name(setting.env)] = setting.read(raw)
         except ValueError as exc:
-            reason = str(exc) if setting.parse is not int else "must be an integer"
-            if "invalid literal" in reason:
-                reason = "must be an integer"
             shown = "<hidden>" if setting.secret else repr(raw)  # a secret is never printed
-            raise SettingsError(f"{setting.env}={shown}: {reason}") from None
+            raise SettingsError(f"{setting.env}={shown}: {exc}") from None
     if values["console_edit"] and not values["console_token"]:
         raise SettingsError("QS_CONSOLE_EDIT=true needs QS_CONSOLE_TOKEN: quota editing is "
                             "never open without authentication")

@@ -47,7 +47,7 @@ def _flag_type(setting: Setting) -> Callable[[str], object]:
     """The setting's parser, its refusal in argparse's words."""
     def parse(raw: str) -> object:
         try:
-            return setting.parse(raw.strip())
+            return setting.read(raw.strip())
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc) or f"not a valid {setting.env}") from None
     return parse

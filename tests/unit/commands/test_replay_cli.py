@@ -282,7 +282,8 @@ def test_a_bad_engine_setting_is_one_line_naming_it(tmp_path: Path,
     assert main(["replay", str(source), "--quiet"]) == 2
     assert "QS_QUOTA_WINDOW_NUM" in capsys.readouterr().err
     monkeypatch.delenv("QS_QUOTA_WINDOW_NUM")
-    with pytest.raises(SystemExit) as refused:
-        main(["replay", str(source), "--window-num", "0"])
-    assert refused.value.code == 2
-    assert "--window-num" in capsys.readouterr().err
+    for bad, why in (("0", "must be an integer >= 1"), ("x", "must be an integer")):
+        with pytest.raises(SystemExit) as refused:
+            main(["replay", str(source), "--window-num", bad])
+        assert refused.value.code == 2
+        assert f"argument --window-num: {why}" in capsys.readouterr().err
