@@ -4,7 +4,6 @@ with where they come from, and the charted history."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from app.console.index import ConsoleIndex, check_broker
@@ -14,10 +13,6 @@ from app.engine.engine import Decision, EngineSettings
 from app.engine.kafka_math import UNLIMITED, bounded_throttle_time_ms, throttle_time_ms
 from app.engine.stats import Rate
 from app.explanation import Explanation, Snapshot, window_text
-
-#: an entity's key as `index.entity_id` issues it
-ENTITY_ID = re.compile(r"[0-9a-f]{24}")
-
 
 def as_decision(check: Any, settings: EngineSettings) -> Decision:
     """A live window's latest check as the decision it made (a `Window` keeps the rate its

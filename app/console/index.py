@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import re
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import orjson
-
 from app.contract.entities import entity_string
+from app.contract.keys import canonical_json
 from app.engine.configs import MUTATION
 from app.engine.engine import SEP, Decision
 from app.engine.kafka_math import INT_MAX_F, UNLIMITED
@@ -51,12 +51,15 @@ def check_broker(check: Any) -> int | None:
     return None if where == "*" else int(where)
 
 
+#: an entity's key as `entity_id` issues it
+ENTITY_ID = re.compile(r"[0-9a-f]{24}")
+
+
 def entity_id(entity: Mapping[str, Any]) -> str:
     """A short key naming an entity in a page's URL, whatever its names: a 1,024-character
     name's JSON in a query string outgrows aiohttp's 8,190-byte request line. Derived from the
     entity alone, so every worker issues the same one."""
-    return hashlib.blake2b(orjson.dumps(dict(entity), option=orjson.OPT_SORT_KEYS),
-                           digest_size=12).hexdigest()
+    return hashlib.blake2b(canonical_json(dict(entity)), digest_size=12).hexdigest()
 
 
 def limit_or_none(limit: float) -> float | None:

@@ -27,8 +27,8 @@ from app.admin.entities import (
     parse_entity as parse_entity_options,
 )
 from app.admin.views import describe_all
-from app.console.detail import ENTITY_ID, entity_windows
-from app.console.index import ConsoleIndex
+from app.console.detail import entity_windows
+from app.console.index import ENTITY_ID, ConsoleIndex
 from app.console.query import QueryError, StateOf, merge, parse_query, select
 from app.engine.configs import ConfigUpdate, QuotaConfigs
 from app.engine.engine import EngineSettings
